@@ -1,0 +1,38 @@
+// The names of the engine's copy mechanisms. Host- and device-safe, no CUDA headers, so the
+// torch binding layer can share the enum with the kernels.
+#pragma once
+
+namespace cupipe {
+namespace engine {
+
+// How one tile moves global -> shared, and how its completion is signalled.
+enum class Mechanism : int {
+  Sync = 0,            // LDG + STS through registers, then __syncthreads: the baseline
+  Pipeline = 1,        // cuda::pipeline<thread_scope_block>, unified (every thread produces/consumes)
+  PipelineThread = 2,  // cuda::pipeline<thread_scope_thread> per thread + __syncthreads
+  Primitives = 3,      // __pipeline_memcpy_async / _commit / _wait_prior (LDGSTS, zero-fill tails)
+  Cg = 4,              // cooperative_groups::memcpy_async + cg::wait_prior
+  Barrier = 5,         // cuda::memcpy_async completing on a cuda::barrier<thread_scope_block>
+  Specialized = 6,     // partitioned cuda::pipeline: one producer warp, consumer warps
+  Tma = 7,             // sm_90+: cp.async.bulk + mbarrier expect-tx (UBLKCP)
+};
+
+constexpr int kNumMechanisms = 8;
+constexpr int kMaxStages = 8;
+
+inline const char* mechanism_name(Mechanism m) {
+  switch (m) {
+    case Mechanism::Sync: return "sync";
+    case Mechanism::Pipeline: return "pipeline";
+    case Mechanism::PipelineThread: return "pipeline_thread";
+    case Mechanism::Primitives: return "primitives";
+    case Mechanism::Cg: return "cg";
+    case Mechanism::Barrier: return "barrier";
+    case Mechanism::Specialized: return "specialized";
+    case Mechanism::Tma: return "tma";
+  }
+  return "?";
+}
+
+}  // namespace engine
+}  // namespace cupipe

@@ -1,0 +1,320 @@
+// The eight copy mechanisms as stage-ring policies.
+//
+// Every ring owns `Stages` equal shared-memory stage buffers and speaks the four verbs of a
+// producer/consumer pipeline (CUTLASS's vocabulary; cuda::pipeline's, too):
+//
+//   producer_acquire(st)          wait until stage st.index may be overwritten
+//   copy(st, dst, src, nbytes)    issue the global->shared copy of one segment into the stage
+//   producer_commit(st)           close the stage: its copies complete as one unit
+//   consumer_wait(st, pending)    block until the stage's copies landed and are visible to every
+//                                 consumer; `pending` = stages produced after this one (the
+//                                 wait_prior-style mechanisms wait for all but those)
+//   consumer_release(st)          the consumers are done reading the stage
+//
+// `copy` may be called several times per stage (a stencil tile is several rows). Preconditions:
+// dst and src agree modulo V (the copy width), and the stage has V bytes of slack after each
+// segment (the primitives' zero-filled tail writes a whole chunk). Heads and tails narrower than V
+// are moved synchronously by one thread.
+//
+// Unified rings (all threads produce and consume) are driven by run_unified in stage_ring.cuh;
+// the partitioned one (`specialized`) by run_partitioned.
+#pragma once
+
+#include <cooperative_groups.h>
+#include <cooperative_groups/memcpy_async.h>
+#include <cuda/barrier>
+#include <cuda/pipeline>
+#include <cuda_pipeline_primitives.h>
+
+#include "engine/common.cuh"
+#include "engine/mbarrier.cuh"
+
+namespace cupipe {
+namespace engine {
+
+namespace cg = cooperative_groups;
+
+// Copies one segment with `nthreads` threads of rank `rank`: the synchronous head and tail, and
+// the body as V-byte chunks handed to `chunk(dst, src)`; `tail(dst, src, n)` moves the tail.
+template <int V, class Chunk, class Tail>
+CUPIPE_DEVICE void copy_segment(char* dst, const char* src, int64_t nbytes, int rank, int nthreads,
+                                Chunk&& chunk, Tail&& tail) {
+  const Segment s = split_segment<V>(src, nbytes);
+  if (rank == 0) copy_bytes(dst, src, s.head);
+  char* d = dst + s.head;
+  const char* g = src + s.head;
+  const int64_t nchunks = s.body / V;
+  for (int64_t c = rank; c < nchunks; c += nthreads) chunk(d + c * V, g + c * V);
+  if (s.tail > 0 && rank == (nthreads > 1 ? 1 : 0)) tail(d + s.body, g + s.body, s.tail);
+}
+
+struct SyncTail {
+  CUPIPE_DEVICE void operator()(char* d, const char* g, int n) const { copy_bytes(d, g, n); }
+};
+
+// Waits until at most `n` cp.async groups of this thread are pending (wait_group needs a constant).
+CUPIPE_DEVICE void cp_async_wait_prior(int n) {
+  switch (n) {
+    case 0: __pipeline_wait_prior(0); break;
+    case 1: __pipeline_wait_prior(1); break;
+    case 2: __pipeline_wait_prior(2); break;
+    case 3: __pipeline_wait_prior(3); break;
+    case 4: __pipeline_wait_prior(4); break;
+    case 5: __pipeline_wait_prior(5); break;
+    case 6: __pipeline_wait_prior(6); break;
+    default: __pipeline_wait_prior(7); break;  // waiting for more than asked is still correct
+  }
+}
+
+template <int Stages>
+struct RingBase {
+  static constexpr int kStages = Stages;
+  static constexpr bool kPartitioned = false;
+  char* buffers;
+  int stage_bytes;
+  CUPIPE_DEVICE RingBase(char* b, int sb) : buffers(b), stage_bytes(sb) {}
+  CUPIPE_DEVICE char* stage(int index) const { return buffers + static_cast<int64_t>(index) * stage_bytes; }
+  // Unified rings: every thread copies and consumes.
+  CUPIPE_DEVICE static int consumer_rank() { return threadIdx.x; }
+  CUPIPE_DEVICE static int num_consumers() { return blockDim.x; }
+  CUPIPE_DEVICE static bool is_producer() { return true; }
+  CUPIPE_DEVICE static bool is_consumer() { return true; }
+};
+
+template <Mechanism M, int Stages, int V>
+struct Ring;
+
+// ---- sync: LDG + STS through registers; a block barrier publishes the stage -------------------
+template <int Stages, int V>
+struct Ring<Mechanism::Sync, Stages, V> : RingBase<Stages> {
+  struct SharedState {};
+  CUPIPE_DEVICE Ring(SharedState&, char* b, int sb) : RingBase<Stages>(b, sb) {}
+  template <class St> CUPIPE_DEVICE void producer_acquire(const St&) {}
+  template <class St>
+  CUPIPE_DEVICE void copy(const St&, char* dst, const char* src, int64_t n) {
+    copy_segment<V>(dst, src, n, threadIdx.x, blockDim.x,
+                    [](char* d, const char* g) { *reinterpret_cast<vec_t<V>*>(d) = *reinterpret_cast<const vec_t<V>*>(g); },
+                    SyncTail{});
+  }
+  template <class St> CUPIPE_DEVICE void producer_commit(const St&) {}
+  template <class St> CUPIPE_DEVICE void consumer_wait(const St&, int) { __syncthreads(); }
+  template <class St> CUPIPE_DEVICE void consumer_release(const St&) {
+    if (Stages == 1) __syncthreads();  // the only stage is refilled next
+  }
+};
+
+// ---- pipeline: cuda::pipeline<thread_scope_block>, unified --------------------------------------
+template <int Stages, int V>
+struct Ring<Mechanism::Pipeline, Stages, V> : RingBase<Stages> {
+  struct SharedState {
+    cuda::pipeline_shared_state<cuda::thread_scope_block, Stages> state;
+  };
+  cuda::pipeline<cuda::thread_scope_block> pipe;
+  CUPIPE_DEVICE Ring(SharedState& ss, char* b, int sb)
+      : RingBase<Stages>(b, sb), pipe(cuda::make_pipeline(cg::this_thread_block(), &ss.state)) {}
+  template <class St> CUPIPE_DEVICE void producer_acquire(const St&) { pipe.producer_acquire(); }
+  template <class St>
+  CUPIPE_DEVICE void copy(const St&, char* dst, const char* src, int64_t n) {
+    copy_segment<V>(dst, src, n, threadIdx.x, blockDim.x,
+                    [&](char* d, const char* g) { cuda::memcpy_async(d, g, cuda::aligned_size_t<V>(V), pipe); },
+                    SyncTail{});
+  }
+  template <class St> CUPIPE_DEVICE void producer_commit(const St&) { pipe.producer_commit(); }
+  template <class St> CUPIPE_DEVICE void consumer_wait(const St&, int) { pipe.consumer_wait(); }
+  template <class St> CUPIPE_DEVICE void consumer_release(const St&) { pipe.consumer_release(); }
+};
+
+// ---- pipeline_thread: a cuda::pipeline<thread_scope_thread> per thread + __syncthreads ----------
+template <int Stages, int V>
+struct Ring<Mechanism::PipelineThread, Stages, V> : RingBase<Stages> {
+  struct SharedState {};
+  cuda::pipeline<cuda::thread_scope_thread> pipe;
+  CUPIPE_DEVICE Ring(SharedState&, char* b, int sb) : RingBase<Stages>(b, sb), pipe(cuda::make_pipeline()) {}
+  template <class St> CUPIPE_DEVICE void producer_acquire(const St&) { pipe.producer_acquire(); }
+  template <class St>
+  CUPIPE_DEVICE void copy(const St&, char* dst, const char* src, int64_t n) {
+    copy_segment<V>(dst, src, n, threadIdx.x, blockDim.x,
+                    [&](char* d, const char* g) { cuda::memcpy_async(d, g, cuda::aligned_size_t<V>(V), pipe); },
+                    SyncTail{});
+  }
+  template <class St> CUPIPE_DEVICE void producer_commit(const St&) { pipe.producer_commit(); }
+  template <class St> CUPIPE_DEVICE void consumer_wait(const St&, int) {
+    pipe.consumer_wait();  // this thread's copies have landed ...
+    __syncthreads();       // ... and now everyone's
+  }
+  template <class St> CUPIPE_DEVICE void consumer_release(const St&) {
+    pipe.consumer_release();
+    if (Stages == 1) __syncthreads();
+  }
+};
+
+// ---- primitives: __pipeline_memcpy_async / _commit / _wait_prior (LDGSTS), zero-filled tails ----
+template <int Stages, int V>
+struct Ring<Mechanism::Primitives, Stages, V> : RingBase<Stages> {
+  struct SharedState {};
+  CUPIPE_DEVICE Ring(SharedState&, char* b, int sb) : RingBase<Stages>(b, sb) {}
+  template <class St> CUPIPE_DEVICE void producer_acquire(const St&) {}
+  template <class St>
+  CUPIPE_DEVICE void copy(const St&, char* dst, const char* src, int64_t n) {
+    copy_segment<V>(dst, src, n, threadIdx.x, blockDim.x,
+                    [](char* d, const char* g) { __pipeline_memcpy_async(d, g, V); },
+                    // The tail reads only its n bytes and zero-fills the rest of the chunk.
+                    [](char* d, const char* g, int tn) { __pipeline_memcpy_async(d, g, V, V - tn); });
+  }
+  template <class St> CUPIPE_DEVICE void producer_commit(const St&) { __pipeline_commit(); }
+  template <class St> CUPIPE_DEVICE void consumer_wait(const St&, int pending) {
+    cp_async_wait_prior(pending);  // one commit group per stage
+    __syncthreads();
+  }
+  template <class St> CUPIPE_DEVICE void consumer_release(const St&) {
+    if (Stages == 1) __syncthreads();
+  }
+};
+
+// ---- cg: cooperative_groups::memcpy_async (one batch per call) + cg::wait_prior -----------------
+template <int Stages, int V>
+struct Ring<Mechanism::Cg, Stages, V> : RingBase<Stages> {
+  struct SharedState {};
+  uint32_t issued = 0;       // batches this thread has committed
+  uint32_t marks[Stages];    // `issued` when each stage was committed
+  CUPIPE_DEVICE Ring(SharedState&, char* b, int sb) : RingBase<Stages>(b, sb) {}
+  template <class St> CUPIPE_DEVICE void producer_acquire(const St&) {}
+  template <class St>
+  CUPIPE_DEVICE void copy(const St&, char* dst, const char* src, int64_t n) {
+    auto block = cg::this_thread_block();
+    const Segment s = split_segment<V>(src, n);
+    if (block.thread_rank() == 0) copy_bytes(dst, src, s.head);
+    if (s.tail > 0 && block.thread_rank() == (block.size() > 1 ? 1 : 0))
+      copy_bytes(dst + s.head + s.body, src + s.head + s.body, s.tail);
+    cg::memcpy_async(block, dst + s.head, src + s.head, cuda::aligned_size_t<V>(static_cast<size_t>(s.body)));
+    ++issued;
+  }
+  template <class St> CUPIPE_DEVICE void producer_commit(const St& st) { marks[st.index] = issued; }
+  template <class St> CUPIPE_DEVICE void consumer_wait(const St& st, int) {
+    const int later = static_cast<int>(issued - marks[st.index]);  // batches issued after this stage
+    auto block = cg::this_thread_block();
+    switch (later) {  // cg::wait_prior also syncs the block
+      case 0: cg::wait_prior<0>(block); break;
+      case 1: cg::wait_prior<1>(block); break;
+      case 2: cg::wait_prior<2>(block); break;
+      case 3: cg::wait_prior<3>(block); break;
+      case 4: cg::wait_prior<4>(block); break;
+      case 5: cg::wait_prior<5>(block); break;
+      case 6: cg::wait_prior<6>(block); break;
+      default: cg::wait_prior<7>(block); break;
+    }
+  }
+  template <class St> CUPIPE_DEVICE void consumer_release(const St&) {
+    if (Stages == 1) __syncthreads();
+  }
+};
+
+// ---- barrier: cuda::memcpy_async completing on a cuda::barrier<thread_scope_block> per stage -----
+template <int Stages, int V>
+struct Ring<Mechanism::Barrier, Stages, V> : RingBase<Stages> {
+  using barrier_t = cuda::barrier<cuda::thread_scope_block>;
+  struct SharedState {
+    barrier_t bar[Stages];
+  };
+  barrier_t* bar;
+  CUPIPE_DEVICE Ring(SharedState& ss, char* b, int sb) : RingBase<Stages>(b, sb), bar(ss.bar) {
+    if (threadIdx.x == 0) {
+      for (int s = 0; s < Stages; ++s) init(&bar[s], blockDim.x);
+    }
+    __syncthreads();
+  }
+  template <class St> CUPIPE_DEVICE void producer_acquire(const St&) {}
+  template <class St>
+  CUPIPE_DEVICE void copy(const St& st, char* dst, const char* src, int64_t n) {
+    barrier_t& b = bar[st.index];
+    copy_segment<V>(dst, src, n, threadIdx.x, blockDim.x,
+                    [&](char* d, const char* g) { cuda::memcpy_async(d, g, cuda::aligned_size_t<V>(V), b); },
+                    SyncTail{});
+  }
+  template <class St> CUPIPE_DEVICE void producer_commit(const St&) {}
+  // The phase completes when every thread has arrived and every copy on it has landed.
+  template <class St> CUPIPE_DEVICE void consumer_wait(const St& st, int) { bar[st.index].arrive_and_wait(); }
+  template <class St> CUPIPE_DEVICE void consumer_release(const St&) {
+    if (Stages == 1) __syncthreads();
+  }
+};
+
+// ---- specialized: partitioned cuda::pipeline, warp 0 produces, the other warps consume ----------
+template <int Stages, int V>
+struct Ring<Mechanism::Specialized, Stages, V> : RingBase<Stages> {
+  static constexpr bool kPartitioned = true;
+  static constexpr int kProducerThreads = 32;
+  struct SharedState {
+    cuda::pipeline_shared_state<cuda::thread_scope_block, Stages> state;
+  };
+  cuda::pipeline<cuda::thread_scope_block> pipe;
+  CUPIPE_DEVICE Ring(SharedState& ss, char* b, int sb)
+      : RingBase<Stages>(b, sb),
+        pipe(cuda::make_pipeline(cg::this_thread_block(), &ss.state,
+                                 threadIdx.x < kProducerThreads ? cuda::pipeline_role::producer
+                                                                : cuda::pipeline_role::consumer)) {}
+  CUPIPE_DEVICE static bool is_producer() { return threadIdx.x < kProducerThreads; }
+  CUPIPE_DEVICE static bool is_consumer() { return threadIdx.x >= kProducerThreads; }
+  CUPIPE_DEVICE static int consumer_rank() { return threadIdx.x - kProducerThreads; }
+  CUPIPE_DEVICE static int num_consumers() { return blockDim.x - kProducerThreads; }
+  template <class St> CUPIPE_DEVICE void producer_acquire(const St&) { pipe.producer_acquire(); }
+  template <class St>
+  CUPIPE_DEVICE void copy(const St&, char* dst, const char* src, int64_t n) {
+    copy_segment<V>(dst, src, n, threadIdx.x, kProducerThreads,
+                    [&](char* d, const char* g) { cuda::memcpy_async(d, g, cuda::aligned_size_t<V>(V), pipe); },
+                    SyncTail{});
+  }
+  template <class St> CUPIPE_DEVICE void producer_commit(const St&) { pipe.producer_commit(); }
+  template <class St> CUPIPE_DEVICE void consumer_wait(const St&, int) { pipe.consumer_wait(); }
+  template <class St> CUPIPE_DEVICE void consumer_release(const St&) { pipe.consumer_release(); }
+};
+
+// ---- tma: sm_90 bulk copies (UBLKCP) completing on an mbarrier with expected transaction bytes --
+// Thread 0 produces; "full" barriers (1 arrival + tx bytes) publish a stage, "empty" barriers (all
+// threads arrive) hand it back. The producer waits on `empty` with the opposite parity, so the
+// first lap passes at once. Bulk copies need 16-byte alignment: V must be 16.
+template <int Stages, int V>
+struct Ring<Mechanism::Tma, Stages, V> : RingBase<Stages> {
+  static_assert(V == 16, "tma moves 16-byte-aligned bodies");
+  struct SharedState {
+    alignas(8) uint64_t full[Stages];
+    alignas(8) uint64_t empty[Stages];
+  };
+  SharedState& ss;
+  CUPIPE_DEVICE Ring(SharedState& s, char* b, int sb) : RingBase<Stages>(b, sb), ss(s) {
+    if (threadIdx.x == 0) {
+      for (int i = 0; i < Stages; ++i) {
+        sm90::mbarrier_init(&ss.full[i], 1);
+        sm90::mbarrier_init(&ss.empty[i], blockDim.x);
+      }
+      sm90::fence_barrier_init();
+    }
+    __syncthreads();
+  }
+  template <class St> CUPIPE_DEVICE void producer_acquire(const St& st) {
+    if (threadIdx.x == 0) sm90::mbarrier_wait_parity(&ss.empty[st.index], st.phase ^ 1u);
+  }
+  template <class St>
+  CUPIPE_DEVICE void copy(const St& st, char* dst, const char* src, int64_t n) {
+    if (threadIdx.x != 0) return;
+    const Segment s = split_segment<16>(src, n);
+    copy_bytes(dst, src, s.head);
+    copy_bytes(dst + s.head + s.body, src + s.head + s.body, s.tail);
+    if (s.body > 0) {
+      sm90::mbarrier_expect_tx(&ss.full[st.index], static_cast<uint32_t>(s.body));
+      sm90::bulk_copy_g2s(dst + s.head, src + s.head, static_cast<uint32_t>(s.body), &ss.full[st.index]);
+    }
+  }
+  template <class St> CUPIPE_DEVICE void producer_commit(const St& st) {
+    if (threadIdx.x == 0) sm90::mbarrier_arrive(&ss.full[st.index]);
+  }
+  template <class St> CUPIPE_DEVICE void consumer_wait(const St& st, int) {
+    sm90::mbarrier_wait_parity(&ss.full[st.index], st.phase);
+  }
+  template <class St> CUPIPE_DEVICE void consumer_release(const St& st) {
+    sm90::mbarrier_arrive(&ss.empty[st.index]);
+  }
+};
+
+}  // namespace engine
+}  // namespace cupipe

@@ -1,0 +1,96 @@
+// Plain-struct interface between the torch binding layer (csrc/ops, g++) and the CUDA
+// launchers (csrc/kernels, nvcc). No torch headers here, and none in the .cu files: that keeps
+// every .cu file a fast, torch-free compile.
+#pragma once
+
+#include <cstdint>
+
+#include "engine/mechanism.h"
+
+struct CUstream_st;
+
+namespace cupipe {
+
+using Stream = CUstream_st*;  // == cudaStream_t, without pulling in the CUDA runtime header
+
+enum class DType : int { F32 = 0, F16 = 1, BF16 = 2, F64 = 3 };
+
+inline int dtype_size(DType t) {
+  switch (t) {
+    case DType::F32: return 4;
+    case DType::F16: return 2;
+    case DType::BF16: return 2;
+    case DType::F64: return 8;
+  }
+  return 0;
+}
+
+enum class Boundary : int { Zero = 0, Replicate = 1, Circular = 2, Reflect = 3 };
+
+enum class ReduceOp : int { Sum = 0, Mean = 1, Amax = 2, Amin = 3 };
+
+// stream_copy: `bytes` bytes from `src` to `dst`, any alignment. The engine aligns its tiles to
+// `dst` (the unaligned head is copied directly); when `src` and `dst` disagree modulo the copy
+// width, the width narrows to what both allow (below 4 bytes: the sync mechanism; tma needs
+// 16-byte agreement and otherwise runs as primitives). The launcher reports what it ran.
+struct StreamCopyParams {
+  const void* src = nullptr;
+  void* dst = nullptr;
+  int64_t bytes = 0;
+  engine::Mechanism mechanism = engine::Mechanism::Sync;
+  int stages = 2;       // 1..8
+  int vec_bytes = 16;   // 4, 8 or 16: width of one async copy
+  int tile_bytes = 0;   // bytes per stage; 0 = launcher default
+  int max_blocks = 0;   // cap on the grid (0 = fill the device); for latency studies
+  Stream stream = nullptr;
+};
+
+// A 2-D stencil over a batch of contiguous (ny, nx) planes with a (2ry+1) x (2rx+1) window.
+// stencil1d maps onto it: along the last dim as ry = 0, along another dim as rx = 0.
+// out[b, i, j] = sum_{a, c} w[a, c] * x[b, map_y(i + a - ry), map_x(j + c - rx)], where map_*
+// applies `boundary` (zero: out-of-range reads are 0).
+struct StencilParams {
+  const void* x = nullptr;
+  void* out = nullptr;
+  const void* weights = nullptr;  // (2ry+1)*(2rx+1) values of the accumulation type, on device
+  DType dtype = DType::F32;       // of x and out; weights are float (double for F64)
+  int64_t batch = 0, ny = 0, nx = 0;
+  int ry = 0, rx = 0;
+  Boundary boundary = Boundary::Zero;
+  engine::Mechanism mechanism = engine::Mechanism::Sync;
+  int stages = 2;
+  Stream stream = nullptr;
+};
+
+// A reduction of a contiguous (outer, r, inner) view over its middle dim into (outer, inner).
+struct ReduceParams {
+  const void* x = nullptr;
+  void* out = nullptr;
+  DType in_dtype = DType::F32;
+  DType out_dtype = DType::F32;
+  bool acc_double = false;  // accumulate in double (fp64 input or dtype=float64)
+  int64_t outer = 0, r = 0, inner = 0;
+  ReduceOp op = ReduceOp::Sum;
+  engine::Mechanism mechanism = engine::Mechanism::Sync;
+  int stages = 2;
+  void* workspace = nullptr;     // scratch for split reductions, see reduce_workspace_bytes
+  int64_t workspace_bytes = 0;
+  Stream stream = nullptr;
+};
+
+// Launchers. Each returns normally on success and throws std::runtime_error with a readable
+// message on failure (bad configuration for the device, CUDA error at launch).
+void launch_stream_copy(const StreamCopyParams& p);
+void launch_stencil(const StencilParams& p);
+int64_t reduce_workspace_bytes(const ReduceParams& p);
+void launch_reduce(const ReduceParams& p);
+
+// Device facts the binding layer needs for checks (sm version, shared memory per block).
+struct DeviceInfo {
+  int sm = 0;                  // 10 * major + minor
+  int num_sms = 0;
+  int max_smem_optin = 0;      // bytes of dynamic shared memory a block may opt in to
+};
+DeviceInfo device_info(int device);
+
+}  // namespace cupipe

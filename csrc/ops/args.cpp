@@ -1,0 +1,230 @@
+#include "ops/args.h"
+
+#include <algorithm>
+
+namespace cupipe {
+namespace ops {
+
+MechanismArg parse_mechanism(const char* op, c10::string_view name) {
+  MechanismArg out;
+  if (name == "auto") return out;
+  for (int i = 0; i < engine::kNumMechanisms; ++i) {
+    auto m = static_cast<engine::Mechanism>(i);
+    if (name == engine::mechanism_name(m)) {
+      out.is_auto = false;
+      out.mechanism = m;
+      return out;
+    }
+  }
+  TORCH_CHECK_VALUE(false, "cupipe.", op, ": unknown mechanism '", std::string(name),
+                    "'; expected one of auto, sync, pipeline, pipeline_thread, primitives, cg, "
+                    "barrier, specialized, tma");
+}
+
+Boundary parse_boundary(const char* op, c10::string_view name) {
+  if (name == "zero") return Boundary::Zero;
+  if (name == "replicate") return Boundary::Replicate;
+  if (name == "circular") return Boundary::Circular;
+  if (name == "reflect") return Boundary::Reflect;
+  TORCH_CHECK_VALUE(false, "cupipe.", op, ": unknown boundary '", std::string(name),
+                    "'; expected one of zero, replicate, circular, reflect");
+}
+
+ReduceOp parse_reduce_op(const char* op, c10::string_view name) {
+  if (name == "sum") return ReduceOp::Sum;
+  if (name == "mean") return ReduceOp::Mean;
+  if (name == "amax") return ReduceOp::Amax;
+  if (name == "amin") return ReduceOp::Amin;
+  TORCH_CHECK_VALUE(false, "cupipe.", op, ": unknown op '", std::string(name),
+                    "'; expected one of sum, mean, amax, amin");
+}
+
+void check_stages(const char* op, int64_t stages) {
+  TORCH_CHECK_VALUE(stages >= 0 && stages <= engine::kMaxStages, "cupipe.", op,
+                    ": stages must be 0 (auto) or 1..", engine::kMaxStages, ", got ", stages);
+}
+
+void check_vec_bytes(const char* op, int64_t vec_bytes) {
+  TORCH_CHECK_VALUE(vec_bytes == 0 || vec_bytes == 4 || vec_bytes == 8 || vec_bytes == 16,
+                    "cupipe.", op, ": vec_bytes must be 0 (auto), 4, 8 or 16, got ", vec_bytes);
+}
+
+bool is_supported_float(at::ScalarType t) {
+  return t == at::kFloat || t == at::kHalf || t == at::kBFloat16 || t == at::kDouble;
+}
+
+DType to_kernel_dtype(at::ScalarType t) {
+  switch (t) {
+    case at::kFloat: return DType::F32;
+    case at::kHalf: return DType::F16;
+    case at::kBFloat16: return DType::BF16;
+    case at::kDouble: return DType::F64;
+    default: TORCH_CHECK_TYPE(false, "cupipe: unsupported dtype ", t);
+  }
+}
+
+void check_float_input(const char* op, const char* arg, const at::Tensor& t) {
+  TORCH_CHECK_TYPE(is_supported_float(t.scalar_type()), "cupipe.", op, ": ", arg,
+                   " must be float32, float16, bfloat16 or float64, got ", t.scalar_type());
+}
+
+namespace {
+
+void check_weights_common(const char* op, const at::Tensor& x, const at::Tensor& w) {
+  TORCH_CHECK_TYPE(at::isFloatingType(w.scalar_type()), "cupipe.", op,
+                   ": weights must be a floating-point tensor, got ", w.scalar_type());
+  TORCH_CHECK_VALUE(w.device() == x.device(), "cupipe.", op,
+                    ": weights must be on the same device as x (x on ", x.device(),
+                    ", weights on ", w.device(), ")");
+}
+
+void check_reflect(const char* op, Boundary b, int64_t size, int64_t r, const char* what) {
+  TORCH_CHECK_VALUE(b != Boundary::Reflect || r == 0 || size > r, "cupipe.", op,
+                    ": boundary='reflect' needs size > radius along ", what, " (size ", size,
+                    ", radius ", r, ")");
+}
+
+}  // namespace
+
+StencilGeometry check_stencil1d(const at::Tensor& x, const at::Tensor& weights, int64_t& dim,
+                                Boundary boundary) {
+  const char* op = "stencil1d";
+  check_float_input(op, "x", x);
+  check_weights_common(op, x, weights);
+  TORCH_CHECK_VALUE(weights.dim() == 1, "cupipe.stencil1d: weights must be 1-D, got ",
+                    weights.dim(), "-D with shape ", weights.sizes());
+  const int64_t k = weights.size(0);
+  TORCH_CHECK_VALUE(k % 2 == 1, "cupipe.stencil1d: weights must have odd length 2r+1, got ", k);
+  TORCH_CHECK_VALUE(x.dim() >= 1, "cupipe.stencil1d: x must have at least 1 dim, got a 0-d tensor");
+  const int64_t nd = x.dim();
+  TORCH_CHECK_INDEX(dim >= -nd && dim < nd, "cupipe.stencil1d: dim ", dim,
+                    " is out of range for x with ", nd, " dims");
+  if (dim < 0) dim += nd;
+  const int r = static_cast<int>((k - 1) / 2);
+  check_reflect(op, boundary, x.size(dim), r, "dim");
+  StencilGeometry g;
+  int64_t outer = 1, inner = 1;
+  for (int64_t d = 0; d < dim; ++d) outer *= x.size(d);
+  for (int64_t d = dim + 1; d < nd; ++d) inner *= x.size(d);
+  if (inner == 1) {  // along the contiguous dim: rows of length L, stencil along x
+    g.batch = 1; g.ny = outer; g.nx = x.size(dim); g.ry = 0; g.rx = r;
+  } else {           // along a strided dim: planes (L, inner), stencil along y
+    g.batch = outer; g.ny = x.size(dim); g.nx = inner; g.ry = r; g.rx = 0;
+  }
+  return g;
+}
+
+StencilGeometry check_stencil2d(const at::Tensor& x, const at::Tensor& weights, Boundary boundary) {
+  const char* op = "stencil2d";
+  check_float_input(op, "x", x);
+  check_weights_common(op, x, weights);
+  TORCH_CHECK_VALUE(weights.dim() == 2, "cupipe.stencil2d: weights must be 2-D, got ",
+                    weights.dim(), "-D with shape ", weights.sizes());
+  TORCH_CHECK_VALUE(weights.size(0) % 2 == 1 && weights.size(1) % 2 == 1,
+                    "cupipe.stencil2d: weights must have odd sizes (2r+1, 2r+1), got ",
+                    weights.sizes());
+  TORCH_CHECK_VALUE(x.dim() >= 2, "cupipe.stencil2d: x must have at least 2 dims (..., H, W), got ",
+                    x.dim(), "-D");
+  StencilGeometry g;
+  g.ry = static_cast<int>((weights.size(0) - 1) / 2);
+  g.rx = static_cast<int>((weights.size(1) - 1) / 2);
+  g.ny = x.size(-2);
+  g.nx = x.size(-1);
+  g.batch = 1;
+  for (int64_t d = 0; d < x.dim() - 2; ++d) g.batch *= x.size(d);
+  check_reflect(op, boundary, g.ny, g.ry, "H (dim -2)");
+  check_reflect(op, boundary, g.nx, g.rx, "W (dim -1)");
+  return g;
+}
+
+at::Tensor weights_for_kernel(const at::Tensor& x, const at::Tensor& weights) {
+  const auto acc = x.scalar_type() == at::kDouble ? at::kDouble : at::kFloat;
+  return weights.to(acc).contiguous();
+}
+
+ReducePlan check_reduce(const at::Tensor& x, c10::string_view op, at::OptionalIntArrayRef dim,
+                        bool keepdim, std::optional<at::ScalarType> dtype) {
+  ReducePlan plan;
+  plan.op = parse_reduce_op("reduce", op);
+  check_float_input("reduce", "x", x);
+  const int64_t nd = x.dim();
+  plan.reduced.assign(static_cast<size_t>(nd), false);
+  bool all = !dim.has_value() || dim->empty();
+  if (!all) {
+    for (int64_t d : *dim) {
+      const int64_t lim = std::max<int64_t>(nd, 1);  // a 0-d tensor accepts dim 0 / -1, like torch
+      TORCH_CHECK_INDEX(d >= -lim && d < lim, "cupipe.reduce: dim ", d,
+                        " is out of range for x with ", nd, " dims");
+      if (d < 0) d += lim;
+      if (nd == 0) continue;
+      TORCH_CHECK_VALUE(!plan.reduced[static_cast<size_t>(d)], "cupipe.reduce: dim ", d,
+                        " appears more than once in dim=", *dim);
+      plan.reduced[static_cast<size_t>(d)] = true;
+    }
+  } else {
+    std::fill(plan.reduced.begin(), plan.reduced.end(), true);
+  }
+  for (int64_t d = 0; d < nd; ++d) {
+    if (plan.reduced[static_cast<size_t>(d)]) {
+      plan.numel_reduced *= x.size(d);
+      if (keepdim) plan.out_shape.push_back(1);
+    } else {
+      plan.numel_kept *= x.size(d);
+      plan.out_shape.push_back(x.size(d));
+    }
+  }
+  if (dtype.has_value()) {
+    TORCH_CHECK_VALUE(plan.op == ReduceOp::Sum || plan.op == ReduceOp::Mean,
+                      "cupipe.reduce: dtype= is only accepted for op='sum' and op='mean' "
+                      "(torch.amax/amin take no dtype), got op='", std::string(op), "'");
+    TORCH_CHECK_TYPE(is_supported_float(*dtype),
+                     "cupipe.reduce: dtype must be float32, float16, bfloat16 or float64, got ",
+                     *dtype);
+    plan.out_dtype = *dtype;
+  } else {
+    plan.out_dtype = x.scalar_type();
+  }
+  plan.acc_double = x.scalar_type() == at::kDouble || plan.out_dtype == at::kDouble;
+  if (plan.op == ReduceOp::Amax || plan.op == ReduceOp::Amin) {
+    TORCH_CHECK_VALUE(plan.numel_reduced > 0 || plan.numel_kept == 0, "cupipe.reduce: op='",
+                      std::string(op), "' of an empty reduction is undefined (x has shape ",
+                      x.sizes(), " and the reduced dims have size 0); torch.",
+                      std::string(op), " raises here too");
+  }
+  return plan;
+}
+
+at::Tensor reduce_canonical_view(const at::Tensor& x, const ReducePlan& plan, int64_t& outer,
+                                 int64_t& r, int64_t& inner) {
+  const int64_t nd = x.dim();
+  // If the reduced dims form one run [first, last] and x is contiguous, no copy is needed.
+  int64_t first = -1, last = -1;
+  bool one_run = true;
+  for (int64_t d = 0; d < nd; ++d) {
+    if (plan.reduced[static_cast<size_t>(d)]) {
+      if (first < 0) first = d;
+      else if (last != d - 1) one_run = false;
+      last = d;
+    }
+  }
+  if (first < 0) {  // nothing reduced (0-d input, or no dims): every element is its own output
+    outer = x.numel(); r = 1; inner = 1;
+    return x.contiguous();
+  }
+  if (one_run) {
+    outer = 1; r = 1; inner = 1;
+    for (int64_t d = 0; d < first; ++d) outer *= x.size(d);
+    for (int64_t d = first; d <= last; ++d) r *= x.size(d);
+    for (int64_t d = last + 1; d < nd; ++d) inner *= x.size(d);
+    return x.contiguous();
+  }
+  // Reduced dims are scattered: move them innermost (one copy), reducing rows.
+  std::vector<int64_t> perm;
+  for (int64_t d = 0; d < nd; ++d) if (!plan.reduced[static_cast<size_t>(d)]) perm.push_back(d);
+  for (int64_t d = 0; d < nd; ++d) if (plan.reduced[static_cast<size_t>(d)]) perm.push_back(d);
+  outer = plan.numel_kept; r = plan.numel_reduced; inner = 1;
+  return x.permute(perm).contiguous();
+}
+
+}  // namespace ops
+}  // namespace cupipe

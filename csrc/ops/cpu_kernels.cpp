@@ -1,0 +1,164 @@
+// CPU kernels for every op: plain C++ loops parallelised with at::parallel_for. They are the
+// portable path (and what CI tests), so they favour clarity over speed, but never call ATen's
+// own conv or reduction kernels.
+#include <ATen/ATen.h>
+#include <ATen/Dispatch.h>
+#include <ATen/Parallel.h>
+#include <torch/library.h>
+
+#include <cmath>
+#include <cstring>
+#include <limits>
+
+#include "ops/args.h"
+#include "ops/boundary.h"
+
+namespace cupipe {
+namespace ops {
+namespace {
+
+at::Tensor stream_copy_cpu(const at::Tensor& x, c10::string_view mechanism, int64_t stages,
+                           int64_t vec_bytes) {
+  parse_mechanism("stream_copy", mechanism);  // validated for parity with CUDA; unused on CPU
+  check_stages("stream_copy", stages);
+  check_vec_bytes("stream_copy", vec_bytes);
+  const at::Tensor src = x.contiguous();
+  at::Tensor out = at::empty(x.sizes(), x.options().memory_format(at::MemoryFormat::Contiguous));
+  const int64_t bytes = src.numel() * static_cast<int64_t>(src.element_size());
+  const char* s = static_cast<const char*>(src.data_ptr());
+  char* d = static_cast<char*>(out.data_ptr());
+  at::parallel_for(0, bytes, 1 << 16, [&](int64_t b, int64_t e) {
+    std::memcpy(d + b, s + b, static_cast<size_t>(e - b));
+  });
+  return out;
+}
+
+template <typename T, typename Acc>
+void stencil_cpu_impl(const T* x, T* out, const Acc* w, const StencilGeometry& g, Boundary b) {
+  const int64_t ny = g.ny, nx = g.nx;
+  const int kw = 2 * g.rx + 1;
+  at::parallel_for(0, g.batch * ny, 16, [&](int64_t row0, int64_t row1) {
+    for (int64_t row = row0; row < row1; ++row) {
+      const int64_t bi = row / ny, i = row % ny;
+      const T* plane = x + bi * ny * nx;
+      T* orow = out + row * nx;
+      for (int64_t j = 0; j < nx; ++j) {
+        Acc acc = 0;
+        for (int a = -g.ry; a <= g.ry; ++a) {
+          const int64_t yi = map_index(i + a, ny, b);
+          if (yi < 0) continue;
+          const T* xrow = plane + yi * nx;
+          const Acc* wrow = w + static_cast<int64_t>(a + g.ry) * kw;
+          for (int c = -g.rx; c <= g.rx; ++c) {
+            const int64_t xj = map_index(j + c, nx, b);
+            if (xj < 0) continue;
+            acc += wrow[c + g.rx] * static_cast<Acc>(xrow[xj]);
+          }
+        }
+        orow[j] = static_cast<T>(acc);
+      }
+    }
+  });
+}
+
+at::Tensor stencil_cpu(const at::Tensor& x, const at::Tensor& weights, const StencilGeometry& g,
+                       Boundary boundary) {
+  const at::Tensor xc = x.contiguous();
+  const at::Tensor w = weights_for_kernel(x, weights);
+  at::Tensor out = at::empty(x.sizes(), x.options().memory_format(at::MemoryFormat::Contiguous));
+  if (out.numel() == 0) return out;
+  AT_DISPATCH_FLOATING_TYPES_AND2(at::kHalf, at::kBFloat16, x.scalar_type(), "stencil_cpu", [&] {
+    using Acc = std::conditional_t<std::is_same_v<scalar_t, double>, double, float>;
+    stencil_cpu_impl<scalar_t, Acc>(xc.const_data_ptr<scalar_t>(), out.mutable_data_ptr<scalar_t>(),
+                                    w.const_data_ptr<Acc>(), g, boundary);
+  });
+  return out;
+}
+
+at::Tensor stencil1d_cpu(const at::Tensor& x, const at::Tensor& weights, int64_t dim,
+                         c10::string_view boundary, c10::string_view mechanism, int64_t stages) {
+  const Boundary b = parse_boundary("stencil1d", boundary);
+  parse_mechanism("stencil1d", mechanism);
+  check_stages("stencil1d", stages);
+  const StencilGeometry g = check_stencil1d(x, weights, dim, b);
+  return stencil_cpu(x, weights, g, b);
+}
+
+at::Tensor stencil2d_cpu(const at::Tensor& x, const at::Tensor& weights, c10::string_view boundary,
+                         c10::string_view mechanism, int64_t stages) {
+  const Boundary b = parse_boundary("stencil2d", boundary);
+  parse_mechanism("stencil2d", mechanism);
+  check_stages("stencil2d", stages);
+  const StencilGeometry g = check_stencil2d(x, weights, b);
+  return stencil_cpu(x, weights, g, b);
+}
+
+template <typename Acc>
+struct ReduceCombine {
+  ReduceOp op;
+  Acc init() const {
+    switch (op) {
+      case ReduceOp::Amax: return -std::numeric_limits<Acc>::infinity();
+      case ReduceOp::Amin: return std::numeric_limits<Acc>::infinity();
+      default: return Acc(0);
+    }
+  }
+  Acc operator()(Acc a, Acc v) const {
+    switch (op) {
+      // amax/amin propagate NaN, like torch: once the accumulator is NaN it stays NaN.
+      case ReduceOp::Amax: return std::isnan(a) ? a : (std::isnan(v) || v > a) ? v : a;
+      case ReduceOp::Amin: return std::isnan(a) ? a : (std::isnan(v) || v < a) ? v : a;
+      default: return a + v;
+    }
+  }
+};
+
+template <typename T, typename Acc, typename O>
+void reduce_cpu_impl(const T* x, O* out, int64_t outer, int64_t r, int64_t inner, ReduceOp op) {
+  const ReduceCombine<Acc> comb{op};
+  at::parallel_for(0, outer * inner, 1, [&](int64_t o0, int64_t o1) {
+    for (int64_t o = o0; o < o1; ++o) {
+      const int64_t oi = o / inner, ii = o % inner;
+      const T* base = x + oi * r * inner + ii;
+      Acc acc = comb.init();
+      for (int64_t k = 0; k < r; ++k) acc = comb(acc, static_cast<Acc>(base[k * inner]));
+      if (op == ReduceOp::Mean) acc = r > 0 ? acc / static_cast<Acc>(r) : std::numeric_limits<Acc>::quiet_NaN();
+      out[o] = static_cast<O>(acc);
+    }
+  });
+}
+
+at::Tensor reduce_cpu(const at::Tensor& x, c10::string_view op, at::OptionalIntArrayRef dim,
+                      bool keepdim, std::optional<at::ScalarType> dtype, c10::string_view mechanism,
+                      int64_t stages) {
+  parse_mechanism("reduce", mechanism);
+  check_stages("reduce", stages);
+  const ReducePlan plan = check_reduce(x, op, dim, keepdim, dtype);
+  at::Tensor out = at::empty(plan.out_shape, x.options().dtype(plan.out_dtype));
+  if (out.numel() == 0) return out;
+  int64_t outer, r, inner;
+  const at::Tensor xc = reduce_canonical_view(x, plan, outer, r, inner);
+  AT_DISPATCH_FLOATING_TYPES_AND2(at::kHalf, at::kBFloat16, x.scalar_type(), "reduce_cpu", [&] {
+    using T = scalar_t;
+    AT_DISPATCH_FLOATING_TYPES_AND2(at::kHalf, at::kBFloat16, plan.out_dtype, "reduce_cpu_out", [&] {
+      using O = scalar_t;
+      if (plan.acc_double)
+        reduce_cpu_impl<T, double, O>(xc.const_data_ptr<T>(), out.mutable_data_ptr<O>(), outer, r, inner, plan.op);
+      else
+        reduce_cpu_impl<T, float, O>(xc.const_data_ptr<T>(), out.mutable_data_ptr<O>(), outer, r, inner, plan.op);
+    });
+  });
+  return out;
+}
+
+}  // namespace
+
+TORCH_LIBRARY_IMPL(cupipe, CPU, m) {
+  m.impl("stream_copy", &stream_copy_cpu);
+  m.impl("stencil1d", &stencil1d_cpu);
+  m.impl("stencil2d", &stencil2d_cpu);
+  m.impl("reduce", &reduce_cpu);
+}
+
+}  // namespace ops
+}  // namespace cupipe

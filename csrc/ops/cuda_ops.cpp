@@ -1,0 +1,153 @@
+// CUDA implementations of the ops: argument checks (shared with CPU), layout preparation and
+// output allocation with ATen, then a plain-struct call into csrc/kernels on the current stream.
+#include <ATen/ATen.h>
+#include <torch/library.h>
+
+#if CUPIPE_WITH_CUDA
+#include <ATen/cuda/CUDAContext.h>
+#include <c10/cuda/CUDAGuard.h>
+
+#include <exception>
+
+#include "ops/args.h"
+#include "ops/tuning.h"
+
+namespace cupipe {
+namespace ops {
+namespace {
+
+Stream current_stream() { return reinterpret_cast<Stream>(at::cuda::getCurrentCUDAStream().stream()); }
+
+// Kernel launch failures arrive as std::runtime_error from the launchers; re-raise them as
+// torch errors so Python sees a RuntimeError with the launcher's message.
+template <typename F>
+void run_launcher(const char* op, F&& f) {
+  try {
+    f();
+  } catch (const c10::Error&) {
+    throw;
+  } catch (const std::exception& e) {
+    TORCH_CHECK(false, "cupipe.", op, ": ", e.what());
+  }
+}
+
+void check_mechanism_supported(const char* op, engine::Mechanism m, const DeviceInfo& dev) {
+  TORCH_CHECK_VALUE(m != engine::Mechanism::Tma || dev.sm >= 90, "cupipe.", op,
+                    ": mechanism='tma' needs an sm_90 (Hopper) or newer GPU; this device is sm_",
+                    dev.sm);
+}
+
+at::Tensor stream_copy_cuda(const at::Tensor& x, c10::string_view mechanism, int64_t stages,
+                            int64_t vec_bytes) {
+  const char* op = "stream_copy";
+  MechanismArg mech = parse_mechanism(op, mechanism);
+  check_stages(op, stages);
+  check_vec_bytes(op, vec_bytes);
+  c10::cuda::CUDAGuard guard(x.device());
+  const DeviceInfo dev = device_info(x.get_device());
+  const at::Tensor src = x.contiguous();
+  at::Tensor out = at::empty(src.sizes(), src.options());
+  StreamCopyParams p;
+  p.src = src.data_ptr();
+  p.dst = out.data_ptr();
+  p.bytes = src.numel() * static_cast<int64_t>(src.element_size());
+  const CopyConfig cfg = resolve_stream_copy(dev, mech, stages, vec_bytes, p.bytes);
+  check_mechanism_supported(op, cfg.mechanism, dev);
+  p.mechanism = cfg.mechanism;
+  p.stages = cfg.stages;
+  p.vec_bytes = cfg.vec_bytes;
+  p.stream = current_stream();
+  if (p.bytes > 0) run_launcher(op, [&] { launch_stream_copy(p); });
+  return out;
+}
+
+at::Tensor stencil_cuda(const char* op, const at::Tensor& x, const at::Tensor& weights,
+                        const StencilGeometry& g, Boundary boundary, MechanismArg mech, int64_t stages) {
+  c10::cuda::CUDAGuard guard(x.device());
+  const DeviceInfo dev = device_info(x.get_device());
+  const at::Tensor xc = x.contiguous();
+  const at::Tensor w = weights_for_kernel(x, weights);
+  at::Tensor out = at::empty(x.sizes(), x.options().memory_format(at::MemoryFormat::Contiguous));
+  if (out.numel() == 0) return out;
+  StencilParams p;
+  p.x = xc.data_ptr();
+  p.out = out.data_ptr();
+  p.weights = w.data_ptr();
+  p.dtype = to_kernel_dtype(x.scalar_type());
+  p.batch = g.batch; p.ny = g.ny; p.nx = g.nx; p.ry = g.ry; p.rx = g.rx;
+  p.boundary = boundary;
+  const CopyConfig cfg = resolve_stencil(dev, mech, stages, g);
+  check_mechanism_supported(op, cfg.mechanism, dev);
+  p.mechanism = cfg.mechanism;
+  p.stages = cfg.stages;
+  p.stream = current_stream();
+  run_launcher(op, [&] { launch_stencil(p); });
+  return out;
+}
+
+at::Tensor stencil1d_cuda(const at::Tensor& x, const at::Tensor& weights, int64_t dim,
+                          c10::string_view boundary, c10::string_view mechanism, int64_t stages) {
+  const Boundary b = parse_boundary("stencil1d", boundary);
+  const MechanismArg mech = parse_mechanism("stencil1d", mechanism);
+  check_stages("stencil1d", stages);
+  const StencilGeometry g = check_stencil1d(x, weights, dim, b);
+  return stencil_cuda("stencil1d", x, weights, g, b, mech, stages);
+}
+
+at::Tensor stencil2d_cuda(const at::Tensor& x, const at::Tensor& weights, c10::string_view boundary,
+                          c10::string_view mechanism, int64_t stages) {
+  const Boundary b = parse_boundary("stencil2d", boundary);
+  const MechanismArg mech = parse_mechanism("stencil2d", mechanism);
+  check_stages("stencil2d", stages);
+  const StencilGeometry g = check_stencil2d(x, weights, b);
+  return stencil_cuda("stencil2d", x, weights, g, b, mech, stages);
+}
+
+at::Tensor reduce_cuda(const at::Tensor& x, c10::string_view op, at::OptionalIntArrayRef dim,
+                       bool keepdim, std::optional<at::ScalarType> dtype, c10::string_view mechanism,
+                       int64_t stages) {
+  const MechanismArg mech = parse_mechanism("reduce", mechanism);
+  check_stages("reduce", stages);
+  const ReducePlan plan = check_reduce(x, op, dim, keepdim, dtype);
+  c10::cuda::CUDAGuard guard(x.device());
+  const DeviceInfo dev = device_info(x.get_device());
+  at::Tensor out = at::empty(plan.out_shape, x.options().dtype(plan.out_dtype));
+  if (out.numel() == 0) return out;
+  int64_t outer, r, inner;
+  const at::Tensor xc = reduce_canonical_view(x, plan, outer, r, inner);
+  ReduceParams p;
+  p.x = xc.data_ptr();
+  p.out = out.data_ptr();
+  p.in_dtype = to_kernel_dtype(x.scalar_type());
+  p.out_dtype = to_kernel_dtype(plan.out_dtype);
+  p.acc_double = plan.acc_double;
+  p.outer = outer; p.r = r; p.inner = inner;
+  p.op = plan.op;
+  const CopyConfig cfg = resolve_reduce(dev, mech, stages, outer, r, inner);
+  check_mechanism_supported("reduce", cfg.mechanism, dev);
+  p.mechanism = cfg.mechanism;
+  p.stages = cfg.stages;
+  p.stream = current_stream();
+  at::Tensor workspace;
+  const int64_t ws = reduce_workspace_bytes(p);
+  if (ws > 0) {
+    workspace = at::empty({ws}, x.options().dtype(at::kByte));
+    p.workspace = workspace.data_ptr();
+    p.workspace_bytes = ws;
+  }
+  run_launcher("reduce", [&] { launch_reduce(p); });
+  return out;
+}
+
+}  // namespace
+
+TORCH_LIBRARY_IMPL(cupipe, CUDA, m) {
+  m.impl("stream_copy", &stream_copy_cuda);
+  m.impl("stencil1d", &stencil1d_cuda);
+  m.impl("stencil2d", &stencil2d_cuda);
+  m.impl("reduce", &reduce_cuda);
+}
+
+}  // namespace ops
+}  // namespace cupipe
+#endif  // CUPIPE_WITH_CUDA

@@ -1,0 +1,42 @@
+// The op schemas (the public contract of DESIGN.md) and the Python module cupipe._C.
+// CPU kernels register in cpu_*.cpp, CUDA kernels in cuda_ops.cpp.
+#include <torch/extension.h>
+#include <torch/library.h>
+
+#include "kernels/params.h"
+
+TORCH_LIBRARY(cupipe, m) {
+  m.def("stream_copy(Tensor x, *, str mechanism=\"auto\", int stages=0, int vec_bytes=0) -> Tensor");
+  m.def(
+      "stencil1d(Tensor x, Tensor weights, *, int dim=-1, str boundary=\"zero\", "
+      "str mechanism=\"auto\", int stages=0) -> Tensor");
+  m.def(
+      "stencil2d(Tensor x, Tensor weights, *, str boundary=\"zero\", str mechanism=\"auto\", "
+      "int stages=0) -> Tensor");
+  m.def(
+      "reduce(Tensor x, str op=\"sum\", int[1]? dim=None, bool keepdim=False, *, "
+      "ScalarType? dtype=None, str mechanism=\"auto\", int stages=0) -> Tensor");
+}
+
+namespace {
+
+pybind11::dict cuda_device_info(int device) {
+  pybind11::dict d;
+#if CUPIPE_WITH_CUDA
+  auto info = cupipe::device_info(device);
+  d["sm"] = info.sm;
+  d["num_sms"] = info.num_sms;
+  d["max_smem_optin"] = info.max_smem_optin;
+#else
+  (void)device;
+#endif
+  return d;
+}
+
+}  // namespace
+
+PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
+  m.doc() = "cupipe compiled kernels; the ops are in torch.ops.cupipe";
+  m.attr("with_cuda") = static_cast<bool>(CUPIPE_WITH_CUDA);
+  m.def("cuda_device_info", &cuda_device_info, "sm version, SM count, opt-in shared memory");
+}

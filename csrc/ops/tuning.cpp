@@ -1,0 +1,43 @@
+#include "ops/tuning.h"
+
+namespace cupipe {
+namespace ops {
+
+namespace {
+
+CopyConfig apply_explicit(CopyConfig best, MechanismArg mech, int64_t stages, int64_t vec_bytes) {
+  if (!mech.is_auto) best.mechanism = mech.mechanism;
+  if (stages > 0) best.stages = static_cast<int>(stages);
+  if (vec_bytes > 0) best.vec_bytes = static_cast<int>(vec_bytes);
+  return best;
+}
+
+}  // namespace
+
+CopyConfig resolve_stream_copy(const DeviceInfo& dev, MechanismArg mech, int64_t stages,
+                               int64_t vec_bytes, int64_t /*bytes*/) {
+  CopyConfig best;
+  best.mechanism = dev.sm >= 90 ? engine::Mechanism::Tma : engine::Mechanism::Primitives;
+  best.stages = 4;
+  best.vec_bytes = 16;
+  return apply_explicit(best, mech, stages, vec_bytes);
+}
+
+CopyConfig resolve_stencil(const DeviceInfo& /*dev*/, MechanismArg mech, int64_t stages,
+                           const StencilGeometry& /*g*/) {
+  CopyConfig best;
+  best.mechanism = engine::Mechanism::Primitives;
+  best.stages = 2;
+  return apply_explicit(best, mech, stages, 0);
+}
+
+CopyConfig resolve_reduce(const DeviceInfo& /*dev*/, MechanismArg mech, int64_t stages,
+                          int64_t /*outer*/, int64_t /*r*/, int64_t /*inner*/) {
+  CopyConfig best;
+  best.mechanism = engine::Mechanism::Primitives;
+  best.stages = 4;
+  return apply_explicit(best, mech, stages, 0);
+}
+
+}  // namespace ops
+}  // namespace cupipe

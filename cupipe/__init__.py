@@ -1,0 +1,83 @@
+"""cupipe: stage-pipelined async global->shared copies for NVIDIA GPUs, and the pipelined
+stencils and reductions built on them, as torch ops (``torch.ops.cupipe.*``).
+
+    import torch, cupipe
+    y = cupipe.stencil2d(x, w, boundary="reflect")          # or torch.ops.cupipe.stencil2d
+    s = cupipe.reduce(x, "sum", dim=-1)
+"""
+from pathlib import Path as _Path
+
+import torch as _torch
+
+__version__ = "0.1.0"
+
+
+def _check_build():
+    try:
+        from ._build_info import BUILD_INFO
+    except ImportError:  # pragma: no cover - only on a source tree that was never built
+        raise ImportError(
+            "cupipe's compiled module is not built. From the source tree run:\n"
+            "    pip install --no-build-isolation -e .\n"
+            "(--no-build-isolation builds against the torch you already have installed)"
+        ) from None
+    have_torch = _torch.__version__.split("+")[0]
+    if BUILD_INFO["torch_version"] != have_torch:
+        raise ImportError(
+            f"cupipe was built against torch {BUILD_INFO['torch_version']} but torch {have_torch} "
+            "is installed. Rebuild cupipe with the installed torch:\n"
+            "    pip install --no-build-isolation --force-reinstall --no-deps -e ."
+        )
+    if BUILD_INFO["with_cuda"] and _torch.version.cuda is not None:
+        built = BUILD_INFO["torch_cuda"].split(".")[0]
+        have = _torch.version.cuda.split(".")[0]
+        if built != have:
+            raise ImportError(
+                f"cupipe was built for CUDA {BUILD_INFO['torch_cuda']} but torch uses CUDA "
+                f"{_torch.version.cuda}. Rebuild cupipe: pip install --no-build-isolation "
+                "--force-reinstall --no-deps -e ."
+            )
+    return BUILD_INFO
+
+
+build_info = _check_build()
+
+try:
+    from . import _C  # noqa: F401  (registers torch.ops.cupipe.*)
+except ImportError as e:  # pragma: no cover
+    raise ImportError(
+        f"cupipe's compiled module failed to load ({e}). It was built with {build_info}; rebuild "
+        "it against the installed torch: pip install --no-build-isolation --force-reinstall "
+        "--no-deps -e ."
+    ) from e
+
+from .ops import MECHANISMS, BOUNDARIES, REDUCE_OPS, reduce, stencil1d, stencil2d, stream_copy  # noqa: E402
+
+
+def include_dir() -> str:
+    """Directory to add to an extension's include path to use the header-only engine:
+    ``#include "engine/stage_ring.cuh"``."""
+    here = _Path(__file__).resolve().parent
+    for cand in (here / "include", here.parent / "csrc"):
+        if (cand / "engine").is_dir():
+            return str(cand)
+    raise FileNotFoundError("cupipe engine headers not found next to the package")
+
+
+def cuda_available() -> bool:
+    """True when cupipe was built with CUDA and a CUDA device is visible."""
+    return bool(_C.with_cuda) and _torch.cuda.is_available()
+
+
+__all__ = [
+    "stream_copy",
+    "stencil1d",
+    "stencil2d",
+    "reduce",
+    "MECHANISMS",
+    "BOUNDARIES",
+    "REDUCE_OPS",
+    "include_dir",
+    "cuda_available",
+    "build_info",
+]

@@ -1,0 +1,118 @@
+"""Build cupipe._C: one extension module with the torch bindings (.cpp) and, whenever nvcc is
+available, the CUDA kernels (.cu). A GPU is never needed to build.
+
+Environment knobs:
+  TORCH_CUDA_ARCH_LIST  architectures (default "8.0;9.0+PTX")
+  MAX_JOBS              parallel compile jobs (ninja)
+  CUPIPE_NO_CUDA=1      build the CPU-only module even when nvcc is present
+  CUPIPE_DEBUG=1        -O0 -g host code and -lineinfo device code
+"""
+import os
+import shutil
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent
+
+
+def _find_cuda_home():
+    """torch guesses CUDA_HOME from `which nvcc`; a wrapper script in /usr/local/bin makes that
+    guess /usr/local. Prefer an explicit CUDA_HOME, then the toolkit that holds nvcc for real."""
+    if os.environ.get("CUDA_HOME") or os.environ.get("CUDA_PATH"):
+        return
+    for cand in ("/usr/local/cuda",):
+        if Path(cand, "bin", "nvcc").exists():
+            os.environ["CUDA_HOME"] = cand
+            return
+
+
+_find_cuda_home()
+
+from setuptools import setup  # noqa: E402
+import torch  # noqa: E402
+from torch.utils.cpp_extension import BuildExtension, CppExtension, CUDAExtension, CUDA_HOME  # noqa: E402
+
+os.environ.setdefault("TORCH_CUDA_ARCH_LIST", "8.0;9.0+PTX")
+
+with_cuda = (
+    os.environ.get("CUPIPE_NO_CUDA", "0") != "1"
+    and CUDA_HOME is not None
+    and shutil.which("nvcc", path=str(Path(CUDA_HOME) / "bin") + os.pathsep + os.environ.get("PATH", ""))
+    is not None
+    and torch.version.cuda is not None
+)
+debug = os.environ.get("CUPIPE_DEBUG", "0") == "1"
+
+
+def _cuda_version_of_nvcc():
+    import subprocess
+
+    nvcc = Path(CUDA_HOME) / "bin" / "nvcc"
+    out = subprocess.run([str(nvcc), "--version"], capture_output=True, text=True).stdout
+    for tok in out.replace(",", " ").split():
+        if tok.startswith("V") and tok[1:2].isdigit():
+            return tok[1:]
+    return "unknown"
+
+
+def _write_build_info():
+    """Record what this build was made with; cupipe/__init__.py compares it at import."""
+    info = {
+        "torch_version": torch.__version__.split("+")[0],
+        "torch_cuda": torch.version.cuda if with_cuda else None,
+        "nvcc_version": _cuda_version_of_nvcc() if with_cuda else None,
+        "with_cuda": with_cuda,
+        "arch_list": os.environ["TORCH_CUDA_ARCH_LIST"] if with_cuda else None,
+    }
+    path = ROOT / "cupipe" / "_build_info.py"
+    text = "# Written by setup.py at build time. Do not edit.\nBUILD_INFO = " + repr(info) + "\n"
+    if not path.exists() or path.read_text() != text:
+        path.write_text(text)
+
+
+_write_build_info()
+
+cpp_sources = sorted(str(p.relative_to(ROOT)) for p in (ROOT / "csrc" / "ops").glob("*.cpp"))
+cu_sources = sorted(str(p.relative_to(ROOT)) for p in (ROOT / "csrc" / "kernels").glob("*.cu"))
+
+cxx_flags = ["-O0", "-g"] if debug else ["-O3"]
+cxx_flags += ["-std=c++20", "-Wall", "-Wno-unused-function"]
+define_macros = [("CUPIPE_WITH_CUDA", "1" if with_cuda else "0")]
+
+if with_cuda:
+    nvcc_flags = [
+        "-O3",
+        "-std=c++17",
+        "--expt-relaxed-constexpr",
+        "-Xptxas=-warn-spills",
+        # torch adds these to every nvcc command; the kernels need the half operators back.
+        "-U__CUDA_NO_HALF_OPERATORS__",
+        "-U__CUDA_NO_HALF_CONVERSIONS__",
+        "-U__CUDA_NO_BFLOAT16_CONVERSIONS__",
+        "-U__CUDA_NO_HALF2_OPERATORS__",
+    ]
+    if debug:
+        nvcc_flags.append("-lineinfo")
+    ext = CUDAExtension(
+        name="cupipe._C",
+        sources=cpp_sources + cu_sources,
+        include_dirs=[str(ROOT / "csrc")],
+        define_macros=define_macros,
+        extra_compile_args={"cxx": cxx_flags, "nvcc": nvcc_flags},
+    )
+else:
+    ext = CppExtension(
+        name="cupipe._C",
+        sources=cpp_sources,
+        include_dirs=[str(ROOT / "csrc")],
+        define_macros=define_macros,
+        extra_compile_args={"cxx": cxx_flags},
+    )
+
+if not with_cuda:
+    print("cupipe: building WITHOUT CUDA (no nvcc/CUDA torch found or CUPIPE_NO_CUDA=1)", file=sys.stderr)
+
+setup(
+    ext_modules=[ext],
+    cmdclass={"build_ext": BuildExtension.with_options(use_ninja=True)},
+)
