@@ -178,6 +178,21 @@ def _acc_dtype(t: torch.Tensor) -> torch.dtype:
     return torch.float64 if t.dtype == torch.float64 else torch.float32
 
 
+def _numel(shape) -> int:
+    n = 1
+    for s in shape:
+        n *= s
+    return n
+
+
+def _empty_grads(ctx, grad, weights):
+    """Gradients of a stencil whose input has no elements: an empty grad for x, zeros for the
+    weights (no product contributed to the output)."""
+    grad_x = grad.new_zeros(ctx.x_shape) if ctx.needs_input_grad[0] else None
+    grad_w = torch.zeros_like(weights) if ctx.needs_input_grad[1] else None
+    return grad_x, grad_w
+
+
 def _stencil1d_setup(ctx, inputs, keyword_only_inputs, output):
     x, weights = inputs
     kw = keyword_only_inputs
@@ -193,6 +208,9 @@ def _stencil1d_backward(ctx, grad):
     r = (weights.shape[0] - 1) // 2
     n = ctx.x_shape[dim]
     grad_x = grad_w = None
+    if _numel(ctx.x_shape) == 0:
+        # Nothing was read: the boundary index maps below are undefined for a size-0 dim.
+        return _empty_grads(ctx, grad, weights)
     if ctx.needs_input_grad[0]:
         # d/dx of a correlation is a correlation of the padded gradient with flipped weights,
         # folded back through the boundary's padding (its adjoint).
@@ -227,6 +245,8 @@ def _stencil2d_backward(ctx, grad):
     ny, nx = ctx.x_shape[-2], ctx.x_shape[-1]
     nd = len(ctx.x_shape)
     grad_x = grad_w = None
+    if _numel(ctx.x_shape) == 0:
+        return _empty_grads(ctx, grad, weights)
     if ctx.needs_input_grad[0]:
         gp = _pad_along(_pad_along(grad, nd - 2, ry, "zero"), nd - 1, rx, "zero")
         gp = stencil2d(gp, weights.flip(0, 1), boundary="zero", mechanism=ctx.mechanism,

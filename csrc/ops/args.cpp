@@ -151,14 +151,19 @@ ReducePlan check_reduce(const at::Tensor& x, c10::string_view op, at::OptionalIn
   plan.reduced.assign(static_cast<size_t>(nd), false);
   bool all = !dim.has_value() || dim->empty();
   if (!all) {
+    bool scalar_dim_seen = false;  // a 0-d tensor has no dims to mark, but 0 and -1 still repeat
     for (int64_t d : *dim) {
       const int64_t lim = std::max<int64_t>(nd, 1);  // a 0-d tensor accepts dim 0 / -1, like torch
       TORCH_CHECK_INDEX(d >= -lim && d < lim, "cupipe.reduce: dim ", d,
                         " is out of range for x with ", nd, " dims");
       if (d < 0) d += lim;
-      if (nd == 0) continue;
-      TORCH_CHECK_VALUE(!plan.reduced[static_cast<size_t>(d)], "cupipe.reduce: dim ", d,
-                        " appears more than once in dim=", *dim);
+      const bool repeated = nd == 0 ? scalar_dim_seen : plan.reduced[static_cast<size_t>(d)];
+      TORCH_CHECK_VALUE(!repeated, "cupipe.reduce: dim ", d, " appears more than once in dim=",
+                        *dim);
+      if (nd == 0) {
+        scalar_dim_seen = true;
+        continue;
+      }
       plan.reduced[static_cast<size_t>(d)] = true;
     }
   } else {

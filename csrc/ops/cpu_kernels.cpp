@@ -113,6 +113,23 @@ struct ReduceCombine {
   }
 };
 
+// Sum of n strided values by pairwise (cascade) summation: sequential runs of kPairwiseBlock,
+// combined as a binary tree. The rounding error grows with log2(n) instead of n, like torch's
+// own CPU sum; a plain running fp32 sum stalls (e.g. 2^25 ones summed to 2^24).
+constexpr int64_t kPairwiseBlock = 128;
+
+template <typename T, typename Acc>
+Acc pairwise_sum(const T* p, int64_t stride, int64_t n) {
+  if (n <= kPairwiseBlock) {
+    Acc acc = 0;
+    for (int64_t k = 0; k < n; ++k) acc += static_cast<Acc>(p[k * stride]);
+    return acc;
+  }
+  // split at a multiple of the block (so the leaves stay full blocks); 0 < half < n
+  const int64_t half = (n / 2 + kPairwiseBlock - 1) / kPairwiseBlock * kPairwiseBlock;
+  return pairwise_sum<T, Acc>(p, stride, half) + pairwise_sum<T, Acc>(p + half * stride, stride, n - half);
+}
+
 template <typename T, typename Acc, typename O>
 void reduce_cpu_impl(const T* x, O* out, int64_t outer, int64_t r, int64_t inner, ReduceOp op) {
   const ReduceCombine<Acc> comb{op};
@@ -120,8 +137,13 @@ void reduce_cpu_impl(const T* x, O* out, int64_t outer, int64_t r, int64_t inner
     for (int64_t o = o0; o < o1; ++o) {
       const int64_t oi = o / inner, ii = o % inner;
       const T* base = x + oi * r * inner + ii;
-      Acc acc = comb.init();
-      for (int64_t k = 0; k < r; ++k) acc = comb(acc, static_cast<Acc>(base[k * inner]));
+      Acc acc;
+      if (op == ReduceOp::Sum || op == ReduceOp::Mean) {
+        acc = pairwise_sum<T, Acc>(base, inner, r);
+      } else {
+        acc = comb.init();
+        for (int64_t k = 0; k < r; ++k) acc = comb(acc, static_cast<Acc>(base[k * inner]));
+      }
       if (op == ReduceOp::Mean) acc = r > 0 ? acc / static_cast<Acc>(r) : std::numeric_limits<Acc>::quiet_NaN();
       out[o] = static_cast<O>(acc);
     }

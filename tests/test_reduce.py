@@ -1,0 +1,334 @@
+"""cupipe.reduce against getattr(torch, op)(x, dim, keepdim), and its gradients."""
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+
+import cupipe
+from conftest import FLOAT_DTYPES, REDUCE_OPS, assert_close, make_input, reduce_ref, tol
+
+DTYPE_IDS = {torch.float32: "f32", torch.float16: "f16", torch.bfloat16: "bf16",
+             torch.float64: "f64"}
+
+# (shape, dim) cases: None, int, negative int, adjacent and non-adjacent lists, everything, []
+DIM_CASES = [
+    ((17,), None), ((17,), 0), ((17,), -1), ((17,), [0]),
+    ((5, 7), None), ((5, 7), 0), ((5, 7), 1), ((5, 7), -2), ((5, 7), [0, 1]), ((5, 7), [1, 0]),
+    ((3, 4, 5), 1), ((3, 4, 5), -1), ((3, 4, 5), [0, 2]), ((3, 4, 5), [0, 1]),
+    ((3, 4, 5), [1, 2]), ((3, 4, 5), [-1, 0]), ((3, 4, 5), []),
+    ((2, 3, 4, 5), [0, 2]), ((2, 3, 4, 5), [1, 3]), ((2, 3, 4, 5), [0, 1, 3]),
+    ((2, 3, 4, 5), [1, 2]), ((2, 3, 4, 5), None),
+    ((64, 257), -1), ((257, 64), 0),
+]
+
+
+def _n_reduced(shape, dim):
+    if dim is None or dim == []:
+        return math.prod(shape)
+    dims = [dim] if isinstance(dim, int) else dim
+    return math.prod(shape[d] for d in dims)
+
+
+def _tolerance(op, dtype, n):
+    if op in ("amax", "amin"):
+        return 0.0, 0.0  # the result is one of the inputs: exact
+    atol, rtol = tol(dtype, 1)
+    if dtype in (torch.float32, torch.float64):
+        # sequential vs pairwise summation order: error grows ~ n * eps * max|x|
+        eps = 1e-7 if dtype == torch.float32 else 1e-16
+        atol = max(atol, 4 * n * eps)
+    return atol, rtol
+
+
+def _check(x, op, dim, keepdim, dtype=None, what=""):
+    y = cupipe.reduce(x, op, dim, keepdim, dtype=dtype)
+    expected = reduce_ref(x, op, dim, keepdim, dtype)
+    atol, rtol = _tolerance(op, y.dtype, _n_reduced(tuple(x.shape), dim))
+    assert y.is_contiguous()
+    assert_close(y, expected, atol=atol, rtol=rtol, equal_nan=True,
+                 what=f"reduce {what} {op} shape={tuple(x.shape)} dim={dim} keepdim={keepdim} "
+                      f"{x.dtype} dtype={dtype}")
+    return y
+
+
+@pytest.mark.parametrize("keepdim", [False, True], ids=["nokeep", "keep"])
+@pytest.mark.parametrize("dtype", FLOAT_DTYPES, ids=lambda d: DTYPE_IDS[d])
+@pytest.mark.parametrize("op", REDUCE_OPS)
+@pytest.mark.parametrize("shape,dim", DIM_CASES, ids=[f"{s}-{d}" for s, d in DIM_CASES])
+def test_reduce_matches_torch(device, shape, dim, op, dtype, keepdim):
+    x = make_input(shape, dtype, device, seed=21)
+    y = _check(x, op, dim, keepdim)
+    # torch.ops entry point takes the int or list directly
+    y2 = torch.ops.cupipe.reduce(x, op, dim if isinstance(dim, (list, int)) else None, keepdim)
+    assert torch.equal(y, y2)
+
+
+def test_reduce_int_dim_through_op(device):
+    x = make_input((4, 6), torch.float32, device, seed=22)
+    for d in (0, 1, -1):
+        assert torch.equal(torch.ops.cupipe.reduce(x, "sum", d), torch.ops.cupipe.reduce(x, "sum", [d]))
+
+
+@pytest.mark.parametrize("op", ["sum", "mean"])
+@pytest.mark.parametrize("xdtype,odtype", [
+    (torch.float16, torch.float32), (torch.bfloat16, torch.float32), (torch.float32, torch.float64),
+    (torch.float16, torch.float64), (torch.float32, torch.float16), (torch.float64, torch.float32),
+    (torch.bfloat16, torch.float16), (torch.float32, torch.float32),
+])
+def test_reduce_dtype_arg(device, op, xdtype, odtype):
+    x = make_input((6, 50), xdtype, device, seed=23)
+    for dim in (None, 1, [0]):
+        y = _check(x, op, dim, False, dtype=odtype)
+        assert y.dtype == odtype
+        # and against torch's own dtype= semantics
+        ref = getattr(torch, op)(x.to("cpu"), dim=dim, dtype=odtype) if dim is not None else \
+            getattr(torch, op)(x.to("cpu"), dtype=odtype)
+        atol, rtol = tol(odtype if odtype != torch.float64 else xdtype, 1)
+        assert_close(y.cpu(), ref, atol=max(atol, 1e-4), rtol=max(rtol, 1e-4), what="torch dtype=")
+
+
+def test_reduce_fp16_accumulates_in_fp32(device):
+    """A sum whose partial sums exceed fp16's precision: fp32 accumulation gets it right."""
+    x = torch.full((4096,), 1.0, dtype=torch.float16, device=device)
+    # fp16 accumulation would stall at 2048 (2048 + 1 rounds back to 2048)
+    assert cupipe.reduce(x, "sum").item() == 4096.0
+    x = torch.full((3000,), 0.1, dtype=torch.bfloat16, device=device)
+    expected = (x.float().sum()).to(torch.bfloat16)
+    assert cupipe.reduce(x, "sum").item() == expected.item()
+    assert cupipe.reduce(x, "mean").item() == x.float().mean().to(torch.bfloat16).item()
+
+
+def test_reduce_fp32_sum_does_not_stall(device):
+    """A plain running fp32 sum stalls at 2^24 (2^24 + 1 rounds back to 2^24); the result must
+    be exact here, like torch.sum, for the whole tensor and along a dim."""
+    n = (1 << 24) + (1 << 22)
+    x = torch.ones(n, dtype=torch.float32, device=device)
+    assert cupipe.reduce(x, "sum").item() == float(n)
+    assert cupipe.reduce(x, "mean").item() == 1.0
+    assert cupipe.reduce(x.view(1, n), "sum", 1).item() == float(n)
+    xb = torch.ones(n, dtype=torch.bfloat16, device=device)
+    assert cupipe.reduce(xb, "sum", dtype=torch.float32).item() == float(n)
+    assert cupipe.reduce(xb, "mean").item() == 1.0
+
+
+@pytest.mark.slow
+def test_reduce_fp32_column_sum_does_not_stall(device):
+    """Same along a strided dim (inner > 1): each of the 2 columns sums 2^24 + 2^22 ones."""
+    n = (1 << 24) + (1 << 22)
+    x = torch.ones((n, 2), dtype=torch.float32, device=device)
+    assert cupipe.reduce(x, "sum", 0).tolist() == [float(n)] * 2
+    assert cupipe.reduce(x, "mean", 0).tolist() == [1.0, 1.0]
+
+
+def test_reduce_fp32_sum_accuracy(device):
+    """Rounding error of an fp32 sum of 2^22 values: the relative error against fp64 stays at
+    the level of pairwise/tree summation (~1e-7), not of a running sum (~1e-5)."""
+    g = torch.Generator().manual_seed(40)
+    x = torch.rand(1 << 22, generator=g).to(device)
+    for v, d in [(x, None), (x.view(-1, 8), 0), (x.view(8, -1), 1), (x.view(64, -1, 16), [0, 1])]:
+        got = cupipe.reduce(v, "sum", d).double()
+        want = v.double().sum() if d is None else v.double().sum(d)
+        rel = ((got - want).abs() / want.abs()).max().item()
+        assert rel < 1e-6, f"dim={d}: relative error {rel:.2e}"
+
+
+# ----------------------------------------------------------------------------- layouts
+
+def _noncontig(device, dtype=torch.float32):
+    base = make_input((10, 24), dtype, device, seed=24)
+    flat = make_input((500,), dtype, device, seed=25)
+    b3 = make_input((4, 5, 6), dtype, device, seed=26)
+    return [
+        ("transposed", base.t()),
+        ("step-slice", base[:, ::3]),
+        ("rows-step", base[1::2, 2:]),
+        ("storage-offset", flat[13:13 + 9 * 11].view(9, 11)),
+        ("expanded", make_input((1, 7), dtype, device, seed=27).expand(5, 7)),
+        ("permuted", b3.permute(2, 0, 1)),
+        ("permuted-slice", b3.permute(1, 2, 0)[:, 1:5:2]),
+    ]
+
+
+@pytest.mark.parametrize("op", REDUCE_OPS)
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=["f32", "bf16"])
+def test_reduce_noncontiguous(device, op, dtype):
+    for name, x in _noncontig(device, dtype):
+        dims = [None, 0, -1, list(range(x.dim()))]
+        if x.dim() == 3:
+            dims += [[0, 2], [1, 2], 1]
+        for dim in dims:
+            for keepdim in (False, True):
+                before = x.clone()
+                y = _check(x, op, dim, keepdim, what=name)
+                assert torch.equal(x, before)
+                yc = cupipe.reduce(x.contiguous(), op, dim, keepdim)
+                assert_close(y, yc, atol=1e-6, rtol=1e-6, what=f"{name} vs contiguous")
+
+
+# ----------------------------------------------------------------------------- 0-d and empty
+
+@pytest.mark.parametrize("op", REDUCE_OPS)
+@pytest.mark.parametrize("dtype", FLOAT_DTYPES, ids=lambda d: DTYPE_IDS[d])
+def test_reduce_zero_dim(device, op, dtype):
+    x = torch.tensor(0.375, dtype=dtype, device=device)
+    for dim in (None, 0, -1, [0], []):
+        for keepdim in (False, True):
+            y = cupipe.reduce(x, op, dim, keepdim)
+            ref = getattr(torch, op)(x) if dim is None else getattr(torch, op)(x, dim, keepdim)
+            assert y.shape == ref.shape == torch.Size([])
+            assert y.dtype == dtype
+            assert y.item() == ref.item() == 0.375
+
+
+@pytest.mark.parametrize("dtype", FLOAT_DTYPES, ids=lambda d: DTYPE_IDS[d])
+def test_reduce_empty(device, dtype):
+    e = torch.empty((0,), dtype=dtype, device=device)
+    e2 = torch.empty((0, 3), dtype=dtype, device=device)
+    # sum of nothing is 0, mean of nothing is nan (like torch)
+    assert cupipe.reduce(e, "sum").item() == 0
+    assert math.isnan(cupipe.reduce(e, "mean").item())
+    for keepdim in (False, True):
+        s = cupipe.reduce(e2, "sum", 0, keepdim)
+        assert torch.equal(s, torch.sum(e2, 0, keepdim)), s
+        m = cupipe.reduce(e2, "mean", 0, keepdim)
+        assert m.shape == torch.mean(e2, 0, keepdim).shape and bool(torch.isnan(m).all())
+        # reducing the non-empty dim gives an empty result for every op
+        for op in REDUCE_OPS:
+            y = cupipe.reduce(e2, op, 1, keepdim)
+            assert y.shape == getattr(torch, op)(e2, 1, keepdim).shape
+    # amax/amin of an empty reduction raise (torch raises too)
+    for op in ("amax", "amin"):
+        for x, dim in [(e, None), (e2, 0), (e2, None), (e2, [0, 1])]:
+            with pytest.raises(ValueError, match="empty"):
+                cupipe.reduce(x, op, dim)
+            with pytest.raises((IndexError, RuntimeError)):
+                getattr(torch, op)(x, dim) if dim is not None else getattr(torch, op)(x)
+    # the process/device is still fine afterwards
+    assert cupipe.reduce(torch.ones(3, dtype=dtype, device=device), "sum").item() == 3
+
+
+# ----------------------------------------------------------------------------- NaN / inf
+
+@pytest.mark.parametrize("op", REDUCE_OPS)
+@pytest.mark.parametrize("dtype", FLOAT_DTYPES, ids=lambda d: DTYPE_IDS[d])
+def test_reduce_nan_propagation(device, op, dtype):
+    x = make_input((6, 9), dtype, "cpu", seed=28)
+    x[0, 0] = float("nan")   # first element of a row
+    x[2, 4] = float("nan")   # middle
+    x[4, 8] = float("nan")   # last
+    x[5, :] = float("nan")   # whole row
+    x[1, 3] = float("inf")
+    x[3, 5] = -float("inf")
+    x = x.to(device)
+    for dim in (None, 0, 1, [0, 1]):
+        y = cupipe.reduce(x, op, dim)
+        ref = reduce_ref(x, op, dim)
+        assert torch.equal(torch.isnan(y), torch.isnan(ref)), f"{op} dim={dim}: {y} vs {ref}"
+        assert_close(y, ref, atol=1e-2, rtol=1e-2, equal_nan=True, what=f"{op} dim={dim}")
+    if op in ("amax", "amin"):
+        assert bool(torch.isnan(cupipe.reduce(x, op, 1)[[0, 2, 4, 5]]).all())
+        assert not bool(torch.isnan(cupipe.reduce(x, op, 1)[[1, 3]]).any())
+
+
+# ----------------------------------------------------------------------------- knobs
+
+@pytest.mark.parametrize("mechanism", cupipe.MECHANISMS)
+def test_reduce_mechanisms(device, mechanism):
+    if device == "cuda" and mechanism == "tma" and torch.cuda.get_device_capability() < (9, 0):
+        pytest.skip("tma needs sm_90")
+    x = make_input((37, 301), torch.float32, device, seed=29)
+    for stages in (0, 1, 2, 3, 4, 8):
+        for op in REDUCE_OPS:
+            for dim in (None, 0, 1):
+                y = cupipe.reduce(x, op, dim, mechanism=mechanism, stages=stages)
+                atol, rtol = _tolerance(op, torch.float32, x.numel())
+                assert_close(y, reduce_ref(x, op, dim), atol=atol, rtol=rtol,
+                             what=f"{mechanism} stages={stages} {op} dim={dim}")
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("op", REDUCE_OPS)
+def test_reduce_large(device, op):
+    x = make_input((1 << 22,), torch.float32, device, seed=30)
+    _check(x, op, None, False)
+    x2 = x.view(1024, 4096)
+    _check(x2, op, 0, False)
+    _check(x2, op, 1, False)
+
+
+# ----------------------------------------------------------------------------- gradients
+
+GRAD_DIMS = [None, 0, -1, [0, 2], [1, 2], [0, 1, 2]]
+
+
+@pytest.mark.parametrize("keepdim", [False, True], ids=["nokeep", "keep"])
+@pytest.mark.parametrize("op", REDUCE_OPS)
+def test_reduce_grad_matches_torch(device, op, keepdim):
+    for dim in GRAD_DIMS:
+        for dtype in (torch.float32, torch.float64, torch.bfloat16):
+            x = make_input((3, 4, 5), dtype, device, seed=31).requires_grad_()
+            y = cupipe.reduce(x, op, dim, keepdim)
+            g = make_input(y.shape, dtype, device, seed=32)
+            gx, = torch.autograd.grad(y, x, g)
+            xr = x.detach().clone().requires_grad_()
+            yr = getattr(torch, op)(xr, dim, keepdim) if dim is not None else \
+                getattr(torch, op)(xr, list(range(3)), keepdim)
+            gr, = torch.autograd.grad(yr, xr, g)
+            assert gx.dtype == dtype
+            atol, rtol = tol(dtype, 1)
+            assert_close(gx, gr, atol=atol, rtol=rtol, what=f"grad {op} dim={dim} {dtype}")
+
+
+@pytest.mark.parametrize("op", ["amax", "amin"])
+def test_reduce_grad_ties_split_evenly(device, op):
+    """Like torch: the gradient of amax/amin is split evenly among the tied extrema."""
+    x = torch.tensor([[1.0, 3.0, 3.0, 0.0],
+                      [2.0, 2.0, 2.0, 2.0],
+                      [-1.0, 5.0, -1.0, 0.5]], dtype=torch.float64, device=device)
+    for dim in (None, 0, 1, [0, 1]):
+        for keepdim in (False, True):
+            xa = x.clone().requires_grad_()
+            y = cupipe.reduce(xa, op, dim, keepdim)
+            g = make_input(y.shape, torch.float64, device, seed=33) + 2
+            gx, = torch.autograd.grad(y, xa, g)
+            xr = x.clone().requires_grad_()
+            yr = getattr(torch, op)(xr, dim if dim is not None else [0, 1], keepdim)
+            gr, = torch.autograd.grad(yr, xr, g)
+            assert_close(gx, gr, atol=1e-12, rtol=1e-12, what=f"ties {op} dim={dim} keep={keepdim}")
+
+
+def test_reduce_grad_noncontiguous_and_dtype(device):
+    base = make_input((8, 6), torch.float32, device, seed=34)
+    x = base.t()[:, ::2].detach().requires_grad_()  # (6, 4), non-contiguous leaf
+    y = cupipe.reduce(x, "sum", 0, dtype=torch.float64)
+    gx, = torch.autograd.grad(y, x, torch.ones_like(y))
+    assert gx.dtype == torch.float32 and torch.equal(gx, torch.ones_like(x))
+    y = cupipe.reduce(x, "mean", [0, 1], dtype=torch.float16)
+    gx, = torch.autograd.grad(y, x)
+    assert_close(gx, torch.full_like(x, 1 / 24), atol=1e-6, rtol=1e-3, what="mean grad")
+
+
+def test_reduce_grad_empty(device):
+    x = torch.empty((0, 4), dtype=torch.float64, device=device, requires_grad=True)
+    for op, dim in [("sum", 0), ("sum", None), ("mean", 1), ("amax", 1), ("amin", 1)]:
+        y = cupipe.reduce(x, op, dim)
+        gx, = torch.autograd.grad(y, x, torch.ones_like(y))
+        assert gx.shape == x.shape
+    y = cupipe.reduce(x, "sum", 0)
+    gx, = torch.autograd.grad(y, x, torch.ones_like(y))
+    assert gx.shape == (0, 4)
+
+
+@pytest.mark.parametrize("op", REDUCE_OPS)
+def test_reduce_gradcheck(device, op):
+    # distinct values (a permutation scaled), so amax/amin have no ties
+    g = torch.Generator().manual_seed(35)
+    x = (torch.randperm(60, generator=g).double() / 7 - 4).reshape(3, 4, 5).to(device)
+    x.requires_grad_()
+    for dim in (None, 0, -1, [0, 2], [1, 2]):
+        for keepdim in (False, True):
+            assert torch.autograd.gradcheck(lambda t: cupipe.reduce(t, op, dim, keepdim), (x,))
+    x0 = torch.tensor(1.5, dtype=torch.float64, device=device, requires_grad=True)
+    assert torch.autograd.gradcheck(lambda t: cupipe.reduce(t, op), (x0,))

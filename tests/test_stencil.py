@@ -1,0 +1,396 @@
+"""stencil1d / stencil2d against eager references (F.pad + F.conv1d/F.conv2d, computed in
+float64, then cast), and their gradients against autograd through those references."""
+from __future__ import annotations
+
+import itertools
+
+import pytest
+import torch
+
+import cupipe
+from conftest import (BOUNDARIES, FLOAT_DTYPES, assert_close, make_input, make_weights,
+                      stencil1d_loop_ref, stencil1d_ref, stencil2d_loop_ref, stencil2d_ref, tol)
+
+RADII = [0, 1, 2, 3, 4, 6]
+DTYPE_IDS = {torch.float32: "f32", torch.float16: "f16", torch.bfloat16: "bf16",
+             torch.float64: "f64"}
+
+
+def _ref1d(x, w, dim, boundary):
+    """float64 reference for cupipe.stencil1d, cast to x's dtype; F.pad where it applies, the
+    modular-index loop for circular with size < r (F.pad refuses to wrap more than once)."""
+    r = (w.shape[0] - 1) // 2
+    n = x.shape[dim]
+    if boundary == "circular" and 0 < n < r:
+        return stencil1d_loop_ref(x, w, dim, boundary).to(x.dtype)
+    return stencil1d_ref(x.double(), w.double(), dim, boundary).to(x.dtype)
+
+
+def _ref2d(x, w, boundary):
+    ry, rx = (w.shape[0] - 1) // 2, (w.shape[1] - 1) // 2
+    H, W = x.shape[-2], x.shape[-1]
+    if boundary == "circular" and ((0 < H < ry) or (0 < W < rx)):
+        return stencil2d_loop_ref(x, w, boundary).to(x.dtype)
+    return stencil2d_ref(x.double(), w.double(), boundary).to(x.dtype)
+
+
+def _check1d(x, w, dim, boundary, what=""):
+    y = cupipe.stencil1d(x, w, dim=dim, boundary=boundary)
+    assert y.is_contiguous()
+    atol, rtol = tol(x.dtype, w.shape[0])
+    assert_close(y, _ref1d(x, w, dim, boundary), atol=atol, rtol=rtol,
+                 what=f"stencil1d {what} shape={tuple(x.shape)} dim={dim} r={(w.shape[0]-1)//2} "
+                      f"{boundary} {x.dtype}")
+    return y
+
+
+def _check2d(x, w, boundary, what=""):
+    y = cupipe.stencil2d(x, w, boundary=boundary)
+    assert y.is_contiguous()
+    atol, rtol = tol(x.dtype, w.numel())
+    assert_close(y, _ref2d(x, w, boundary), atol=atol, rtol=rtol,
+                 what=f"stencil2d {what} shape={tuple(x.shape)} w={tuple(w.shape)} {boundary} "
+                      f"{x.dtype}")
+    return y
+
+
+# ----------------------------------------------------------------------------- stencil1d forward
+
+SHAPES_1D = [(37,), (6, 29), (3, 5, 11)]
+SHAPE_DIMS = [(s, d) for s in SHAPES_1D for d in range(-len(s), 0)]
+
+
+@pytest.mark.parametrize("dtype", FLOAT_DTYPES, ids=lambda d: DTYPE_IDS[d])
+@pytest.mark.parametrize("boundary", BOUNDARIES)
+@pytest.mark.parametrize("r", RADII)
+@pytest.mark.parametrize("shape,dim", SHAPE_DIMS, ids=[f"{s}-d{d}" for s, d in SHAPE_DIMS])
+def test_stencil1d_matches_reference(device, shape, dim, r, boundary, dtype):
+    x = make_input(shape, dtype, device, seed=1)
+    w = make_weights((2 * r + 1,), dtype, device)
+    if boundary == "reflect" and x.shape[dim] <= r:
+        with pytest.raises(ValueError, match="reflect"):
+            cupipe.stencil1d(x, w, dim=dim, boundary=boundary)
+        return
+    _check1d(x, w, dim, boundary)
+    # positive dim and the op entry point give the same result
+    y2 = torch.ops.cupipe.stencil1d(x, w, dim=dim % x.dim(), boundary=boundary)
+    _check1d(x, w, dim % x.dim(), boundary)
+    assert torch.equal(y2, cupipe.stencil1d(x, w, dim=dim, boundary=boundary))
+
+
+@pytest.mark.parametrize("boundary", ["zero", "replicate", "circular"])
+@pytest.mark.parametrize("n", [1, 2, 3])
+@pytest.mark.parametrize("r", [4, 6])
+def test_stencil1d_size_smaller_than_radius(device, n, r, boundary):
+    """zero/replicate/circular work for any size; circular is a true modular wrap."""
+    x = make_input((3, n), torch.float64, device, seed=n)
+    w = make_weights((2 * r + 1,), torch.float64, device)
+    y = cupipe.stencil1d(x, w, boundary=boundary)
+    assert_close(y, stencil1d_loop_ref(x, w, -1, boundary), atol=1e-12, rtol=1e-12,
+                 what=f"loop ref n={n} r={r} {boundary}")
+    if boundary != "circular":  # F.pad constant/replicate accept any pad
+        assert_close(y, stencil1d_ref(x, w, -1, boundary), atol=1e-12, rtol=1e-12, what="F.pad ref")
+    # along a strided dim too
+    xt = x.t().contiguous()
+    assert_close(cupipe.stencil1d(xt, w, dim=0, boundary=boundary),
+                 stencil1d_loop_ref(xt, w, 0, boundary), atol=1e-12, rtol=1e-12, what="dim 0")
+
+
+def test_circular_equals_fpad_when_size_at_least_r(device):
+    # size == r is the edge case where F.pad still accepts circular
+    for n, r in [(4, 4), (6, 6), (5, 4)]:
+        x = make_input((2, n), torch.float64, device, seed=n)
+        w = make_weights((2 * r + 1,), torch.float64, device)
+        y = cupipe.stencil1d(x, w, boundary="circular")
+        assert_close(y, stencil1d_ref(x, w, -1, "circular"), atol=1e-12, rtol=1e-12, what=f"n={n}")
+        assert_close(y, stencil1d_loop_ref(x, w, -1, "circular"), atol=1e-12, rtol=1e-12,
+                     what=f"loop n={n}")
+
+
+@pytest.mark.parametrize("boundary", BOUNDARIES)
+@pytest.mark.parametrize("shape", [(1, 19), (19, 1), (7, 13), (1,), (2,)])
+def test_stencil1d_odd_sizes(device, shape, boundary):
+    for dim in range(len(shape)):
+        for r in (0, 1, 2):
+            x = make_input(shape, torch.float32, device, seed=7)
+            w = make_weights((2 * r + 1,), torch.float32, device)
+            if boundary == "reflect" and r > 0 and shape[dim] <= r:
+                continue
+            _check1d(x, w, dim, boundary)
+
+
+# ----------------------------------------------------------------------------- stencil2d forward
+
+W_SHAPES = [(1, 1), (3, 3), (5, 5), (7, 7), (9, 9), (13, 13), (3, 5), (5, 3), (1, 7), (9, 1)]
+SHAPES_2D = [(7, 13), (2, 3, 9, 10), (1, 17), (17, 1), (5, 4)]
+
+
+@pytest.mark.parametrize("dtype", FLOAT_DTYPES, ids=lambda d: DTYPE_IDS[d])
+@pytest.mark.parametrize("boundary", BOUNDARIES)
+@pytest.mark.parametrize("wshape", W_SHAPES, ids=lambda s: f"w{s[0]}x{s[1]}")
+@pytest.mark.parametrize("shape", SHAPES_2D, ids=lambda s: "x" + "x".join(map(str, s)))
+def test_stencil2d_matches_reference(device, shape, wshape, boundary, dtype):
+    x = make_input(shape, dtype, device, seed=2)
+    w = make_weights(wshape, dtype, device)
+    ry, rx = (wshape[0] - 1) // 2, (wshape[1] - 1) // 2
+    H, W = shape[-2], shape[-1]
+    if boundary == "reflect" and ((ry > 0 and H <= ry) or (rx > 0 and W <= rx)):
+        with pytest.raises(ValueError, match="reflect"):
+            cupipe.stencil2d(x, w, boundary=boundary)
+        return
+    _check2d(x, w, boundary)
+
+
+@pytest.mark.parametrize("boundary", ["zero", "replicate", "circular"])
+@pytest.mark.parametrize("shape", [(1, 1), (2, 3), (3, 2), (2, 1, 2)])
+def test_stencil2d_size_smaller_than_radius(device, shape, boundary):
+    x = make_input(shape, torch.float64, device, seed=3)
+    for wshape in [(9, 9), (9, 5), (3, 13)]:
+        w = make_weights(wshape, torch.float64, device)
+        y = cupipe.stencil2d(x, w, boundary=boundary)
+        assert_close(y, stencil2d_loop_ref(x, w, boundary), atol=1e-12, rtol=1e-12,
+                     what=f"{shape} w={wshape} {boundary}")
+        if boundary != "circular":
+            assert_close(y, stencil2d_ref(x, w, boundary), atol=1e-12, rtol=1e-12,
+                         what=f"F.pad {shape} w={wshape} {boundary}")
+
+
+@pytest.mark.parametrize("boundary", BOUNDARIES)
+def test_stencil2d_leading_batch_dims(device, boundary):
+    x = make_input((2, 1, 3, 6, 8), torch.float32, device, seed=4)
+    w = make_weights((3, 5), torch.float32, device)
+    y = _check2d(x, w, boundary)
+    # each batch entry is independent
+    y1 = cupipe.stencil2d(x[1, 0, 2], w, boundary=boundary)
+    assert_close(y[1, 0, 2], y1, atol=0, rtol=0, what="batch slice")
+
+
+# ----------------------------------------------------------------------------- layouts
+
+def _noncontig_variants(device, dtype=torch.float32):
+    """(name, tensor) pairs of non-contiguous views of 2-D/3-D data."""
+    base = make_input((12, 26), dtype, device, seed=5)
+    flat = make_input((400,), dtype, device, seed=6)
+    big3 = make_input((4, 9, 10), dtype, device, seed=8)
+    return [
+        ("transposed", base.t()),
+        ("step-slice", base[:, ::2]),
+        ("row-step-slice", base[1::3, 3:]),
+        ("storage-offset", flat[7:7 + 11 * 13].view(11, 13)),
+        ("offset-transposed", flat[3:3 + 10 * 12].view(10, 12).t()),
+        ("expanded", make_input((1, 15), dtype, device, seed=9).expand(6, 15)),
+        ("permuted-3d", big3.permute(2, 0, 1)),
+        ("flipped-sliced", base.flip(0)[2:, 1:]),  # flip copies; the slice adds an offset
+        ("channels-last", make_input((2, 3, 5, 6), dtype, device, seed=19)
+         .contiguous(memory_format=torch.channels_last)),
+    ]
+
+
+@pytest.mark.parametrize("boundary", BOUNDARIES)
+def test_stencil1d_noncontiguous(device, boundary):
+    w = make_weights((5,), torch.float32, device)
+    for name, x in _noncontig_variants(device):
+        for dim in range(x.dim()):
+            if boundary == "reflect" and x.shape[dim] <= 2:
+                continue
+            before = x.clone()
+            y = _check1d(x, w, dim, boundary, what=name)
+            assert torch.equal(x, before), "input was modified"
+            # same as on a contiguous copy, bit for bit
+            assert torch.equal(y, cupipe.stencil1d(x.contiguous(), w, dim=dim, boundary=boundary))
+
+
+@pytest.mark.parametrize("boundary", BOUNDARIES)
+def test_stencil2d_noncontiguous(device, boundary):
+    w = make_weights((3, 5), torch.float32, device)
+    for name, x in _noncontig_variants(device):
+        y = _check2d(x, w, boundary, what=name)
+        assert torch.equal(y, cupipe.stencil2d(x.contiguous(), w, boundary=boundary))
+
+
+def test_noncontiguous_weights(device):
+    x = make_input((9, 11), torch.float32, device, seed=10)
+    w2 = make_weights((5, 3), torch.float32, device).t()  # (3, 5), non-contiguous
+    assert not w2.is_contiguous()
+    _check2d(x, w2, "reflect")
+    w1 = make_weights((14,), torch.float32, device)[::2][:5]  # stride 2
+    assert not w1.is_contiguous()
+    _check1d(x, w1, 0, "replicate")
+
+
+# ----------------------------------------------------------------------------- dtypes of weights
+
+@pytest.mark.parametrize("xdtype,wdtype", [
+    (torch.float16, torch.float32), (torch.bfloat16, torch.float64), (torch.float32, torch.float64),
+    (torch.float32, torch.float16), (torch.float64, torch.float32), (torch.float16, torch.bfloat16),
+])
+def test_weights_any_float_dtype(device, xdtype, wdtype):
+    """Weights of any floating dtype are converted to the accumulation type (fp32, or fp64 for
+    fp64 x); the reference applies the same conversion of the weights' values."""
+    x = make_input((6, 10), xdtype, device, seed=11)
+    w1 = make_weights((5,), wdtype, device)
+    w2 = make_weights((3, 3), wdtype, device)
+    _check1d(x, w1, -1, "zero", what=f"w {wdtype}")
+    _check2d(x, w2, "circular", what=f"w {wdtype}")
+    assert cupipe.stencil1d(x, w1).dtype == xdtype
+    assert cupipe.stencil2d(x, w2).dtype == xdtype
+
+
+# ----------------------------------------------------------------------------- empty tensors
+
+@pytest.mark.parametrize("boundary", BOUNDARIES)
+@pytest.mark.parametrize("shape", [(0,), (0, 5), (5, 0), (2, 0, 7), (0, 0)])
+def test_stencil1d_empty(device, shape, boundary):
+    x = make_input(shape, torch.float32, device)
+    w = make_weights((3,), torch.float32, device)
+    for dim in range(len(shape)):
+        if boundary == "reflect" and shape[dim] <= 1:
+            with pytest.raises(ValueError, match="reflect"):
+                cupipe.stencil1d(x, w, dim=dim, boundary=boundary)
+            continue
+        y = cupipe.stencil1d(x, w, dim=dim, boundary=boundary)
+        assert y.shape == x.shape and y.dtype == x.dtype and y.device == x.device
+
+
+@pytest.mark.parametrize("boundary", BOUNDARIES)
+@pytest.mark.parametrize("shape", [(0, 5, 5), (3, 0, 4, 4), (0, 7), (7, 0)])
+def test_stencil2d_empty(device, shape, boundary):
+    x = make_input(shape, torch.float32, device)
+    w = make_weights((3, 3), torch.float32, device)
+    if boundary == "reflect" and min(shape[-2:]) <= 1:
+        with pytest.raises(ValueError, match="reflect"):
+            cupipe.stencil2d(x, w, boundary=boundary)
+        return
+    y = cupipe.stencil2d(x, w, boundary=boundary)
+    assert y.shape == x.shape and y.dtype == x.dtype
+
+
+@pytest.mark.parametrize("boundary", BOUNDARIES)
+def test_stencil_grad_empty(device, boundary):
+    """Backward through an empty input: empty grad for x, zero grad for the weights."""
+    for shape, dim in [((0, 5), 0), ((0, 5), 1), ((5, 0), 1), ((5, 0), 0), ((2, 0, 4), 1)]:
+        if boundary == "reflect" and shape[dim] <= 1:
+            continue
+        x = torch.empty(shape, device=device, requires_grad=True)
+        w = make_weights((3,), torch.float32, device).requires_grad_()
+        y = cupipe.stencil1d(x, w, dim=dim, boundary=boundary)
+        gx, gw = torch.autograd.grad(y, (x, w), torch.ones_like(y))
+        assert gx.shape == x.shape and torch.equal(gw, torch.zeros_like(w)), (shape, dim)
+    for shape in [(0, 5), (5, 0), (0, 3, 3), (2, 0, 4, 4)]:
+        if boundary == "reflect" and min(shape[-2:]) <= 1:
+            continue
+        x = torch.empty(shape, device=device, requires_grad=True)
+        w = make_weights((3, 3), torch.float32, device).requires_grad_()
+        y = cupipe.stencil2d(x, w, boundary=boundary)
+        gx, gw = torch.autograd.grad(y, (x, w), torch.ones_like(y))
+        assert gx.shape == x.shape and torch.equal(gw, torch.zeros_like(w)), shape
+
+
+# ----------------------------------------------------------------------------- knobs
+
+@pytest.mark.parametrize("mechanism", cupipe.MECHANISMS)
+def test_stencil_mechanisms(device, mechanism):
+    if device == "cuda" and mechanism == "tma" and torch.cuda.get_device_capability() < (9, 0):
+        pytest.skip("tma needs sm_90")
+    x = make_input((2, 33, 47), torch.float32, device, seed=12)
+    w1 = make_weights((7,), torch.float32, device)
+    w2 = make_weights((5, 5), torch.float32, device)
+    for stages in (0, 1, 2, 3, 4, 8):
+        for boundary in BOUNDARIES:
+            for dim in (-1, 1):
+                y = cupipe.stencil1d(x, w1, dim=dim, boundary=boundary, mechanism=mechanism,
+                                     stages=stages)
+                assert_close(y, _ref1d(x, w1, dim, boundary), atol=1e-4, rtol=1e-4,
+                             what=f"1d {mechanism} {stages} {boundary} dim={dim}")
+            y = cupipe.stencil2d(x, w2, boundary=boundary, mechanism=mechanism, stages=stages)
+            assert_close(y, _ref2d(x, w2, boundary), atol=1e-4, rtol=1e-4,
+                         what=f"2d {mechanism} {stages} {boundary}")
+
+
+# ----------------------------------------------------------------------------- gradients
+
+def _grads(fn, *inputs):
+    out = fn(*inputs)
+    g = make_input(out.shape, out.dtype, out.device, seed=99)
+    return torch.autograd.grad(out, inputs, g, allow_unused=True)
+
+
+@pytest.mark.parametrize("dtype", [torch.float64, torch.float32], ids=["f64", "f32"])
+@pytest.mark.parametrize("boundary", BOUNDARIES)
+@pytest.mark.parametrize("r", [0, 1, 3])
+def test_stencil1d_grad_matches_reference(device, r, boundary, dtype):
+    for shape, dim in [((23,), 0), ((5, 17), -1), ((5, 17), 0), ((3, 6, 8), 1)]:
+        x = make_input(shape, dtype, device, seed=13).requires_grad_()
+        w = make_weights((2 * r + 1,), dtype, device).requires_grad_()
+        gx, gw = _grads(lambda a, b: cupipe.stencil1d(a, b, dim=dim, boundary=boundary), x, w)
+        x64 = x.detach().double().requires_grad_()
+        w64 = w.detach().double().requires_grad_()
+        rx, rw = _grads(lambda a, b: stencil1d_ref(a, b, dim, boundary), x64, w64)
+        a, rt = (1e-10, 1e-10) if dtype == torch.float64 else (1e-4, 1e-4)
+        assert_close(gx, rx.to(dtype), atol=a, rtol=rt, what=f"grad x {shape} dim={dim}")
+        assert_close(gw, rw.to(dtype), atol=a * x.numel(), rtol=rt, what=f"grad w {shape} dim={dim}")
+        # only one of the two requiring grad
+        gx_only, = torch.autograd.grad(cupipe.stencil1d(x, w.detach(), dim=dim, boundary=boundary),
+                                       x, make_input(shape, dtype, device, seed=99))
+        assert_close(gx_only, gx, atol=0, rtol=0, what="grad x only")
+        gw_only, = torch.autograd.grad(cupipe.stencil1d(x.detach(), w, dim=dim, boundary=boundary),
+                                       w, make_input(shape, dtype, device, seed=99))
+        assert_close(gw_only, gw, atol=0, rtol=0, what="grad w only")
+
+
+@pytest.mark.parametrize("dtype", [torch.float64, torch.float32], ids=["f64", "f32"])
+@pytest.mark.parametrize("boundary", BOUNDARIES)
+@pytest.mark.parametrize("wshape", [(1, 1), (3, 3), (3, 5), (5, 1)])
+def test_stencil2d_grad_matches_reference(device, wshape, boundary, dtype):
+    for shape in [(7, 9), (2, 3, 6, 5)]:
+        x = make_input(shape, dtype, device, seed=14).requires_grad_()
+        w = make_weights(wshape, dtype, device).requires_grad_()
+        gx, gw = _grads(lambda a, b: cupipe.stencil2d(a, b, boundary=boundary), x, w)
+        x64 = x.detach().double().requires_grad_()
+        w64 = w.detach().double().requires_grad_()
+        rx, rw = _grads(lambda a, b: stencil2d_ref(a, b, boundary), x64, w64)
+        a, rt = (1e-10, 1e-10) if dtype == torch.float64 else (1e-4, 1e-4)
+        assert_close(gx, rx.to(dtype), atol=a * w.numel(), rtol=rt, what=f"grad x {shape}")
+        assert_close(gw, rw.to(dtype), atol=a * x.numel(), rtol=rt, what=f"grad w {shape}")
+
+
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16], ids=["f16", "bf16"])
+def test_stencil_grad_half(device, dtype):
+    """Half inputs: gradients come back in the input dtypes and are close to fp64."""
+    x = make_input((6, 10), dtype, device, seed=15).requires_grad_()
+    w = make_weights((3, 3), dtype, device).requires_grad_()
+    gx, gw = _grads(lambda a, b: cupipe.stencil2d(a, b, boundary="replicate"), x, w)
+    assert gx.dtype == dtype and gw.dtype == dtype
+    x64 = x.detach().double().requires_grad_()
+    w64 = w.detach().double().requires_grad_()
+    rx, rw = _grads(lambda a, b: stencil2d_ref(a, b, "replicate"), x64, w64)
+    atol, rtol = tol(dtype, 9)
+    assert_close(gx, rx.to(dtype), atol=atol, rtol=rtol, what="grad x")
+    # grad w sums 60 products of O(1) values; allow for the half rounding of the output
+    assert_close(gw, rw.to(dtype), atol=atol * 8, rtol=rtol, what="grad w")
+
+
+@pytest.mark.parametrize("boundary", BOUNDARIES)
+def test_stencil1d_gradcheck(device, boundary):
+    cases = [((7,), 0, 1), ((4, 6), -1, 2), ((5, 3), 0, 1), ((2, 5, 3), 1, 2)]
+    if boundary != "reflect":  # sizes smaller than r: modular wrap / clamping / zeros
+        cases += [((2, 3), -1, 4), ((2,), 0, 3)]
+    for shape, dim, r in cases:
+        x = make_input(shape, torch.float64, device, seed=16).requires_grad_()
+        w = make_weights((2 * r + 1,), torch.float64, device).requires_grad_()
+        assert torch.autograd.gradcheck(
+            lambda a, b: cupipe.stencil1d(a, b, dim=dim, boundary=boundary), (x, w))
+        assert torch.autograd.gradgradcheck(
+            lambda a, b: cupipe.stencil1d(a, b, dim=dim, boundary=boundary), (x, w))
+
+
+@pytest.mark.parametrize("boundary", BOUNDARIES)
+def test_stencil2d_gradcheck(device, boundary):
+    cases = [((4, 5), (3, 3)), ((2, 4, 6), (3, 5)), ((5, 3), (5, 1))]
+    if boundary != "reflect":
+        cases += [((2, 3), (7, 5))]
+    for shape, wshape in cases:
+        x = make_input(shape, torch.float64, device, seed=17).requires_grad_()
+        w = make_weights(wshape, torch.float64, device).requires_grad_()
+        assert torch.autograd.gradcheck(lambda a, b: cupipe.stencil2d(a, b, boundary=boundary),
+                                        (x, w))
