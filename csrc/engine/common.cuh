@@ -49,8 +49,23 @@ CUPIPE_HOST_DEVICE Segment split_segment(const void* src, int64_t nbytes) {
 
 // Byte-wise copy for heads and tails (a few bytes; never on the bulk path).
 CUPIPE_DEVICE void copy_bytes(char* dst, const char* src, int n) {
+#pragma unroll 1
   for (int i = 0; i < n; ++i) dst[i] = src[i];
 }
+
+// A group of cooperating threads: this thread's rank and the group's size (rank < 0: not a member).
+struct Team {
+  int rank;
+  int size;
+};
+
+// Uninitialised storage for a ring's shared state. Declare it __shared__ in the kernel; the ring
+// constructor initialises what it needs (static __shared__ objects get no constructor call).
+template <class T>
+struct RawShared {
+  alignas(T) unsigned char bytes[sizeof(T)];
+  CUPIPE_DEVICE T& get() { return *reinterpret_cast<T*>(bytes); }
+};
 
 // The position of one stage in the ring: which buffer, and the parity of the ring's current lap.
 // Barrier-based mechanisms wait on the phase; the others only use the index.

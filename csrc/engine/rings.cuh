@@ -79,6 +79,7 @@ struct RingBase {
   CUPIPE_DEVICE static int num_consumers() { return blockDim.x; }
   CUPIPE_DEVICE static bool is_producer() { return true; }
   CUPIPE_DEVICE static bool is_consumer() { return true; }
+  CUPIPE_DEVICE static Team store_team() { return Team{static_cast<int>(threadIdx.x), static_cast<int>(blockDim.x)}; }
 };
 
 template <Mechanism M, int Stages, int V>
@@ -224,12 +225,18 @@ struct Ring<Mechanism::Barrier, Stages, V> : RingBase<Stages> {
     __syncthreads();
   }
   template <class St> CUPIPE_DEVICE void producer_acquire(const St&) {}
+  // The block-wide form, as in CUDA's barrier examples: libcu++ picks the instruction (LDGSTS;
+  // on sm_90 with 16-byte alignment, one bulk copy issued for the whole block).
   template <class St>
   CUPIPE_DEVICE void copy(const St& st, char* dst, const char* src, int64_t n) {
-    barrier_t& b = bar[st.index];
-    copy_segment<V>(dst, src, n, threadIdx.x, blockDim.x,
-                    [&](char* d, const char* g) { cuda::memcpy_async(d, g, cuda::aligned_size_t<V>(V), b); },
-                    SyncTail{});
+    auto block = cg::this_thread_block();
+    const Segment s = split_segment<V>(src, n);
+    if (threadIdx.x == 0) copy_bytes(dst, src, s.head);
+    if (s.tail > 0 && threadIdx.x == (blockDim.x > 1 ? 1 : 0))
+      copy_bytes(dst + s.head + s.body, src + s.head + s.body, s.tail);
+    if (s.body > 0)
+      cuda::memcpy_async(block, dst + s.head, src + s.head,
+                         cuda::aligned_size_t<V>(static_cast<size_t>(s.body)), bar[st.index]);
   }
   template <class St> CUPIPE_DEVICE void producer_commit(const St&) {}
   // The phase completes when every thread has arrived and every copy on it has landed.
@@ -257,6 +264,9 @@ struct Ring<Mechanism::Specialized, Stages, V> : RingBase<Stages> {
   CUPIPE_DEVICE static bool is_consumer() { return threadIdx.x >= kProducerThreads; }
   CUPIPE_DEVICE static int consumer_rank() { return threadIdx.x - kProducerThreads; }
   CUPIPE_DEVICE static int num_consumers() { return blockDim.x - kProducerThreads; }
+  CUPIPE_DEVICE static Team store_team() {
+    return Team{threadIdx.x < kProducerThreads ? static_cast<int>(threadIdx.x) : -1, kProducerThreads};
+  }
   template <class St> CUPIPE_DEVICE void producer_acquire(const St&) { pipe.producer_acquire(); }
   template <class St>
   CUPIPE_DEVICE void copy(const St&, char* dst, const char* src, int64_t n) {
@@ -281,6 +291,7 @@ struct Ring<Mechanism::Tma, Stages, V> : RingBase<Stages> {
     alignas(8) uint64_t empty[Stages];
   };
   SharedState& ss;
+  CUPIPE_DEVICE static Team store_team() { return Team{threadIdx.x == 0 ? 0 : -1, 1}; }
   CUPIPE_DEVICE Ring(SharedState& s, char* b, int sb) : RingBase<Stages>(b, sb), ss(s) {
     if (threadIdx.x == 0) {
       for (int i = 0; i < Stages; ++i) {

@@ -4,7 +4,7 @@
 #include <torch/library.h>
 
 #if CUPIPE_WITH_CUDA
-#include <ATen/cuda/CUDAContext.h>
+#include <c10/cuda/CUDAStream.h>
 #include <c10/cuda/CUDAGuard.h>
 
 #include <exception>
@@ -16,7 +16,7 @@ namespace cupipe {
 namespace ops {
 namespace {
 
-Stream current_stream() { return reinterpret_cast<Stream>(at::cuda::getCurrentCUDAStream().stream()); }
+Stream current_stream() { return reinterpret_cast<Stream>(c10::cuda::getCurrentCUDAStream().stream()); }
 
 // Kernel launch failures arrive as std::runtime_error from the launchers; re-raise them as
 // torch errors so Python sees a RuntimeError with the launcher's message.
@@ -37,9 +37,8 @@ void check_mechanism_supported(const char* op, engine::Mechanism m, const Device
                     dev.sm);
 }
 
-at::Tensor stream_copy_cuda(const at::Tensor& x, c10::string_view mechanism, int64_t stages,
-                            int64_t vec_bytes) {
-  const char* op = "stream_copy";
+at::Tensor stream_copy_impl(const char* op, const at::Tensor& x, c10::string_view mechanism,
+                            int64_t stages, int64_t vec_bytes, int64_t tile_bytes, int64_t max_blocks) {
   MechanismArg mech = parse_mechanism(op, mechanism);
   check_stages(op, stages);
   check_vec_bytes(op, vec_bytes);
@@ -56,9 +55,25 @@ at::Tensor stream_copy_cuda(const at::Tensor& x, c10::string_view mechanism, int
   p.mechanism = cfg.mechanism;
   p.stages = cfg.stages;
   p.vec_bytes = cfg.vec_bytes;
+  p.tile_bytes = static_cast<int>(tile_bytes);
+  p.max_blocks = static_cast<int>(max_blocks);
   p.stream = current_stream();
   if (p.bytes > 0) run_launcher(op, [&] { launch_stream_copy(p); });
   return out;
+}
+
+at::Tensor stream_copy_cuda(const at::Tensor& x, c10::string_view mechanism, int64_t stages,
+                            int64_t vec_bytes) {
+  return stream_copy_impl("stream_copy", x, mechanism, stages, vec_bytes, 0, 0);
+}
+
+at::Tensor stream_copy_ex_cuda(const at::Tensor& x, c10::string_view mechanism, int64_t stages,
+                               int64_t vec_bytes, int64_t tile_bytes, int64_t max_blocks) {
+  TORCH_CHECK_VALUE(tile_bytes == 0 || (tile_bytes >= 16 && tile_bytes % 16 == 0 && tile_bytes <= (1 << 20)),
+                    "cupipe._stream_copy_ex: tile_bytes must be 0 or a multiple of 16 in [16, 1 MiB], got ",
+                    tile_bytes);
+  TORCH_CHECK_VALUE(max_blocks >= 0, "cupipe._stream_copy_ex: max_blocks must be >= 0, got ", max_blocks);
+  return stream_copy_impl("_stream_copy_ex", x, mechanism, stages, vec_bytes, tile_bytes, max_blocks);
 }
 
 at::Tensor stencil_cuda(const char* op, const at::Tensor& x, const at::Tensor& weights,
@@ -143,6 +158,7 @@ at::Tensor reduce_cuda(const at::Tensor& x, c10::string_view op, at::OptionalInt
 
 TORCH_LIBRARY_IMPL(cupipe, CUDA, m) {
   m.impl("stream_copy", &stream_copy_cuda);
+  m.impl("_stream_copy_ex", &stream_copy_ex_cuda);
   m.impl("stencil1d", &stencil1d_cuda);
   m.impl("stencil2d", &stencil2d_cuda);
   m.impl("reduce", &reduce_cuda);

@@ -13,6 +13,11 @@ TORCH_LIBRARY(cupipe, m) {
   m.def(
       "stencil2d(Tensor x, Tensor weights, *, str boundary=\"zero\", str mechanism=\"auto\", "
       "int stages=0) -> Tensor");
+  // Not part of the public API: stream_copy with the engine's tile size and grid cap exposed, for
+  // benchmarks and the latency study (tile_bytes = 0 / max_blocks = 0: defaults).
+  m.def(
+      "_stream_copy_ex(Tensor x, str mechanism, int stages, int vec_bytes, int tile_bytes, "
+      "int max_blocks) -> Tensor");
   m.def(
       "reduce(Tensor x, str op=\"sum\", int[1]? dim=None, bool keepdim=False, *, "
       "ScalarType? dtype=None, str mechanism=\"auto\", int stages=0) -> Tensor");

@@ -1,0 +1,103 @@
+// The stage-ring drivers: the loops that stream a block's tiles global -> shared through a ring
+// of `Stages` buffers with any mechanism of rings.cuh. Kernels (stream copy, stencils,
+// reductions) are written once against these drivers; mechanism and stage count are template
+// parameters of the ring.
+//
+//   load(writer, k)          issue the copies of the block's k-th tile: writer.copy(dst, src, n)
+//                            for each segment (dst inside writer.stage)
+//   consume(stage, k, team)  use the landed tile; team = {rank, size} of the consuming threads
+//
+// Unified (all threads produce and consume), Stages > 1:
+//
+//   prologue: produce tiles 0 .. Stages-2
+//   for k:  consumer_wait(k) -> produce(k + Stages-1) -> consume(k) -> consumer_release(k)
+//
+// Producing *after* the wait lets the wait's block-wide barrier double as the release of the
+// stage being refilled (it held tile k-1, which every thread finished before arriving), so the
+// barrier-based mechanisms need one barrier per tile, and Stages-1 tiles stay in flight while
+// tile k is consumed. With one stage nothing can be in flight: produce(k) comes first, and the
+// release is a barrier.
+//
+// Partitioned (`specialized`): the producer warp loops acquire/copy/commit while the consumer
+// warps loop wait/consume/release; the ring's barriers order them.
+#pragma once
+
+#include "engine/common.cuh"
+#include "engine/rings.cuh"
+
+namespace cupipe {
+namespace engine {
+
+
+// What a loader sees of the stage being produced.
+template <class Ring>
+struct StageWriter {
+  Ring& ring;
+  const StageState<Ring::kStages>& st;
+  char* stage;
+  // Copies [src, src + nbytes) to stage + offset; offset and src must agree modulo the copy width.
+  CUPIPE_DEVICE void copy(int64_t offset, const void* src, int64_t nbytes) const {
+    ring.copy(st, stage + offset, static_cast<const char*>(src), nbytes);
+  }
+  // The threads that may also write the stage with plain stores before the commit (halo fills,
+  // zero rows): their stores are published with the stage. For tma only thread 0 qualifies.
+  CUPIPE_DEVICE Team store_team() const { return Ring::store_team(); }
+};
+
+template <class Ring, class Load, class Consume>
+CUPIPE_DEVICE void run_unified(Ring& ring, int64_t ntiles, Load&& load, Consume&& consume) {
+  constexpr int S = Ring::kStages;
+  StageState<S> ps, cs;
+  int64_t fetched = 0;
+  auto produce = [&]() {
+    ring.producer_acquire(ps);
+    load(StageWriter<Ring>{ring, ps, ring.stage(ps.index)}, fetched);
+    ring.producer_commit(ps);
+    ps.advance();
+    ++fetched;
+  };
+  while (fetched < S - 1 && fetched < ntiles) produce();
+  const Team team{Ring::consumer_rank(), Ring::num_consumers()};
+  for (int64_t k = 0; k < ntiles; ++k) {
+    if (S == 1) produce();
+    ring.consumer_wait(cs, static_cast<int>(fetched - k - 1));
+    if (S > 1 && fetched < ntiles) produce();
+    consume(ring.stage(cs.index), k, team);
+    ring.consumer_release(cs);
+    cs.advance();
+  }
+}
+
+template <class Ring, class Load, class Consume>
+CUPIPE_DEVICE void run_partitioned(Ring& ring, int64_t ntiles, Load&& load, Consume&& consume) {
+  constexpr int S = Ring::kStages;
+  StageState<S> st;
+  if (Ring::is_producer()) {
+    for (int64_t k = 0; k < ntiles; ++k) {
+      ring.producer_acquire(st);
+      load(StageWriter<Ring>{ring, st, ring.stage(st.index)}, k);
+      ring.producer_commit(st);
+      st.advance();
+    }
+  } else {
+    const Team team{Ring::consumer_rank(), Ring::num_consumers()};
+    for (int64_t k = 0; k < ntiles; ++k) {
+      ring.consumer_wait(st, 0);
+      consume(ring.stage(st.index), k, team);
+      ring.consumer_release(st);
+      st.advance();
+    }
+  }
+}
+
+// Runs the block's tiles through `ring` with the driver its mechanism needs.
+template <class Ring, class Load, class Consume>
+CUPIPE_DEVICE void run_ring(Ring& ring, int64_t ntiles, Load&& load, Consume&& consume) {
+  if constexpr (Ring::kPartitioned)
+    run_partitioned(ring, ntiles, load, consume);
+  else
+    run_unified(ring, ntiles, load, consume);
+}
+
+}  // namespace engine
+}  // namespace cupipe

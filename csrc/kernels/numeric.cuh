@@ -1,0 +1,42 @@
+// Element types of the kernels and their accumulation types.
+#pragma once
+
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+
+#include "kernels/params.h"
+
+namespace cupipe {
+namespace kernels {
+
+template <typename T> struct AccOf { using type = float; };
+template <> struct AccOf<double> { using type = double; };
+template <typename T> using acc_t = typename AccOf<T>::type;
+
+template <typename A, typename T>
+__device__ __forceinline__ A to_acc(T v) { return static_cast<A>(v); }
+template <> __device__ __forceinline__ float to_acc<float, __half>(__half v) { return __half2float(v); }
+template <> __device__ __forceinline__ float to_acc<float, __nv_bfloat16>(__nv_bfloat16 v) { return __bfloat162float(v); }
+template <> __device__ __forceinline__ double to_acc<double, __half>(__half v) { return __half2float(v); }
+template <> __device__ __forceinline__ double to_acc<double, __nv_bfloat16>(__nv_bfloat16 v) { return __bfloat162float(v); }
+
+template <typename T, typename A>
+__device__ __forceinline__ T from_acc(A v) { return static_cast<T>(v); }
+template <> __device__ __forceinline__ __half from_acc<__half, float>(float v) { return __float2half_rn(v); }
+template <> __device__ __forceinline__ __nv_bfloat16 from_acc<__nv_bfloat16, float>(float v) { return __float2bfloat16_rn(v); }
+template <> __device__ __forceinline__ __half from_acc<__half, double>(double v) { return __double2half(v); }
+template <> __device__ __forceinline__ __nv_bfloat16 from_acc<__nv_bfloat16, double>(double v) { return __double2bfloat16(v); }
+
+// Calls f(T{}) with the element type of `t`.
+template <class F>
+void dispatch_dtype(DType t, F&& f) {
+  switch (t) {
+    case DType::F32: f(float{}); break;
+    case DType::F16: f(__half{}); break;
+    case DType::BF16: f(__nv_bfloat16{}); break;
+    case DType::F64: f(double{}); break;
+  }
+}
+
+}  // namespace kernels
+}  // namespace cupipe

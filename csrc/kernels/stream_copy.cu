@@ -1,0 +1,36 @@
+// launch_stream_copy: picks the widest copy the two pointers allow, then the mechanism's kernel.
+#include "kernels/stream_copy.cuh"
+
+namespace cupipe {
+namespace kernels {
+template <engine::Mechanism M>
+void launch_stream_copy_mechanism(const StreamCopyParams& p, int head);
+}  // namespace kernels
+
+void launch_stream_copy(const StreamCopyParams& p_in) {
+  using engine::Mechanism;
+  StreamCopyParams p = p_in;
+  if (p.bytes <= 0) return;
+  // Tiles are aligned to the destination; the head before its first 16-byte boundary is copied
+  // directly. The source agrees with the destination modulo the lowest set bit of their distance.
+  const uintptr_t s = reinterpret_cast<uintptr_t>(p.src), d = reinterpret_cast<uintptr_t>(p.dst);
+  int head = static_cast<int>((16 - d % 16) % 16);
+  if (head > p.bytes) head = static_cast<int>(p.bytes);
+  const uintptr_t delta = (s - d) & 15u;
+  const int agree = delta == 0 ? 16 : static_cast<int>(delta & (~delta + 1));  // 1, 2, 4, 8 or 16
+  if (p.vec_bytes > agree) p.vec_bytes = agree;
+  if (p.mechanism == Mechanism::Tma && p.vec_bytes < 16) p.mechanism = Mechanism::Primitives;
+  if (p.vec_bytes < 4) p.mechanism = Mechanism::Sync;  // no async copy narrower than 4 bytes
+  switch (p.mechanism) {
+    case Mechanism::Sync: kernels::launch_stream_copy_mechanism<Mechanism::Sync>(p, head); break;
+    case Mechanism::Pipeline: kernels::launch_stream_copy_mechanism<Mechanism::Pipeline>(p, head); break;
+    case Mechanism::PipelineThread: kernels::launch_stream_copy_mechanism<Mechanism::PipelineThread>(p, head); break;
+    case Mechanism::Primitives: kernels::launch_stream_copy_mechanism<Mechanism::Primitives>(p, head); break;
+    case Mechanism::Cg: kernels::launch_stream_copy_mechanism<Mechanism::Cg>(p, head); break;
+    case Mechanism::Barrier: kernels::launch_stream_copy_mechanism<Mechanism::Barrier>(p, head); break;
+    case Mechanism::Specialized: kernels::launch_stream_copy_mechanism<Mechanism::Specialized>(p, head); break;
+    case Mechanism::Tma: kernels::launch_stream_copy_mechanism<Mechanism::Tma>(p, head); break;
+  }
+}
+
+}  // namespace cupipe

@@ -1,0 +1,87 @@
+// stream_copy on the engine: the body of the copy streams through the stage ring in tiles of
+// `tile_bytes`; consumers store each landed tile with 16-byte stores. The kernel template is
+// instantiated per mechanism in stream_copy_<mechanism>.cu so the files compile in parallel.
+#pragma once
+
+#include "engine/engine.cuh"
+#include "kernels/launch_utils.cuh"
+
+namespace cupipe {
+namespace kernels {
+
+constexpr int kCopyThreads = 256;
+constexpr int kCopyTileBytes = 8192;
+
+// dst + head is 16-byte aligned; (src - dst) is a multiple of V (the launcher narrows V until it
+// is), so every tile's source agrees with its 16-aligned stage buffer modulo V.
+template <engine::Mechanism M, int S, int V>
+__global__ void __launch_bounds__(kCopyThreads)
+    stream_copy_kernel(const char* __restrict__ src, char* __restrict__ dst, int64_t bytes, int head,
+                       int tile_bytes) {
+  using Ring = engine::Ring<M, S, V>;
+  extern __shared__ __align__(engine::kStageAlign) char smem[];
+  __shared__ engine::RawShared<typename Ring::SharedState> ss;
+  Ring ring(ss.get(), smem, tile_bytes);
+
+  if (blockIdx.x == 0 && threadIdx.x < head) dst[threadIdx.x] = src[threadIdx.x];
+  const char* s0 = src + head;
+  char* d0 = dst + head;
+  const int64_t body = bytes - head;
+  const int64_t ntiles = (body + tile_bytes - 1) / tile_bytes;
+  const int64_t mine = blockIdx.x < ntiles ? (ntiles - blockIdx.x + gridDim.x - 1) / gridDim.x : 0;
+
+  auto tile_offset = [&](int64_t k) { return (blockIdx.x + k * gridDim.x) * static_cast<int64_t>(tile_bytes); };
+  auto load = [&](const auto& w, int64_t k) {
+    const int64_t off = tile_offset(k);
+    w.copy(0, s0 + off, min(static_cast<int64_t>(tile_bytes), body - off));
+  };
+  auto consume = [&](const char* stage, int64_t k, engine::Team team) {
+    const int64_t off = tile_offset(k);
+    const int n = static_cast<int>(min(static_cast<int64_t>(tile_bytes), body - off));
+    char* d = d0 + off;
+    const int nvec = n / 16;
+    for (int i = team.rank; i < nvec; i += team.size)
+      reinterpret_cast<uint4*>(d)[i] = reinterpret_cast<const uint4*>(stage)[i];
+    if (team.rank == 0) engine::copy_bytes(d + nvec * 16, stage + nvec * 16, n - nvec * 16);
+  };
+  engine::run_ring(ring, mine, load, consume);
+}
+
+// Launches mechanism M with the run-time stage count and copy width of `p` (already validated).
+template <engine::Mechanism M>
+void launch_stream_copy_mechanism(const StreamCopyParams& p, int head) {
+  dispatch_stages(p.stages, [&](auto s) {
+    constexpr int S = decltype(s)::value;
+    auto go = [&](auto v) {
+      constexpr int V = decltype(v)::value;
+      auto kernel = stream_copy_kernel<M, S, V>;
+      const int tile = p.tile_bytes > 0 ? p.tile_bytes : kCopyTileBytes;
+      const size_t smem = static_cast<size_t>(S) * tile;
+      prepare_smem(kernel, smem, "stream_copy");
+      const DeviceInfo dev = device_info(current_device());
+      const int64_t body = p.bytes - head;
+      const int64_t ntiles = (body + tile - 1) / tile;
+      int64_t grid = static_cast<int64_t>(dev.num_sms) * blocks_per_sm(kernel, kCopyThreads, smem);
+      if (p.max_blocks > 0 && grid > p.max_blocks) grid = p.max_blocks;
+      if (grid > ntiles) grid = ntiles;
+      if (grid < 1) grid = 1;
+      kernel<<<static_cast<unsigned>(grid), kCopyThreads, smem, reinterpret_cast<cudaStream_t>(p.stream)>>>(
+          static_cast<const char*>(p.src), static_cast<char*>(p.dst), p.bytes, head, tile);
+      CUPIPE_LAUNCH_CHECK();
+    };
+    if constexpr (M == engine::Mechanism::Tma) {
+      go(int_c<16>{});
+    } else if constexpr (M == engine::Mechanism::Sync) {
+      switch (p.vec_bytes) {
+        case 1: go(int_c<1>{}); break;
+        case 2: go(int_c<2>{}); break;
+        default: dispatch_async_width(p.vec_bytes, go);
+      }
+    } else {
+      dispatch_async_width(p.vec_bytes, go);
+    }
+  });
+}
+
+}  // namespace kernels
+}  // namespace cupipe

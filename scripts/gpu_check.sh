@@ -1,0 +1,63 @@
+#!/usr/bin/env bash
+# The whole GPU check in one call: build in place, run every test (CPU and CUDA), the
+# compute-sanitizer tools over a reduced matrix, a SASS check, and a short benchmark.
+# Usage: bash scripts/gpu_check.sh [steps...]   steps: build tests sanitize sass bench benchfull
+#        (default: build tests sanitize sass bench; logs go to $OUT or ./gpu_check_out)
+set -uo pipefail
+STEPS=${*:-build tests sanitize sass bench}
+has() { [[ " $STEPS " == *" $1 "* ]]; }
+LOG=${OUT:-$PWD/gpu_check_out}
+mkdir -p "$LOG"
+export PYTHONUNBUFFERED=1
+export CUDA_HOME=${CUDA_HOME:-/usr/local/cuda}
+export TORCH_CUDA_ARCH_LIST=${TORCH_CUDA_ARCH_LIST:-9.0}
+export MAX_JOBS=${MAX_JOBS:-16}
+summary=()
+note() { summary+=("$1"); echo ">>> $1"; }
+
+nvidia-smi -L | tee "$LOG/device.txt"
+python3 -c "import torch; print('torch', torch.__version__, 'cuda', torch.version.cuda)" | tee -a "$LOG/device.txt"
+
+if has build; then
+t0=$(date +%s)
+if python3 -m pip install --no-build-isolation --no-deps -e . >"$LOG/build.log" 2>&1; then
+  note "build: ok in $(( $(date +%s) - t0 ))s (arch $TORCH_CUDA_ARCH_LIST)"
+else
+  grep -E "error|Error" "$LOG/build.log" | head -30; tail -30 "$LOG/build.log"; note "build: FAILED"; printf '%s\n' "${summary[@]}"; exit 1
+fi
+fi
+
+if has tests; then
+t0=$(date +%s)
+CUPIPE_SLOW=1 timeout ${PYTEST_TIMEOUT:-400} python3 -m pytest -q -p no:cacheprovider ${PYTEST_ARGS:-tests} >"$LOG/pytest.log" 2>&1
+rc=$?
+grep -E "^(FAILED|ERROR)" "$LOG/pytest.log" | head -40
+note "pytest (CPU+CUDA, slow included): rc=$rc, $(tail -1 "$LOG/pytest.log") [$(( $(date +%s) - t0 ))s]"
+fi
+
+if has sanitize; then
+t0=$(date +%s)
+for tool in memcheck racecheck synccheck; do
+  stages="1,2,3"; [ "$tool" = racecheck ] && stages="1,2"
+  compute-sanitizer --tool $tool --error-exitcode 9 python3 scripts/sanitize_cases.py $stages >"$LOG/sanitizer_$tool.log" 2>&1
+  r=$?
+  errs=$(grep -E "ERROR SUMMARY|RACECHECK SUMMARY" "$LOG/sanitizer_$tool.log" | tail -1)
+  note "compute-sanitizer $tool: rc=$r ${errs} $(grep -o 'sanitize_cases:.*' "$LOG/sanitizer_$tool.log")"
+done
+note "sanitizers took $(( $(date +%s) - t0 ))s"
+fi
+
+if has sass; then
+so=$(python3 -c "import cupipe._C as c; print(c.__file__)")
+cuobjdump -sass -arch sm_90 "$so" > "$LOG/sass.txt" 2>&1
+note "SASS: LDGSTS=$(grep -c LDGSTS "$LOG/sass.txt") UBLKCP=$(grep -c UBLKCP "$LOG/sass.txt") (checked per kernel by tests/test_engine_cuda.py)"
+fi
+
+if has benchfull; then
+  python3 -m cupipe.bench --out "$LOG/bench" 2>&1 | tee "$LOG/bench.txt"
+elif has bench; then
+  python3 -m cupipe.bench --quick --out "$LOG/bench" 2>&1 | tee "$LOG/bench.txt"
+fi
+echo
+echo "==================== gpu_check summary ===================="
+printf '%s\n' "${summary[@]}"
