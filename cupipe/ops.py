@@ -145,6 +145,19 @@ def _boundary_index(n: int, lo: int, hi: int, boundary: str, device) -> torch.Te
     return torch.where(m < n, m, period - m)
 
 
+def _source_index(i: int, n: int, boundary: str) -> int:
+    """``_boundary_index`` for one out-of-range position ``i`` (boundary != zero)."""
+    if boundary == "replicate":
+        return 0 if i < 0 else n - 1
+    if boundary == "circular":
+        return i % n
+    if n == 1:
+        return 0
+    period = 2 * (n - 1)
+    m = i % period
+    return m if m < n else period - m
+
+
 def _pad_along(t: torch.Tensor, dim: int, r: int, boundary: str) -> torch.Tensor:
     """``t`` extended by ``r`` entries on both sides of ``dim`` as the boundary reads them."""
     if r == 0:
@@ -167,9 +180,10 @@ def _fold_along(gp: torch.Tensor, dim: int, n: int, r: int, boundary: str) -> to
     out = gp.narrow(dim, r, n).clone()
     if boundary == "zero":
         return out
-    idx = _boundary_index(n, r, r, boundary, "cpu").tolist()
+    # Source indices from Python ints (not a tensor's .tolist()), so that tracing under
+    # torch.compile sees plain (or backed symbolic) sizes rather than data-dependent values.
     for p in list(range(r)) + list(range(n + r, n + 2 * r)):
-        src = idx[p]
+        src = _source_index(p - r, n, boundary)
         out.narrow(dim, src, 1).add_(gp.narrow(dim, p, 1))
     return out
 

@@ -123,15 +123,17 @@ def test_reduce_fp32_column_sum_does_not_stall(device):
 
 
 def test_reduce_fp32_sum_accuracy(device):
-    """Rounding error of an fp32 sum of 2^22 values: the relative error against fp64 stays at
-    the level of pairwise/tree summation (~1e-7), not of a running sum (~1e-5)."""
+    """Rounding error of an fp32 sum of 2^22 values in [0, 1): the relative error against fp64
+    stays at the level of pairwise/tree summation (CPU pairwise: ~1e-7; GPU per-thread partials
+    combined by trees: ~1e-6), well below that of one running sum (measured 1.2e-5 .. 1.7e-5 for
+    these inputs, e.g. with numpy.cumsum in float32)."""
     g = torch.Generator().manual_seed(40)
     x = torch.rand(1 << 22, generator=g).to(device)
     for v, d in [(x, None), (x.view(-1, 8), 0), (x.view(8, -1), 1), (x.view(64, -1, 16), [0, 1])]:
         got = cupipe.reduce(v, "sum", d).double()
         want = v.double().sum() if d is None else v.double().sum(d)
         rel = ((got - want).abs() / want.abs()).max().item()
-        assert rel < 1e-6, f"dim={d}: relative error {rel:.2e}"
+        assert rel < 3e-6, f"dim={d}: relative error {rel:.2e}"
 
 
 # ----------------------------------------------------------------------------- layouts
