@@ -76,7 +76,7 @@ cpp_sources = sorted(str(p.relative_to(ROOT)) for p in (ROOT / "csrc" / "ops").g
 cu_sources = sorted(str(p.relative_to(ROOT)) for p in (ROOT / "csrc" / "kernels").glob("*.cu"))
 
 cxx_flags = ["-O0", "-g"] if debug else ["-O3"]
-cxx_flags += ["-std=c++20", "-Wall", "-Wno-unused-function"]
+cxx_flags += ["-std=c++20", "-Wall", "-Wno-unused-function", "-Werror=return-type"]
 define_macros = [("CUPIPE_WITH_CUDA", "1" if with_cuda else "0")]
 
 if with_cuda:

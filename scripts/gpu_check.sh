@@ -12,6 +12,9 @@ export PYTHONUNBUFFERED=1
 export CUDA_HOME=${CUDA_HOME:-/usr/local/cuda}
 export TORCH_CUDA_ARCH_LIST=${TORCH_CUDA_ARCH_LIST:-9.0}
 export MAX_JOBS=${MAX_JOBS:-16}
+# The device image's default g++ (/opt/gcc) links libstdc++ statically into the extension, and
+# then every C++ exception thrown across the boundary crashes; use the system compiler.
+if [ -x /usr/bin/g++ ]; then export CXX=/usr/bin/g++ CC=/usr/bin/gcc; fi
 summary=()
 note() { summary+=("$1"); echo ">>> $1"; }
 

@@ -11,10 +11,11 @@
 //                                 wait_prior-style mechanisms wait for all but those)
 //   consumer_release(st)          the consumers are done reading the stage
 //
-// `copy` may be called several times per stage (a stencil tile is several rows). Preconditions:
-// dst and src agree modulo V (the copy width), and the stage has V bytes of slack after each
-// segment (the primitives' zero-filled tail writes a whole chunk). Heads and tails narrower than V
-// are moved synchronously by one thread.
+// `copy` may be called several times per stage (a stencil tile is several rows). Precondition:
+// dst and src agree modulo V (the copy width). Heads and tails narrower than V move synchronously
+// by one thread, except that with TailMode::MayOverwrite the `primitives` ring moves the tail with
+// the zero-fill form of LDGSTS, which writes the whole last V-byte chunk: the caller promises the
+// stage has V bytes of slack after the segment that nothing else writes.
 //
 // Unified rings (all threads produce and consume) are driven by run_unified in stage_ring.cuh;
 // the partitioned one (`specialized`) by run_partitioned.
@@ -33,6 +34,8 @@ namespace cupipe {
 namespace engine {
 
 namespace cg = cooperative_groups;
+
+enum class TailMode { Exact, MayOverwrite };
 
 // Copies one segment with `nthreads` threads of rank `rank`: the synchronous head and tail, and
 // the body as V-byte chunks handed to `chunk(dst, src)`; `tail(dst, src, n)` moves the tail.
@@ -92,7 +95,7 @@ struct Ring<Mechanism::Sync, Stages, V> : RingBase<Stages> {
   CUPIPE_DEVICE Ring(SharedState&, char* b, int sb) : RingBase<Stages>(b, sb) {}
   template <class St> CUPIPE_DEVICE void producer_acquire(const St&) {}
   template <class St>
-  CUPIPE_DEVICE void copy(const St&, char* dst, const char* src, int64_t n) {
+  CUPIPE_DEVICE void copy(const St&, char* dst, const char* src, int64_t n, TailMode = TailMode::Exact) {
     copy_segment<V>(dst, src, n, threadIdx.x, blockDim.x,
                     [](char* d, const char* g) { *reinterpret_cast<vec_t<V>*>(d) = *reinterpret_cast<const vec_t<V>*>(g); },
                     SyncTail{});
@@ -115,7 +118,7 @@ struct Ring<Mechanism::Pipeline, Stages, V> : RingBase<Stages> {
       : RingBase<Stages>(b, sb), pipe(cuda::make_pipeline(cg::this_thread_block(), &ss.state)) {}
   template <class St> CUPIPE_DEVICE void producer_acquire(const St&) { pipe.producer_acquire(); }
   template <class St>
-  CUPIPE_DEVICE void copy(const St&, char* dst, const char* src, int64_t n) {
+  CUPIPE_DEVICE void copy(const St&, char* dst, const char* src, int64_t n, TailMode = TailMode::Exact) {
     copy_segment<V>(dst, src, n, threadIdx.x, blockDim.x,
                     [&](char* d, const char* g) { cuda::memcpy_async(d, g, cuda::aligned_size_t<V>(V), pipe); },
                     SyncTail{});
@@ -133,7 +136,7 @@ struct Ring<Mechanism::PipelineThread, Stages, V> : RingBase<Stages> {
   CUPIPE_DEVICE Ring(SharedState&, char* b, int sb) : RingBase<Stages>(b, sb), pipe(cuda::make_pipeline()) {}
   template <class St> CUPIPE_DEVICE void producer_acquire(const St&) { pipe.producer_acquire(); }
   template <class St>
-  CUPIPE_DEVICE void copy(const St&, char* dst, const char* src, int64_t n) {
+  CUPIPE_DEVICE void copy(const St&, char* dst, const char* src, int64_t n, TailMode = TailMode::Exact) {
     copy_segment<V>(dst, src, n, threadIdx.x, blockDim.x,
                     [&](char* d, const char* g) { cuda::memcpy_async(d, g, cuda::aligned_size_t<V>(V), pipe); },
                     SyncTail{});
@@ -156,11 +159,15 @@ struct Ring<Mechanism::Primitives, Stages, V> : RingBase<Stages> {
   CUPIPE_DEVICE Ring(SharedState&, char* b, int sb) : RingBase<Stages>(b, sb) {}
   template <class St> CUPIPE_DEVICE void producer_acquire(const St&) {}
   template <class St>
-  CUPIPE_DEVICE void copy(const St&, char* dst, const char* src, int64_t n) {
+  CUPIPE_DEVICE void copy(const St&, char* dst, const char* src, int64_t n, TailMode tail = TailMode::Exact) {
     copy_segment<V>(dst, src, n, threadIdx.x, blockDim.x,
                     [](char* d, const char* g) { __pipeline_memcpy_async(d, g, V); },
-                    // The tail reads only its n bytes and zero-fills the rest of the chunk.
-                    [](char* d, const char* g, int tn) { __pipeline_memcpy_async(d, g, V, V - tn); });
+                    [tail](char* d, const char* g, int tn) {
+                      if (tail == TailMode::MayOverwrite)
+                        __pipeline_memcpy_async(d, g, V, V - tn);  // reads tn bytes, zero-fills the rest
+                      else
+                        copy_bytes(d, g, tn);
+                    });
   }
   template <class St> CUPIPE_DEVICE void producer_commit(const St&) { __pipeline_commit(); }
   template <class St> CUPIPE_DEVICE void consumer_wait(const St&, int pending) {
@@ -181,7 +188,7 @@ struct Ring<Mechanism::Cg, Stages, V> : RingBase<Stages> {
   CUPIPE_DEVICE Ring(SharedState&, char* b, int sb) : RingBase<Stages>(b, sb) {}
   template <class St> CUPIPE_DEVICE void producer_acquire(const St&) {}
   template <class St>
-  CUPIPE_DEVICE void copy(const St&, char* dst, const char* src, int64_t n) {
+  CUPIPE_DEVICE void copy(const St&, char* dst, const char* src, int64_t n, TailMode = TailMode::Exact) {
     auto block = cg::this_thread_block();
     const Segment s = split_segment<V>(src, n);
     if (block.thread_rank() == 0) copy_bytes(dst, src, s.head);
@@ -228,7 +235,7 @@ struct Ring<Mechanism::Barrier, Stages, V> : RingBase<Stages> {
   // The block-wide form, as in CUDA's barrier examples: libcu++ picks the instruction (LDGSTS;
   // on sm_90 with 16-byte alignment, one bulk copy issued for the whole block).
   template <class St>
-  CUPIPE_DEVICE void copy(const St& st, char* dst, const char* src, int64_t n) {
+  CUPIPE_DEVICE void copy(const St& st, char* dst, const char* src, int64_t n, TailMode = TailMode::Exact) {
     auto block = cg::this_thread_block();
     const Segment s = split_segment<V>(src, n);
     if (threadIdx.x == 0) copy_bytes(dst, src, s.head);
@@ -269,7 +276,7 @@ struct Ring<Mechanism::Specialized, Stages, V> : RingBase<Stages> {
   }
   template <class St> CUPIPE_DEVICE void producer_acquire(const St&) { pipe.producer_acquire(); }
   template <class St>
-  CUPIPE_DEVICE void copy(const St&, char* dst, const char* src, int64_t n) {
+  CUPIPE_DEVICE void copy(const St&, char* dst, const char* src, int64_t n, TailMode = TailMode::Exact) {
     copy_segment<V>(dst, src, n, threadIdx.x, kProducerThreads,
                     [&](char* d, const char* g) { cuda::memcpy_async(d, g, cuda::aligned_size_t<V>(V), pipe); },
                     SyncTail{});
@@ -306,7 +313,7 @@ struct Ring<Mechanism::Tma, Stages, V> : RingBase<Stages> {
     if (threadIdx.x == 0) sm90::mbarrier_wait_parity(&ss.empty[st.index], st.phase ^ 1u);
   }
   template <class St>
-  CUPIPE_DEVICE void copy(const St& st, char* dst, const char* src, int64_t n) {
+  CUPIPE_DEVICE void copy(const St& st, char* dst, const char* src, int64_t n, TailMode = TailMode::Exact) {
     if (threadIdx.x != 0) return;
     const Segment s = split_segment<16>(src, n);
     copy_bytes(dst, src, s.head);

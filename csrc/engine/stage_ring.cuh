@@ -36,8 +36,10 @@ struct StageWriter {
   const StageState<Ring::kStages>& st;
   char* stage;
   // Copies [src, src + nbytes) to stage + offset; offset and src must agree modulo the copy width.
-  CUPIPE_DEVICE void copy(int64_t offset, const void* src, int64_t nbytes) const {
-    ring.copy(st, stage + offset, static_cast<const char*>(src), nbytes);
+  // TailMode::MayOverwrite lets `primitives` zero-fill up to V bytes past the segment.
+  CUPIPE_DEVICE void copy(int64_t offset, const void* src, int64_t nbytes,
+                          TailMode tail = TailMode::Exact) const {
+    ring.copy(st, stage + offset, static_cast<const char*>(src), nbytes, tail);
   }
   // The threads that may also write the stage with plain stores before the commit (halo fills,
   // zero rows): their stores are published with the stage. For tma only thread 0 qualifies.

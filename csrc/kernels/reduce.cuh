@@ -108,7 +108,7 @@ __global__ void __launch_bounds__(kReduceThreads)
       int64_t row0;
       const int nrows = rows_of(k, row0);
       const T* src = x + row0 * pl.r;
-      w.copy(shift_of(src), src, static_cast<int64_t>(nrows) * pl.r * esz);
+      w.copy(shift_of(src), src, static_cast<int64_t>(nrows) * pl.r * esz, engine::TailMode::MayOverwrite);
     };
     auto consume = [&](const char* stage, int64_t k, engine::Team team) {
       int64_t row0;
@@ -144,7 +144,8 @@ __global__ void __launch_bounds__(kReduceThreads)
   A acc = comb.init();
   auto load = [&](const auto& w, int64_t k) {
     const T* src = base + k * pl.tile_elems;
-    w.copy(shift_of(src), src, min(static_cast<int64_t>(pl.tile_elems), n - k * pl.tile_elems) * esz);
+    w.copy(shift_of(src), src, min(static_cast<int64_t>(pl.tile_elems), n - k * pl.tile_elems) * esz,
+           engine::TailMode::MayOverwrite);
   };
   auto consume = [&](const char* stage, int64_t k, engine::Team team) {
     const T* src = base + k * pl.tile_elems;
@@ -203,7 +204,8 @@ __global__ void __launch_bounds__(kReduceThreads)
     const int rows = static_cast<int>(min(static_cast<int64_t>(kColTileRows), nrows - k * kColTileRows));
     for (int i = 0; i < rows; ++i) {
       const T* src = base + (k * kColTileRows + i) * pl.inner;
-      w.copy(static_cast<int64_t>(i) * pl.pitch + shift_of(src), src, static_cast<int64_t>(ncols) * esz);
+      w.copy(static_cast<int64_t>(i) * pl.pitch + shift_of(src), src, static_cast<int64_t>(ncols) * esz,
+             engine::TailMode::MayOverwrite);
     }
   };
   auto consume = [&](const char* stage, int64_t k, engine::Team team) {

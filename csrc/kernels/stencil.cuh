@@ -1,7 +1,7 @@
 // The pipelined 2-D stencil (stencil1d maps onto it with ry = 0 or rx = 0).
 //
-// Output tiles of kTileH x kTileW points stream through the engine's stage ring. A stage holds
-// the tile's padded input window, (kTileH + 2ry) rows of (kTileW + 2rx) elements, already
+// Output tiles of tile_h x tile_w points stream through the engine's stage ring. A stage holds
+// the tile's padded input window, (tile_h + 2ry) rows of (tile_w + 2rx) elements, already
 // resolved through the boundary: rows are fetched from their mapped source row (zero rows are
 // filled with zeros), the in-range part of each row moves as one async segment, and the few
 // halo columns outside the plane are stored directly (mapped, or zero). The consumer then runs a
@@ -20,8 +20,8 @@ namespace cupipe {
 namespace kernels {
 
 constexpr int kStencilThreads = 256;
-constexpr int kTileH = 16;
-constexpr int kTileW = 128;
+constexpr int kTilePoints = 2048;  // outputs per tile: tile_h x tile_w, tile_h = 16 unless ny is small
+
 
 __device__ __forceinline__ int64_t map_index_dev(int64_t i, int64_t n, Boundary b) {
   if (i >= 0 && i < n) return i;
@@ -43,6 +43,7 @@ __device__ __forceinline__ int64_t map_index_dev(int64_t i, int64_t n, Boundary 
 struct StencilGeom {
   int64_t batch, ny, nx;
   int ry, rx;
+  int tile_h, tile_w;  // outputs per tile
   int64_t tiles_y, tiles_x;
   int win_h, win_w;  // padded window, in elements
   int pitch;         // bytes per smem row
@@ -51,10 +52,14 @@ struct StencilGeom {
 inline StencilGeom make_stencil_geom(const StencilParams& p, int esz) {
   StencilGeom g;
   g.batch = p.batch; g.ny = p.ny; g.nx = p.nx; g.ry = p.ry; g.rx = p.rx;
-  g.tiles_y = (p.ny + kTileH - 1) / kTileH;
-  g.tiles_x = (p.nx + kTileW - 1) / kTileW;
-  g.win_h = kTileH + 2 * p.ry;
-  g.win_w = kTileW + 2 * p.rx;
+  // Short planes (1-D rows: ny == 1) get wide tiles instead of mostly empty 16-row ones.
+  g.tile_h = 16;
+  while (g.tile_h > 1 && g.tile_h / 2 >= p.ny) g.tile_h /= 2;
+  g.tile_w = kTilePoints / g.tile_h;
+  g.tiles_y = (p.ny + g.tile_h - 1) / g.tile_h;
+  g.tiles_x = (p.nx + g.tile_w - 1) / g.tile_w;
+  g.win_h = g.tile_h + 2 * p.ry;
+  g.win_w = g.tile_w + 2 * p.rx;
   // 16 bytes for the alignment shift, 16 for the zero-filled tail chunk of the primitives.
   g.pitch = static_cast<int>(engine::align_up(static_cast<int64_t>(g.win_w) * esz + 32, 16));
   return g;
@@ -87,7 +92,7 @@ __global__ void __launch_bounds__(kStencilThreads)
   auto tile_of = [&](int64_t k) {
     const int64_t t = blockIdx.x + k * gridDim.x;
     const int64_t b = t / tiles_per_plane, r = t % tiles_per_plane;
-    return Tile{b, (r / g.tiles_x) * kTileH, (r % g.tiles_x) * kTileW};
+    return Tile{b, (r / g.tiles_x) * g.tile_h, (r % g.tiles_x) * g.tile_w};
   };
 
   auto load = [&](const auto& w, int64_t k) {
@@ -109,7 +114,11 @@ __global__ void __launch_bounds__(kStencilThreads)
       const int shift = row_shift(plane, src_row, g.nx, xw);
       T* srow = reinterpret_cast<T*>(row + shift);
       const T* grow = plane + src_row * g.nx;
-      if (c_hi > c_lo) w.copy(static_cast<int64_t>(i) * g.pitch + shift + (c_lo - xw) * static_cast<int64_t>(sizeof(T)), grow + c_lo, (c_hi - c_lo) * static_cast<int64_t>(sizeof(T)));
+      // Halo columns stored directly right of the segment must not be zero-filled over.
+      const auto tail = xw + g.win_w > g.nx ? engine::TailMode::Exact : engine::TailMode::MayOverwrite;
+      if (c_hi > c_lo)
+        w.copy(static_cast<int64_t>(i) * g.pitch + shift + (c_lo - xw) * static_cast<int64_t>(sizeof(T)), grow + c_lo,
+               (c_hi - c_lo) * static_cast<int64_t>(sizeof(T)), tail);
       if (st.rank >= 0 && (xw < 0 || xw + g.win_w > g.nx)) {  // halo columns outside the plane
         for (int c = st.rank; c < g.win_w; c += st.size) {
           const int64_t gc = xw + c;
@@ -126,8 +135,8 @@ __global__ void __launch_bounds__(kStencilThreads)
     const T* plane = x + t.b * g.ny * g.nx;
     T* oplane = out + t.b * g.ny * g.nx;
     const int64_t yw = t.y0 - g.ry, xw = t.x0 - g.rx;
-    for (int p = team.rank; p < kTileH * kTileW; p += team.size) {
-      const int i = p / kTileW, j = p % kTileW;
+    for (int p = team.rank; p < g.tile_h * g.tile_w; p += team.size) {
+      const int i = p / g.tile_w, j = p % g.tile_w;
       const int64_t oy = t.y0 + i, ox = t.x0 + j;
       if (oy >= g.ny || ox >= g.nx) continue;
       A acc = 0;

@@ -33,7 +33,7 @@ __global__ void __launch_bounds__(kCopyThreads)
   auto tile_offset = [&](int64_t k) { return (blockIdx.x + k * gridDim.x) * static_cast<int64_t>(tile_bytes); };
   auto load = [&](const auto& w, int64_t k) {
     const int64_t off = tile_offset(k);
-    w.copy(0, s0 + off, min(static_cast<int64_t>(tile_bytes), body - off));
+    w.copy(0, s0 + off, min(static_cast<int64_t>(tile_bytes), body - off), engine::TailMode::MayOverwrite);
   };
   auto consume = [&](const char* stage, int64_t k, engine::Team team) {
     const int64_t off = tile_offset(k);

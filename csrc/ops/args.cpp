@@ -19,6 +19,7 @@ MechanismArg parse_mechanism(const char* op, c10::string_view name) {
   TORCH_CHECK_VALUE(false, "cupipe.", op, ": unknown mechanism '", std::string(name),
                     "'; expected one of auto, sync, pipeline, pipeline_thread, primitives, cg, "
                     "barrier, specialized, tma");
+  return out;  // not reached: the check above throws
 }
 
 Boundary parse_boundary(const char* op, c10::string_view name) {
@@ -28,6 +29,7 @@ Boundary parse_boundary(const char* op, c10::string_view name) {
   if (name == "reflect") return Boundary::Reflect;
   TORCH_CHECK_VALUE(false, "cupipe.", op, ": unknown boundary '", std::string(name),
                     "'; expected one of zero, replicate, circular, reflect");
+  return Boundary::Zero;  // not reached
 }
 
 ReduceOp parse_reduce_op(const char* op, c10::string_view name) {
@@ -37,6 +39,7 @@ ReduceOp parse_reduce_op(const char* op, c10::string_view name) {
   if (name == "amin") return ReduceOp::Amin;
   TORCH_CHECK_VALUE(false, "cupipe.", op, ": unknown op '", std::string(name),
                     "'; expected one of sum, mean, amax, amin");
+  return ReduceOp::Sum;  // not reached
 }
 
 void check_stages(const char* op, int64_t stages) {
@@ -59,8 +62,10 @@ DType to_kernel_dtype(at::ScalarType t) {
     case at::kHalf: return DType::F16;
     case at::kBFloat16: return DType::BF16;
     case at::kDouble: return DType::F64;
-    default: TORCH_CHECK_TYPE(false, "cupipe: unsupported dtype ", t);
+    default: break;
   }
+  TORCH_CHECK_TYPE(false, "cupipe: unsupported dtype ", t);
+  return DType::F32;  // not reached
 }
 
 void check_float_input(const char* op, const char* arg, const at::Tensor& t) {

@@ -129,11 +129,14 @@ at::Tensor reduce_cuda(const at::Tensor& x, c10::string_view op, at::OptionalInt
   at::Tensor out = at::empty(plan.out_shape, x.options().dtype(plan.out_dtype));
   if (out.numel() == 0) return out;
   int64_t outer, r, inner;
-  const at::Tensor xc = reduce_canonical_view(x, plan, outer, r, inner);
+  // The kernels accumulate in double only for double input; dtype=float64 on a narrower input
+  // (like torch.sum(x, dtype=torch.float64)) converts the input first.
+  const at::Tensor xin = plan.acc_double && x.scalar_type() != at::kDouble ? x.to(at::kDouble) : x;
+  const at::Tensor xc = reduce_canonical_view(xin, plan, outer, r, inner);
   ReduceParams p;
   p.x = xc.data_ptr();
   p.out = out.data_ptr();
-  p.in_dtype = to_kernel_dtype(x.scalar_type());
+  p.in_dtype = to_kernel_dtype(xin.scalar_type());
   p.out_dtype = to_kernel_dtype(plan.out_dtype);
   p.acc_double = plan.acc_double;
   p.outer = outer; p.r = r; p.inner = inner;
