@@ -70,6 +70,8 @@ class Results:
 
     def add(self, **kw):
         self.rows.append(kw)
+        if os.environ.get("CUPIPE_BENCH_STREAM"):  # one line per measurement, as it comes
+            print("  " + "  ".join(f"{k}={_fmt(v)}" for k, v in kw.items()), flush=True)
 
     def print_table(self, title: str, keys: List[str]):
         rows = [r for r in self.rows if r.get("table") == title]

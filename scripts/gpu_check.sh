@@ -41,7 +41,7 @@ fi
 if has sanitize; then
 t0=$(date +%s)
 for tool in memcheck racecheck synccheck; do
-  stages="1,2,3"; [ "$tool" = racecheck ] && stages="1,2"
+  stages=${SAN_STAGES:-1,2,3}; [ "$tool" = racecheck ] && stages=${SAN_RACE_STAGES:-1,2}
   compute-sanitizer --tool $tool --error-exitcode 9 python3 scripts/sanitize_cases.py $stages >"$LOG/sanitizer_$tool.log" 2>&1
   r=$?
   errs=$(grep -E "ERROR SUMMARY|RACECHECK SUMMARY" "$LOG/sanitizer_$tool.log" | tail -1)

@@ -74,7 +74,9 @@ void prepare_smem(Kernel kernel, size_t smem, const char* what) {
                              " bytes of shared memory per block but this device allows " +
                              std::to_string(dev.max_smem_optin) + "; use fewer stages or smaller tiles");
   }
-  if (smem > 48 * 1024) {
+  // Static + dynamic shared memory above 48 KiB needs the opt-in, even if the dynamic part alone
+  // is below it.
+  if (total > 48 * 1024) {
     CUPIPE_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                            static_cast<int>(smem)));
   }

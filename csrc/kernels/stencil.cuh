@@ -49,13 +49,26 @@ struct StencilGeom {
   int pitch;         // bytes per smem row
 };
 
-inline StencilGeom make_stencil_geom(const StencilParams& p, int esz) {
+inline StencilGeom make_stencil_geom(const StencilParams& p, int esz, int64_t smem_budget) {
   StencilGeom g;
   g.batch = p.batch; g.ny = p.ny; g.nx = p.nx; g.ry = p.ry; g.rx = p.rx;
-  // Short planes (1-D rows: ny == 1) get wide tiles instead of mostly empty 16-row ones.
+  // Short planes (1-D rows: ny == 1) get wide tiles instead of mostly empty 16-row ones, narrow
+  // planes tall ones; then the window shrinks until `stages` of it fit in shared memory.
   g.tile_h = 16;
   while (g.tile_h > 1 && g.tile_h / 2 >= p.ny) g.tile_h /= 2;
   g.tile_w = kTilePoints / g.tile_h;
+  while (g.tile_w > 32 && g.tile_w / 2 >= p.nx) {
+    g.tile_w /= 2;
+    if (g.tile_h * 2 <= 64 && g.tile_h < p.ny) g.tile_h *= 2;
+  }
+  auto stage_bytes = [&] {
+    return static_cast<int64_t>(g.tile_h + 2 * p.ry) *
+           engine::align_up(static_cast<int64_t>(g.tile_w + 2 * p.rx) * esz + 32, 16);
+  };
+  while (p.stages * stage_bytes() > smem_budget && (g.tile_w > 32 || g.tile_h > 1)) {
+    if (g.tile_w > 32) g.tile_w /= 2;
+    else g.tile_h /= 2;
+  }
   g.tiles_y = (p.ny + g.tile_h - 1) / g.tile_h;
   g.tiles_x = (p.nx + g.tile_w - 1) / g.tile_w;
   g.win_h = g.tile_h + 2 * p.ry;
@@ -160,12 +173,12 @@ void launch_stencil_mechanism(const StencilParams& p) {
     dispatch_dtype(p.dtype, [&](auto tv) {
       using T = decltype(tv);
       using A = acc_t<T>;
-      const StencilGeom g = make_stencil_geom(p, sizeof(T));
-      auto kernel = stencil_kernel<M, S, T>;
+      const DeviceInfo dev = device_info(current_device());
       const size_t nw = static_cast<size_t>(2 * p.ry + 1) * (2 * p.rx + 1);
+      const StencilGeom g = make_stencil_geom(p, sizeof(T), dev.max_smem_optin - 1024 - static_cast<int64_t>(nw * sizeof(A)));
+      auto kernel = stencil_kernel<M, S, T>;
       const size_t smem = static_cast<size_t>(S) * g.win_h * g.pitch + nw * sizeof(A);
       prepare_smem(kernel, smem, "stencil");
-      const DeviceInfo dev = device_info(current_device());
       const int64_t ntiles = g.batch * g.tiles_y * g.tiles_x;
       int64_t grid = static_cast<int64_t>(dev.num_sms) * blocks_per_sm(kernel, kStencilThreads, smem);
       if (grid > ntiles) grid = ntiles;
