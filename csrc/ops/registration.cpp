@@ -4,6 +4,7 @@
 #include <torch/library.h>
 
 #include "kernels/params.h"
+#include "ops/tuning.h"
 
 TORCH_LIBRARY(cupipe, m) {
   m.def("stream_copy(Tensor x, *, str mechanism=\"auto\", int stages=0, int vec_bytes=0) -> Tensor");
@@ -38,10 +39,37 @@ pybind11::dict cuda_device_info(int device) {
   return d;
 }
 
+// What mechanism="auto" / stages=0 / vec_bytes=0 resolve to for `op` on a GPU of compute capability
+// `sm` (10*major + minor): the same table the CUDA kernels use (csrc/ops/tuning.cpp). Explicit
+// arguments pass through. Returns (mechanism, stages, vec_bytes).
+pybind11::tuple resolve_config(const std::string& op, int sm, const std::string& mechanism, int64_t stages,
+                               int64_t vec_bytes) {
+  using namespace cupipe::ops;
+  const MechanismArg mech = parse_mechanism(op.c_str(), mechanism);
+  check_stages(op.c_str(), stages);
+  check_vec_bytes(op.c_str(), vec_bytes);
+  cupipe::DeviceInfo dev;
+  dev.sm = sm;
+  CopyConfig cfg;
+  if (op == "stream_copy") {
+    cfg = resolve_stream_copy(dev, mech, stages, vec_bytes, 0);
+  } else if (op == "stencil1d" || op == "stencil2d") {
+    cfg = resolve_stencil(dev, mech, stages, StencilGeometry{});
+  } else if (op == "reduce") {
+    cfg = resolve_reduce(dev, mech, stages, 1, 1, 1);
+  } else {
+    TORCH_CHECK_VALUE(false, "cupipe.resolve_config: unknown op '", op,
+                      "'; expected stream_copy, stencil1d, stencil2d or reduce");
+  }
+  return pybind11::make_tuple(std::string(cupipe::engine::mechanism_name(cfg.mechanism)), cfg.stages,
+                              cfg.vec_bytes);
+}
+
 }  // namespace
 
 PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   m.doc() = "cupipe compiled kernels; the ops are in torch.ops.cupipe";
   m.attr("with_cuda") = static_cast<bool>(CUPIPE_WITH_CUDA);
   m.def("cuda_device_info", &cuda_device_info, "sm version, SM count, opt-in shared memory");
+  m.def("resolve_config", &resolve_config, "what auto resolves to: (op, sm, mechanism, stages, vec_bytes)");
 }
