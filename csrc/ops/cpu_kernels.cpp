@@ -11,7 +11,7 @@
 #include <limits>
 
 #include "ops/args.h"
-#include "ops/boundary.h"
+#include "kernels/boundary.h"
 
 namespace cupipe {
 namespace ops {
