@@ -72,6 +72,21 @@ def _write_build_info():
 
 _write_build_info()
 
+
+def _ship_engine_headers():
+    """Copy the header-only engine into the package (cupipe/include/engine), so that
+    cupipe.include_dir() works for installed wheels too, not only for source checkouts."""
+    import shutil as _sh
+
+    dst = ROOT / "cupipe" / "include" / "engine"
+    dst.mkdir(parents=True, exist_ok=True)
+    for src in (ROOT / "csrc" / "engine").iterdir():
+        if src.suffix in (".h", ".cuh") and (not (dst / src.name).exists() or (dst / src.name).read_bytes() != src.read_bytes()):
+            _sh.copy2(src, dst / src.name)
+
+
+_ship_engine_headers()
+
 cpp_sources = sorted(str(p.relative_to(ROOT)) for p in (ROOT / "csrc" / "ops").glob("*.cpp"))
 cu_sources = sorted(str(p.relative_to(ROOT)) for p in (ROOT / "csrc" / "kernels").glob("*.cu"))
 

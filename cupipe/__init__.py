@@ -52,14 +52,17 @@ except ImportError as e:  # pragma: no cover
     ) from e
 
 from .ops import MECHANISMS, BOUNDARIES, REDUCE_OPS, reduce, stencil1d, stencil2d, stream_copy  # noqa: E402
+from . import tuning  # noqa: E402
+from .tuning import explain, tune  # noqa: E402
 
 
 def include_dir() -> str:
-    """Directory to add to an extension's include path to use the header-only engine:
-    ``#include "engine/stage_ring.cuh"``."""
+    """Directory to add to an extension's include path to use the header-only engine
+    (``#include "engine/engine.cuh"``; needs nvcc, sm_80+, no torch). A source checkout serves
+    ``csrc/``; an installed package the copy that setup.py ships in ``cupipe/include``."""
     here = _Path(__file__).resolve().parent
-    for cand in (here / "include", here.parent / "csrc"):
-        if (cand / "engine").is_dir():
+    for cand in (here.parent / "csrc", here / "include"):
+        if (cand / "engine" / "engine.cuh").is_file():
             return str(cand)
     raise FileNotFoundError("cupipe engine headers not found next to the package")
 
@@ -74,6 +77,9 @@ __all__ = [
     "stencil1d",
     "stencil2d",
     "reduce",
+    "explain",
+    "tune",
+    "tuning",
     "MECHANISMS",
     "BOUNDARIES",
     "REDUCE_OPS",
