@@ -9,6 +9,8 @@ from typing import List, Optional, Sequence, Union
 
 import torch
 
+from . import tuning as _tuning
+
 MECHANISMS = ("auto", "sync", "pipeline", "pipeline_thread", "primitives", "cg", "barrier",
               "specialized", "tma")
 BOUNDARIES = ("zero", "replicate", "circular", "reflect")
@@ -30,7 +32,14 @@ def stream_copy(x: torch.Tensor, *, mechanism: str = "auto", stages: int = 0,
         stages: depth of the stage ring, 1..8; 0 = auto.
         vec_bytes: width of one async copy, 4, 8 or 16; 0 = auto. Narrowed automatically when
             the input's and output's addresses do not allow it.
+
+    With ``mechanism="auto"`` on a CUDA tensor, an entry of the tuning cache written by
+    ``cupipe.tune`` for this (op, shape class, dtype, device) takes precedence over the shipped
+    table (``cupipe.explain`` says which applies); ``torch.ops.cupipe.*`` uses the table only.
     """
+    if mechanism == "auto":
+        mechanism, stages, vec_bytes = _tuning.cached_config("stream_copy", x, mechanism, stages,
+                                                             vec_bytes)
     return _ops.stream_copy(x, mechanism=mechanism, stages=stages, vec_bytes=vec_bytes)
 
 
@@ -41,8 +50,12 @@ def stencil1d(x: torch.Tensor, weights: torch.Tensor, *, dim: int = -1, boundary
     ``out[i] = sum_k weights[k] * x[i + k - r]`` with ``weights`` of odd length ``2r+1``; indices
     outside the dim follow ``boundary`` (``zero``, ``replicate``, ``circular``, ``reflect`` =
     ``F.pad`` modes; ``reflect`` needs size > r). Accumulates in fp32 (fp64 for fp64 ``x``).
-    Differentiable w.r.t. ``x`` and ``weights``.
+    Differentiable w.r.t. ``x`` and ``weights``. ``mechanism="auto"`` consults the tuning cache
+    first, like ``stream_copy``.
     """
+    if mechanism == "auto":
+        mechanism, stages, _ = _tuning.cached_config("stencil1d", x, mechanism, stages,
+                                                     weights=weights, dim=dim)
     return _ops.stencil1d(x, weights, dim=dim, boundary=boundary, mechanism=mechanism, stages=stages)
 
 
@@ -51,8 +64,12 @@ def stencil2d(x: torch.Tensor, weights: torch.Tensor, *, boundary: str = "zero",
     """2-D stencil over the last two dims (any leading batch dims), ``weights`` of shape
     ``(2ry+1, 2rx+1)``. The zero boundary equals
     ``F.conv2d(x.reshape(-1, 1, H, W), weights[None, None], padding=(ry, rx))``.
-    Differentiable w.r.t. ``x`` and ``weights``.
+    Differentiable w.r.t. ``x`` and ``weights``. ``mechanism="auto"`` consults the tuning cache
+    first, like ``stream_copy``.
     """
+    if mechanism == "auto":
+        mechanism, stages, _ = _tuning.cached_config("stencil2d", x, mechanism, stages,
+                                                     weights=weights)
     return _ops.stencil2d(x, weights, boundary=boundary, mechanism=mechanism, stages=stages)
 
 
@@ -63,11 +80,14 @@ def reduce(x: torch.Tensor, op: str = "sum", dim: Union[int, Sequence[int], None
 
     ``dim`` None (or ``[]``) reduces everything. fp16/bf16 accumulate in fp32. ``dtype`` (sum and
     mean only) sets the result dtype as in ``torch.sum``. Differentiable w.r.t. ``x``.
+    ``mechanism="auto"`` consults the tuning cache first, like ``stream_copy``.
     """
     if isinstance(dim, int):
         dim = [dim]
     elif dim is not None:
         dim = list(dim)
+    if mechanism == "auto":
+        mechanism, stages, _ = _tuning.cached_config("reduce", x, mechanism, stages, dim=dim)
     return _ops.reduce(x, op, dim, keepdim, dtype=dtype, mechanism=mechanism, stages=stages)
 
 

@@ -1,0 +1,322 @@
+"""Tuning: the on-disk cache (round trip, corrupt files, concurrent writers), shape classes, the
+wrappers' cache lookup, cupipe.explain and cupipe.tune's CPU behaviour. All on the CPU: CUDA
+tensors are simulated with FakeTensorMode where the lookup needs one."""
+from __future__ import annotations
+
+import json
+import multiprocessing as mp
+import os
+import warnings
+
+import pytest
+import torch
+from torch._subclasses.fake_tensor import FakeTensorMode
+
+import cupipe
+from cupipe import tuning
+
+HAS_TABLE = hasattr(cupipe._C, "resolve_config")
+needs_table = pytest.mark.skipif(not HAS_TABLE, reason="cupipe._C.resolve_config missing: rebuild")
+
+ENTRY = {"mechanism": "tma", "stages": 3, "vec_bytes": 8, "ms": 0.5, "table_ms": 0.6,
+         "table_config": "sync/2/vec16", "measured": "2026-11-22T00:00:00"}
+
+
+@pytest.fixture
+def cache(tmp_path, monkeypatch):
+    """A fresh, empty cache directory for the test; the in-memory copy is reset around it."""
+    monkeypatch.setenv("CUPIPE_CACHE_DIR", str(tmp_path))
+    monkeypatch.delenv("CUPIPE_TUNING_CACHE", raising=False)
+    tuning.reload_cache()
+    yield tmp_path
+    tuning.reload_cache()
+
+
+# ----------------------------------------------------------------------------- the file
+
+def test_cache_location(cache, monkeypatch):
+    assert tuning.cache_path() == os.path.join(str(cache), "tuning.json")
+    monkeypatch.delenv("CUPIPE_CACHE_DIR")
+    assert tuning.cache_path() == os.path.join(os.path.expanduser("~"), ".cache", "cupipe",
+                                               "tuning.json")
+
+
+def test_cache_round_trip(cache):
+    assert tuning.read_cache() == {}                       # no file yet: empty, no warning
+    key = tuning.cache_key("stencil2d", "nd2:14x14:r1x1", torch.float32, "NVIDIA H200")
+    tuning.store_entries({key: ENTRY})
+    assert tuning.read_cache() == {key: ENTRY}
+    other = tuning.cache_key("reduce", "nd1:29:dimsall", torch.bfloat16, "NVIDIA H100")
+    tuning.store_entries({other: dict(ENTRY, mechanism="sync", stages=2)})   # merges
+    got = tuning.read_cache()
+    assert set(got) == {key, other} and got[other]["mechanism"] == "sync"
+    doc = json.loads((cache / "tuning.json").read_text())
+    assert doc["format"] == tuning.FORMAT_VERSION
+    assert [p.name for p in cache.iterdir() if p.name.endswith(".tmp")] == []   # no temp left
+
+
+def test_store_rejects_bad_entries(cache):
+    with pytest.raises(ValueError, match="invalid tuning entry"):
+        tuning.store_entries({"k": {"mechanism": "warp-drive", "stages": 2}})
+    with pytest.raises(ValueError):
+        tuning.store_entries({"k": {"mechanism": "sync", "stages": 9}})
+    assert not (cache / "tuning.json").exists()
+
+
+@pytest.mark.parametrize("content", [b"{not json", b"\xff\xfe\x00garbage", b"[1, 2, 3]",
+                                     b'{"format": 999, "entries": {}}', b""])
+def test_corrupt_cache_is_ignored_with_a_warning(cache, content):
+    (cache / "tuning.json").write_bytes(content)
+    with pytest.warns(RuntimeWarning, match="ignoring the tuning cache"):
+        assert tuning.read_cache() == {}
+    # the wrappers' lookup also treats it as empty (one warning, then the in-memory copy)
+    with pytest.warns(RuntimeWarning):
+        assert tuning._entries() == {}
+    # the next store replaces the corrupt file with a valid one
+    with pytest.warns(RuntimeWarning):
+        tuning.store_entries({"stream_copy|nd1:29|float32|X": ENTRY})
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        assert list(tuning.read_cache()) == ["stream_copy|nd1:29|float32|X"]
+
+
+def test_invalid_entries_inside_a_valid_file_are_dropped(cache):
+    doc = {"format": tuning.FORMAT_VERSION,
+           "entries": {"good": ENTRY, "bad": {"mechanism": "sync", "stages": "two"}}}
+    (cache / "tuning.json").write_text(json.dumps(doc))
+    assert list(tuning.read_cache()) == ["good"]
+
+
+def _writer(cache_dir: str, worker: int, n: int) -> None:
+    os.environ["CUPIPE_CACHE_DIR"] = cache_dir
+    for i in range(n):
+        tuning.store_entries({f"stream_copy|w{worker}:{i}|float32|GPU": dict(ENTRY, stages=1 + i % 8)})
+
+
+def _reader(cache_dir: str, n: int, q) -> None:
+    """Reads while the writers write; reports any read that saw a broken file."""
+    path = os.path.join(cache_dir, "tuning.json")
+    bad = 0
+    for _ in range(n):
+        with warnings.catch_warnings(record=True) as w:
+            warnings.simplefilter("always")
+            tuning.read_cache(path)
+        bad += len(w)
+    q.put(bad)
+
+
+def test_concurrent_writers_merge_and_readers_never_see_a_partial_file(cache):
+    ctx = mp.get_context("fork" if "fork" in mp.get_all_start_methods() else "spawn")
+    workers, per = 4, 15
+    q = ctx.Queue()
+    procs = [ctx.Process(target=_writer, args=(str(cache), w, per)) for w in range(workers)]
+    procs.append(ctx.Process(target=_reader, args=(str(cache), 200, q)))
+    for p in procs:
+        p.start()
+    for p in procs:
+        p.join(60)
+        assert p.exitcode == 0
+    assert q.get(timeout=10) == 0, "a reader saw a half-written or corrupt cache file"
+    got = tuning.read_cache()
+    want = {f"stream_copy|w{w}:{i}|float32|GPU" for w in range(workers) for i in range(per)}
+    assert set(got) == want                          # no writer lost another's entries
+    assert [p.name for p in cache.iterdir() if p.name.endswith(".tmp")] == []
+
+
+# ----------------------------------------------------------------------------- keys
+
+def test_shape_class():
+    sc = tuning.shape_class
+    assert sc("stencil2d", (8192, 8192), radius=(1, 1)) == "nd2:14x14:r1x1"
+    # log2 buckets: 5000 and 8000 share one, 4096 and 4095 do not
+    assert sc("stream_copy", (5000,)) == sc("stream_copy", (8000,))
+    assert sc("stream_copy", (4096,)) != sc("stream_copy", (4095,))
+    assert sc("stream_copy", (4, 4)) != sc("stream_copy", (16,))          # ndim matters
+    assert sc("stencil2d", (64, 64), radius=(1, 1)) != sc("stencil2d", (64, 64), radius=(2, 2))
+    assert sc("stencil1d", (8, 100), dim=-1, radius=4) == sc("stencil1d", (8, 100), dim=1, radius=4)
+    assert sc("stencil1d", (8, 100), dim=0, radius=4) != sc("stencil1d", (8, 100), dim=1, radius=4)
+    assert sc("reduce", (64, 64), dim=None) == sc("reduce", (64, 64), dim=[]) == "nd2:7x7:dimsall"
+    assert sc("reduce", (64, 64), dim=[-1]) == sc("reduce", (64, 64), dim=[1]) != \
+        sc("reduce", (64, 64), dim=[0])
+    assert sc("reduce", (), dim=None) == "nd0:scalar:dimsall"
+    with pytest.raises(ValueError, match="unknown op"):
+        sc("conv", (3,))
+
+
+# ----------------------------------------------------------------------------- the wrappers' lookup
+
+class _Recorder:
+    """Stands in for torch.ops.cupipe inside cupipe.ops: records what the wrapper passes on."""
+
+    def __init__(self):
+        self.calls = []
+
+    def __getattr__(self, name):
+        def op(*args, **kw):
+            self.calls.append((name, kw))
+            return args[0]
+        return op
+
+
+@pytest.fixture
+def fake_gpu(cache, monkeypatch):
+    monkeypatch.setattr(tuning, "device_name", lambda device: "Fake GPU")
+    rec = _Recorder()
+    monkeypatch.setattr(cupipe.ops, "_ops", rec)
+    with FakeTensorMode():
+        yield rec
+
+
+def _key(op, shape, dtype=torch.float32, **geo):
+    return tuning.cache_key(op, tuning.shape_class(op, shape, **geo), dtype, "Fake GPU")
+
+
+def test_wrappers_use_a_cached_entry_for_auto(fake_gpu):
+    tuning.store_entries({
+        _key("stencil2d", (64, 128), radius=(1, 1)): dict(ENTRY, mechanism="cg", stages=5),
+        _key("stream_copy", (1000,)): dict(ENTRY, mechanism="tma", stages=3, vec_bytes=8),
+        _key("reduce", (32, 64), dim=[1]): dict(ENTRY, mechanism="barrier", stages=6),
+        _key("stencil1d", (32, 64), dim=0, radius=2): dict(ENTRY, mechanism="specialized", stages=7),
+    })
+    x = torch.empty(64, 128, device="cuda")
+    w = torch.empty(3, 3, device="cuda")
+    cupipe.stencil2d(x, w)
+    assert fake_gpu.calls[-1][1]["mechanism"] == "cg" and fake_gpu.calls[-1][1]["stages"] == 5
+    cupipe.stencil2d(x, w, stages=2)                       # an explicit stage count is kept
+    assert fake_gpu.calls[-1][1]["mechanism"] == "cg" and fake_gpu.calls[-1][1]["stages"] == 2
+    cupipe.stencil2d(x, w, mechanism="sync")               # explicit mechanism: no cache
+    assert fake_gpu.calls[-1][1] == {"boundary": "zero", "mechanism": "sync", "stages": 0}
+    cupipe.stencil2d(x, torch.empty(5, 5, device="cuda"))  # another radius: no entry
+    assert fake_gpu.calls[-1][1]["mechanism"] == "auto"
+    cupipe.stencil2d(x.half(), w)                          # another dtype: no entry
+    assert fake_gpu.calls[-1][1]["mechanism"] == "auto"
+
+    cupipe.stream_copy(torch.empty(1000, device="cuda"))
+    assert fake_gpu.calls[-1][1] == {"mechanism": "tma", "stages": 3, "vec_bytes": 8}
+    cupipe.stream_copy(torch.empty(1000, device="cuda"), vec_bytes=16)
+    assert fake_gpu.calls[-1][1] == {"mechanism": "tma", "stages": 3, "vec_bytes": 16}
+
+    cupipe.reduce(torch.empty(32, 64, device="cuda"), "sum", -1)
+    assert fake_gpu.calls[-1][1]["mechanism"] == "barrier"
+    cupipe.reduce(torch.empty(32, 64, device="cuda"), "sum", 0)
+    assert fake_gpu.calls[-1][1]["mechanism"] == "auto"
+
+    cupipe.stencil1d(torch.empty(32, 64, device="cuda"), torch.empty(5, device="cuda"), dim=0)
+    assert fake_gpu.calls[-1][1]["mechanism"] == "specialized"
+    # malformed arguments pass through untouched, for the op to reject with its own message
+    cupipe.stencil1d(torch.empty(32, 64, device="cuda"), torch.empty(5, 5, device="cuda"))
+    assert fake_gpu.calls[-1][1]["mechanism"] == "auto"
+    cupipe.stencil1d(torch.empty(32, 64, device="cuda"), torch.empty(5, device="cuda"), dim=7)
+    assert fake_gpu.calls[-1][1]["mechanism"] == "auto"
+
+
+def test_cpu_tensors_and_disabled_cache_never_look_up(fake_gpu, monkeypatch):
+    tuning.store_entries({_key("stream_copy", (1000,)): ENTRY})
+    cupipe.stream_copy(torch.empty(1000))                  # CPU tensor
+    assert fake_gpu.calls[-1][1]["mechanism"] == "auto"
+    monkeypatch.setenv("CUPIPE_TUNING_CACHE", "0")
+    tuning.reload_cache()
+    cupipe.stream_copy(torch.empty(1000, device="cuda"))
+    assert fake_gpu.calls[-1][1]["mechanism"] == "auto"
+
+
+def test_lookup_reads_the_file_once_and_reload_picks_up_other_writers(fake_gpu):
+    x = torch.empty(1000, device="cuda")
+    cupipe.stream_copy(x)                                  # loads the (missing) file: empty
+    assert fake_gpu.calls[-1][1]["mechanism"] == "auto"
+    # another process writes an entry: this one keeps its in-memory copy until reload_cache()
+    tuning.store_entries({_key("stream_copy", (1000,)): ENTRY}, path=tuning.cache_path())
+    tuning._memory = {}                                    # as if store_entries ran elsewhere
+    cupipe.stream_copy(x)
+    assert fake_gpu.calls[-1][1]["mechanism"] == "auto"
+    tuning.reload_cache()
+    cupipe.stream_copy(x)
+    assert fake_gpu.calls[-1][1]["mechanism"] == "tma"
+
+
+def test_torch_ops_directly_ignore_the_cache(cache, monkeypatch):
+    """torch.ops.cupipe.* is the C++ op: only the wrappers consult the cache (CPU run here)."""
+    monkeypatch.setattr(tuning, "device_name", lambda device: "Fake GPU")
+    x = torch.randn(100)
+    torch.testing.assert_close(torch.ops.cupipe.stream_copy(x), x)
+
+
+# ----------------------------------------------------------------------------- explain / tune
+
+@needs_table
+def test_explain_on_cpu():
+    x = torch.randn(8, 16)
+    e = cupipe.explain("stencil2d", x, torch.ones(3, 3), boundary="reflect")
+    assert e.source == "cpu" and e.mechanism is None
+    text = str(e)
+    assert "cupipe.stencil2d on cpu" in text and "ignored" in text
+    e = cupipe.explain("reduce", x, "sum", -1, mechanism="primitives", stages=3)
+    assert e.requested == {"mechanism": "primitives", "stages": 3}
+    with pytest.raises(ValueError, match="mechanism"):
+        cupipe.explain("stream_copy", x, mechanism="warp-drive")
+    with pytest.raises(ValueError, match="stages"):
+        cupipe.explain("stream_copy", x, stages=9)
+    with pytest.raises(TypeError, match="arguments do not match"):
+        cupipe.explain("stencil2d", x)                     # weights missing
+    with pytest.raises(ValueError, match="unknown op"):
+        cupipe.explain("conv", x)
+
+
+@needs_table
+def test_explain_on_a_gpu_table_and_cache(fake_gpu, monkeypatch):
+    monkeypatch.setattr(cupipe._C, "cuda_device_info", lambda index: {"sm": 90})
+    x = torch.empty(1 << 20, device="cuda")
+    e = cupipe.explain("stream_copy", x)
+    assert e.source.startswith("shipped table")
+    assert (e.mechanism, e.stages, e.vec_bytes) == cupipe._C.resolve_config("stream_copy", 90, "auto", 0, 0)
+    assert "H200" in e.reason and e.key == _key("stream_copy", (1 << 20,))
+    e = cupipe.explain("stream_copy", x, mechanism="cg", stages=4)
+    assert e.source == "explicit" and (e.mechanism, e.stages) == ("cg", 4)
+
+    tuning.store_entries({_key("stream_copy", (1 << 20,)): ENTRY})
+    e = cupipe.explain("stream_copy", x)
+    assert e.source.startswith("tuning cache") and (e.mechanism, e.stages, e.vec_bytes) == ("tma", 3, 8)
+    assert "cupipe.tune()" in e.reason and "torch.ops.cupipe" in str(e)
+
+    img, w = torch.empty(64, 64, device="cuda"), torch.empty(3, 3, device="cuda")
+    e = cupipe.explain("stencil2d", img, w)
+    assert e.source.startswith("shipped table") and e.vec_bytes is None
+    assert e.key == _key("stencil2d", (64, 64), radius=(1, 1))
+
+
+def test_tune_on_cpu_raises_a_clear_error(cache):
+    with pytest.raises(RuntimeError, match="needs a CUDA tensor"):
+        cupipe.tune("stencil2d", torch.randn(8, 8), torch.ones(3, 3))
+    assert not (cache / "tuning.json").exists()
+
+
+@needs_table
+def test_tune_search_logic_on_cpu(cache, monkeypatch):
+    """The search behind cupipe.tune, driven on the CPU with a scripted timer: it picks the
+    fastest correct candidate, never a wrong one, and caches it under the call's key."""
+    real = tuning._direct_call
+
+    def direct_call(op, a):
+        f = real(op, a)
+        # ("cg", 2) returns a wrong result: it must be skipped even though it is "fastest"
+        return lambda m, s, v: f(m, s, v) + (1.0 if (m, s) == ("cg", 2) else 0.0)
+
+    monkeypatch.setattr(tuning, "_direct_call", direct_call)
+    # table, then sync/1 sync/2 cg/1 tma/1 tma/2 (cg/2 is wrong: checked, never timed)
+    times = iter([5.0, 3.0, 4.0, 1.5, 6.0, 7.0])
+    timer = lambda fn: (fn(), next(times))[1]
+    x, w = torch.randn(16, 16), torch.randn(3, 3)
+    r = tuning._tune("stencil2d", x, (w,), {"boundary": "reflect"}, sm=90, dev_name="Fake GPU",
+                     timer=timer, mechanisms=["sync", "cg", "tma"], stage_counts=(1, 2),
+                     vec_widths=(16,), save=True, verbose=False)
+    assert (r["mechanism"], r["stages"], r["ms"], r["table_ms"]) == ("cg", 1, 1.5, 5.0)
+    assert r["table_config"] == "primitives/2"
+    bad = [c for c in r["results"] if c["ms"] is None]
+    assert [(c["mechanism"], c["stages"]) for c in bad] == [("cg", 2)]
+    key = _key("stencil2d", (16, 16), radius=(1, 1))
+    assert r["key"] == key and tuning.read_cache()[key]["mechanism"] == "cg"
+    assert tuning._entries()[key]["stages"] == 1            # this process sees it at once
+    with pytest.raises(TypeError, match="do not pass mechanism"):
+        tuning._tune("stencil2d", x, (w,), {"mechanism": "sync"}, sm=90, dev_name="X",
+                     timer=timer, mechanisms=None, stage_counts=(1,), vec_widths=(16,),
+                     save=False, verbose=False)
