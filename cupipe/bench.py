@@ -2,11 +2,15 @@
 
 Every figure is a median of many CUDA-event-timed repetitions on fresh random data, and every
 ratio is against PyTorch measured in the same run: the device's copy bandwidth (``y.copy_(x)``,
-bytes read + written), eager ops, and ``torch.compile`` of the same computation.
+bytes read + written), eager ops, and ``torch.compile`` of the same computation. Each result is
+checked against a reference before it is timed; a wrong one is reported, not timed.
 
     python -m cupipe.bench --suite engine      # mechanism x stages for stream_copy + latency study
-    python -m cupipe.bench --suite ops         # the DESIGN.md performance suite
-    python -m cupipe.bench --quick --out DIR   # fewer reps / configs; JSON + CSV written to DIR
+    python -m cupipe.bench --suite ops         # the DESIGN.md performance suite, a table per op
+    python -m cupipe.bench --ops reduce,stencil2d --dtype bfloat16
+    python -m cupipe.bench --sweep --suite none  # only the mechanism x stages x vec_bytes grid
+    python -m cupipe.bench --quick --out DIR   # fewer reps / configs; JSON, CSV and PNG plots in DIR
+    python -m cupipe.bench --cpu --quick       # tiny sizes on the CPU kernels (a smoke test)
 """
 from __future__ import annotations
 
@@ -26,7 +30,15 @@ import torch.nn.functional as F
 import cupipe
 
 MECHS = ["sync", "pipeline", "pipeline_thread", "primitives", "cg", "barrier", "specialized", "tma"]
+OPS = ["stream_copy", "stencil1d", "stencil2d", "reduce"]
+DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
+SHORT = {torch.float32: "fp32", torch.bfloat16: "bf16", torch.float16: "fp16"}
+HIDDEN = {"table", "op", "bytes", "error"}   # recorded, not printed as columns
+ORDER = ["workload", "mechanism", "stages", "vec", "resolved", "ms", "GBps", "vs_copy", "vs_auto",
+         "eager", "eager_ms", "vs_eager", "compiled_ms", "vs_compiled", "speedup_vs_best"]
 
+
+# ----------------------------------------------------------------------------- timing
 
 def time_ms(fn: Callable[[], object], reps: int = 30, warmup: int = 3) -> float:
     """Median milliseconds of `fn` over `reps` CUDA-event-timed calls."""
@@ -44,44 +56,121 @@ def time_ms(fn: Callable[[], object], reps: int = 30, warmup: int = 3) -> float:
     return statistics.median(times)
 
 
+def time_ms_cpu(fn: Callable[[], object], reps: int = 30, warmup: int = 3) -> float:
+    """Median milliseconds of `fn` over `reps` calls timed with time.perf_counter (CPU path)."""
+    for _ in range(warmup):
+        fn()
+    times = []
+    for _ in range(reps):
+        t0 = time.perf_counter()
+        fn()
+        times.append((time.perf_counter() - t0) * 1e3)
+    return statistics.median(times)
+
+
 def gbps(nbytes: float, ms: float) -> float:
     return nbytes / (ms * 1e-3) / 1e9
 
 
-def _compile(fn):
-    try:
-        return torch.compile(fn, fullgraph=True)
-    except Exception as e:  # pragma: no cover
-        print(f"  (torch.compile unavailable: {e})")
-        return None
+# ----------------------------------------------------------------------------- progress
+
+class Progress:
+    """tqdm on stderr when it is importable, else a plain ``[k/N] what`` counter on stderr (one
+    rewritten line on a terminal; about ten lines in a log)."""
+
+    def __init__(self, total: int, enabled: bool = True):
+        self.total, self.k, self.enabled = total, 0, enabled and total > 0
+        self.bar = None
+        self.tty = sys.stderr.isatty()
+        if self.enabled:
+            try:
+                from tqdm import tqdm
+                self.bar = tqdm(total=total, file=sys.stderr, unit="step", dynamic_ncols=True,
+                                leave=False)
+            except ImportError:
+                pass
+
+    def step(self, what: str):
+        """Called before each step runs."""
+        if not self.enabled:
+            return
+        if self.bar is not None:
+            self.bar.set_description_str(what[:60], refresh=False)
+            return
+        msg = f"[{self.k + 1}/{self.total}] {what}"
+        if self.tty:
+            sys.stderr.write("\r" + msg[:100].ljust(100))
+            sys.stderr.flush()
+        elif self.k % max(1, self.total // 10) == 0:
+            print(msg, file=sys.stderr, flush=True)
+
+    def done_one(self):
+        self.k += 1
+        if self.bar is not None:
+            self.bar.update(1)
+
+    def write(self, msg: str):
+        if self.bar is not None:
+            self.bar.write(msg)
+        elif self.enabled and self.tty:
+            sys.stderr.write("\r" + " " * 100 + "\r")
+            print(msg, flush=True)
+        else:
+            print(msg, flush=True)
+
+    def close(self):
+        if self.bar is not None:
+            self.bar.close()
+        elif self.enabled and self.tty:
+            sys.stderr.write("\r" + " " * 100 + "\r")
+            sys.stderr.flush()
+        elif self.enabled:
+            print(f"[{self.k}/{self.total}] done", file=sys.stderr, flush=True)
 
 
-def _try_time(fn, reps):
-    try:
-        return time_ms(fn, reps)
-    except Exception as e:  # compile failures surface at first call
-        print(f"  (skipped: {type(e).__name__}: {str(e).splitlines()[0][:120]})")
-        return float("nan")
-
+# ----------------------------------------------------------------------------- results
 
 class Results:
     def __init__(self):
         self.rows: List[Dict] = []
+        self.notes: List[str] = []
+        self.failures: List[str] = []
+        self.say: Callable[[str], None] = print
 
     def add(self, **kw):
         self.rows.append(kw)
         if os.environ.get("CUPIPE_BENCH_STREAM"):  # one line per measurement, as it comes
-            print("  " + "  ".join(f"{k}={_fmt(v)}" for k, v in kw.items()), flush=True)
+            self.say("  " + "  ".join(f"{k}={_fmt(v)}" for k, v in kw.items()))
 
-    def print_table(self, title: str, keys: List[str]):
+    def note(self, msg: str):
+        if msg not in self.notes:
+            self.notes.append(msg)
+            self.say(f"  ({msg})")
+
+    def tables(self) -> List[str]:
+        seen: List[str] = []
+        for r in self.rows:
+            if r.get("table") not in seen:
+                seen.append(r.get("table"))
+        return seen
+
+    def print_table(self, title: str, keys: Optional[List[str]] = None):
         rows = [r for r in self.rows if r.get("table") == title]
         if not rows:
             return
+        if keys is None:  # every recorded key, in first-seen order
+            keys = []
+            for r in rows:
+                keys += [k for k in r if k not in HIDDEN and k not in keys]
+            keys.sort(key=lambda k: ORDER.index(k) if k in ORDER else len(ORDER))
         print(f"\n== {title}")
         widths = {k: max(len(k), *(len(_fmt(r.get(k))) for r in rows)) for k in keys}
         print("  ".join(k.ljust(widths[k]) for k in keys))
         for r in rows:
-            print("  ".join(_fmt(r.get(k)).ljust(widths[k]) for k in keys))
+            line = "  ".join(_fmt(r.get(k)).ljust(widths[k]) for k in keys)
+            if r.get("error"):
+                line += f"  ERROR: {r['error']}"
+            print(line.rstrip())
 
 
 def _fmt(v):
@@ -90,39 +179,187 @@ def _fmt(v):
     return "" if v is None else str(v)
 
 
-def copy_bandwidth(n: int, reps: int) -> float:
-    x = torch.randn(n, device="cuda")
+# ----------------------------------------------------------------------------- the run context
+
+class Bench:
+    """What every measurement needs: device, timer, repetitions, sizes, the copy bandwidth."""
+
+    def __init__(self, cpu: bool, quick: bool, reps: int, dtype: Optional[torch.dtype],
+                 use_compile: bool, res: Results):
+        self.cpu, self.quick, self.reps, self.res = cpu, quick, reps, res
+        self.device = "cpu" if cpu else "cuda"
+        self.dtype = dtype                      # None: the DESIGN.md suite's own dtypes
+        self.use_compile = use_compile and not cpu
+        self.copy_bw = float("nan")
+        self.sm = 0 if cpu else 10 * torch.cuda.get_device_capability()[0] + \
+            torch.cuda.get_device_capability()[1]
+        self._key, self._val = None, None
+        # Sizes: DESIGN.md's on a GPU; tiny ones on the CPU (a smoke test, not a measurement).
+        if cpu:
+            self.log_n, self.hw = 16, 128
+            self.rows = [(32, 2048), (4096, 16), (256, 256)]
+            self.cols = (2048, 32)
+        else:
+            self.log_n, self.hw = 28, 8192
+            self.rows = [(8192, 32768), (4194304, 64), (4096, 4096)]
+            self.cols = (32768, 8192)
+        self.tag = " [CPU]" if cpu else ""
+
+    @property
+    def n1(self) -> int:
+        return 1 << self.log_n
+
+    @property
+    def dt(self) -> torch.dtype:
+        return self.dtype or torch.float32
+
+    def time(self, fn) -> float:
+        return time_ms_cpu(fn, self.reps) if self.cpu else time_ms(fn, self.reps)
+
+    def try_time(self, fn) -> float:
+        if fn is None:
+            return float("nan")
+        try:
+            return self.time(fn)
+        except Exception as e:  # compile failures surface at first call
+            self.res.note(f"skipped: {type(e).__name__}: {str(e).splitlines()[0][:120]}")
+            return float("nan")
+
+    def compile(self, fn):
+        if not self.use_compile:
+            return None
+        try:
+            return torch.compile(fn, fullgraph=True)
+        except Exception as e:  # pragma: no cover
+            self.res.note(f"torch.compile unavailable: {e}")
+            return None
+
+    def inputs(self, key, make):
+        """The input tensors of the case being measured; switching cases frees the previous ones
+        first (the GPU holds one case's inputs at a time)."""
+        if key != self._key:
+            self._key, self._val = None, None
+            self._val = make()
+            self._key = key
+        return self._val
+
+    def randn(self, *shape, dtype=None):
+        return torch.randn(*shape, device=self.device, dtype=dtype or self.dt)
+
+    def mechanisms(self) -> List[str]:
+        if self.cpu:
+            return ["sync", "primitives"] if self.quick else ["sync", "pipeline", "primitives", "tma"]
+        return [m for m in MECHS if m != "tma" or self.sm >= 90]
+
+    def stage_list(self, full=(1, 2, 3, 4, 6, 8)) -> List[int]:
+        if self.cpu:
+            return [1, 2] if self.quick else [1, 2, 4]
+        return [1, 2, 4, 8] if self.quick else list(full)
+
+
+class Task:
+    def __init__(self, what: str, run: Callable[[], None]):
+        self.what, self.run = what, run
+
+
+def _tol(dtype: torch.dtype):
+    """(rtol, atol) for a result rounded to `dtype` against an fp32 reference."""
+    return {torch.float16: (4e-3, 1e-3), torch.bfloat16: (1.6e-2, 1e-3)}.get(dtype, (1e-3, 1e-3))
+
+
+def _check(got: torch.Tensor, ref: Callable[[], torch.Tensor], what: str, *, atol=None,
+           rtol=None) -> Optional[str]:
+    """None when `got` matches the reference, else the mismatch message. The benchmark refuses
+    to time a wrong answer. References are computed in fp32 without TF32 (cuDNN convolutions
+    default to it on Ampere and newer, which is less accurate than fp32)."""
+    prev = torch.backends.cudnn.allow_tf32
+    torch.backends.cudnn.allow_tf32 = False
+    try:
+        r0, a0 = _tol(got.dtype)
+        torch.testing.assert_close(got.float(), ref().float(), rtol=rtol or r0,
+                                   atol=max(atol or 0.0, a0), msg=lambda m: f"{what}: {m}")
+        return None
+    except AssertionError as e:
+        return str(e).splitlines()[0] + " " + " ".join(str(e).splitlines()[1:4])
+    finally:
+        torch.backends.cudnn.allow_tf32 = prev
+
+
+def _fail(b: Bench, table: str, msg: str, **row):
+    b.res.failures.append(msg)
+    b.res.say(f"  MISMATCH (not timed): {msg}")
+    b.res.add(table=table, **row, ms=float("nan"), error=msg[:300])
+
+
+def copy_bandwidth(b: Bench) -> float:
+    x = torch.randn(b.n1, device=b.device)
     y = torch.empty_like(x)
-    ms = time_ms(lambda: y.copy_(x), reps)
+    ms = b.time(lambda: y.copy_(x))
     return gbps(2 * x.numel() * 4, ms)
 
 
-def suite_engine(res: Results, quick: bool, reps: int, copy_bw: float):
-    n = 1 << 28
-    x = torch.randn(n, device="cuda")
-    mechs = [m for m in MECHS if m != "tma" or torch.cuda.get_device_capability() >= (9, 0)]
-    stages_list = [1, 2, 4, 8] if quick else [1, 2, 3, 4, 6, 8]
-    for m in mechs:
-        for s in stages_list:
-            ms = _try_time(lambda: cupipe.stream_copy(x, mechanism=m, stages=s, vec_bytes=16), reps)
-            bw = gbps(2 * n * 4, ms)
-            res.add(table="stream_copy 2^28 fp32 (vec 16)", mechanism=m, stages=s, ms=ms, GBps=bw,
-                    vs_copy=bw / copy_bw)
-    for m in ["primitives", "pipeline", "cg"]:
-        for v in [4, 8]:
-            ms = _try_time(lambda: cupipe.stream_copy(x, mechanism=m, stages=4, vec_bytes=v), reps)
-            bw = gbps(2 * n * 4, ms)
-            res.add(table="stream_copy copy width", mechanism=m, stages=4, vec=v, GBps=bw, vs_copy=bw / copy_bw)
-    # Latency-bound: one block per SM, so only the ring's depth keeps bytes in flight.
-    sms = torch.cuda.get_device_properties(0).multi_processor_count
-    xs = torch.randn(1 << 24, device="cuda")
-    for m in ["sync", "primitives", "pipeline", "tma"] if "tma" in mechs else ["sync", "primitives", "pipeline"]:
-        for s in [1, 2, 3, 4, 6, 8]:
-            ms = _try_time(lambda: torch.ops.cupipe._stream_copy_ex(xs, m, s, 16, 8192, sms), reps)
-            bw = gbps(2 * xs.numel() * 4, ms)
-            res.add(table="latency-bound: 1 block/SM, 8 KiB tiles, 2^24 fp32", mechanism=m, stages=s, GBps=bw,
-                    vs_copy=bw / copy_bw)
+# ----------------------------------------------------------------------------- engine suite
 
+def tasks_engine(b: Bench) -> List[Task]:
+    """stream_copy: mechanism x stages at 16-byte copies, copy width, and (GPU) the latency
+    study with one block per SM."""
+    dt = b.dt
+    n = b.n1
+    es = torch.tensor([], dtype=dt).element_size()
+    nbytes = 2 * n * es
+    tbl = f"stream_copy 2^{b.log_n} {SHORT[dt]} (vec 16){b.tag}"
+    tbl_w = f"stream_copy copy width{b.tag}"
+    get = lambda: b.inputs(("engine", n, dt), lambda: b.randn(n))
+    tasks = []
+
+    def grid(m, s, v, table, extra):
+        def run():
+            x = get()
+            try:
+                ok = torch.equal(cupipe.stream_copy(x, mechanism=m, stages=s, vec_bytes=v), x)
+            except Exception as e:
+                b.res.note(f"skipped {m}/{s}/vec{v}: {type(e).__name__}: {str(e).splitlines()[0][:100]}")
+                b.res.add(table=table, op="stream_copy", mechanism=m, stages=s, **extra,
+                          ms=float("nan"), GBps=float("nan"), vs_copy=float("nan"))
+                return
+            if not ok:
+                return _fail(b, table, f"stream_copy {m}/{s}/vec{v} differs from x", op="stream_copy",
+                             mechanism=m, stages=s, **extra)
+            ms = b.try_time(lambda: cupipe.stream_copy(x, mechanism=m, stages=s, vec_bytes=v))
+            bw = gbps(nbytes, ms)
+            b.res.add(table=table, op="stream_copy", mechanism=m, stages=s, **extra, ms=ms, GBps=bw,
+                      vs_copy=bw / b.copy_bw, bytes=nbytes)
+        return Task(f"stream_copy {m}/{s}/vec{v}", run)
+
+    for m in b.mechanisms():
+        for s in b.stage_list():
+            tasks.append(grid(m, s, 16, tbl, {}))
+    for m in (["primitives", "pipeline", "cg"] if not b.cpu else ["primitives"]):
+        for v in [4, 8]:
+            tasks.append(grid(m, 4, v, tbl_w, {"vec": v}))
+    if not b.cpu:
+        # Latency-bound: one block per SM, so only the ring's depth keeps bytes in flight.
+        tbl_l = f"latency-bound: 1 block/SM, 8 KiB tiles, 2^24 {SHORT[dt]}"
+        sms = torch.cuda.get_device_properties(0).multi_processor_count
+        mechs = ["sync", "primitives", "pipeline"] + (["tma"] if b.sm >= 90 else [])
+        for m in mechs:
+            for s in [1, 2, 3, 4, 6, 8]:
+                def run(m=m, s=s):
+                    xs = b.inputs(("latency", dt), lambda: b.randn(1 << 24))
+                    fn = lambda: torch.ops.cupipe._stream_copy_ex(xs, m, s, 16, 8192, sms)
+                    if not torch.equal(fn(), xs):
+                        return _fail(b, tbl_l, f"_stream_copy_ex {m}/{s} differs from x",
+                                     op="stream_copy", mechanism=m, stages=s)
+                    bw = gbps(2 * xs.numel() * xs.element_size(), b.try_time(fn))
+                    b.res.add(table=tbl_l, op="stream_copy", mechanism=m, stages=s, GBps=bw,
+                              vs_copy=bw / b.copy_bw)
+                tasks.append(Task(f"latency-bound {m}/{s}", run))
+    else:
+        b.res.notes.append("latency-bound study skipped on the CPU (it needs SMs)")
+    return tasks
+
+
+# ----------------------------------------------------------------------------- performance suite
 
 def _slicing_stencil2d(x, w, ry, rx):
     H, W = x.shape[-2:]
@@ -145,122 +382,314 @@ def _slicing_stencil1d(x, w, r):
     return out
 
 
-def _check_close(got, ref, what):
-    """The benchmark refuses to time a wrong answer. References are computed without TF32
-    (cuDNN convolutions default to it on Ampere and newer, which is less accurate than fp32)."""
-    prev = torch.backends.cudnn.allow_tf32
-    torch.backends.cudnn.allow_tf32 = False
-    try:
-        torch.testing.assert_close(got.float(), ref().float(), rtol=1e-3, atol=1e-3,
-                                   msg=lambda m: f"{what}: {m}")
-    finally:
-        torch.backends.cudnn.allow_tf32 = prev
+def _suite_case(b: Bench, op: str, workload: str, make, ours, eager, eager_name: str, comp, ref,
+                nbytes_of, atol_of=lambda inp: None) -> Task:
+    """One row of the performance suite: check `ours` against `ref`, then time ours, eager and
+    compiled. make() -> inputs; ours/eager/comp/ref take the inputs and return a thunk (comp a
+    plain function to compile, or None)."""
+    tbl = f"suite: {op}{b.tag}"
+
+    def run():
+        inp = b.inputs(("suite", workload), make)
+        err = _check(ours(inp)(), ref(inp), workload, atol=atol_of(inp))
+        if err:
+            return _fail(b, tbl, err, op=op, workload=workload)
+        nbytes = nbytes_of(inp)
+        t_ours, t_eager = b.try_time(ours(inp)), b.try_time(eager(inp))
+        t_comp = b.try_time(b.compile(comp(inp))) if comp is not None else float("nan")
+        valid = [t for t in (t_eager, t_comp) if not math.isnan(t)]
+        best = min(valid) if valid else float("nan")
+        bw = gbps(nbytes, t_ours)
+        b.res.add(table=tbl, op=op, workload=workload, ms=t_ours, GBps=bw, vs_copy=bw / b.copy_bw,
+                  eager=eager_name, eager_ms=t_eager, vs_eager=t_eager / t_ours,
+                  compiled_ms=t_comp, vs_compiled=t_comp / t_ours, speedup_vs_best=best / t_ours,
+                  bytes=nbytes)
+    return Task(f"{op}: {workload}", run)
 
 
-def suite_ops(res: Results, quick: bool, reps: int, copy_bw: float, use_compile: bool):
-    tbl = "performance suite"
-    # ---- reductions
-    cases = [("sum all", (1 << 28,), None, torch.float32), ("sum rows", (8192, 32768), -1, torch.float32),
-             ("sum rows", (4194304, 64), -1, torch.float32), ("sum rows", (4096, 4096), -1, torch.float32),
-             ("sum cols", (32768, 8192), 0, torch.float32), ("sum all bf16", (1 << 28,), None, torch.bfloat16),
-             ("amax all", (1 << 28,), None, torch.float32)]
-    if quick:
-        cases = [c for c in cases if c[1] in ((1 << 28,), (4194304, 64), (32768, 8192))]
-    for name, shape, dim, dtype in cases:
-        x = torch.randn(shape, device="cuda", dtype=dtype)
-        op = "amax" if name.startswith("amax") else "sum"
-        nbytes = x.numel() * x.element_size()
-        if op == "sum" and dtype == torch.bfloat16:
-            eager = lambda: x.sum(dtype=torch.float32)
-            ours = lambda: cupipe.reduce(x, "sum", dim, dtype=torch.float32)
-        elif dim is None:
-            eager = (lambda: x.amax()) if op == "amax" else (lambda: x.sum())
-            ours = lambda: cupipe.reduce(x, op)
-        else:
-            eager = lambda: x.sum(dim)
-            ours = lambda: cupipe.reduce(x, "sum", dim)
-        nred = x.numel() if dim is None else x.shape[dim]
-        torch.testing.assert_close(ours().float(), eager().float(), rtol=1e-3, atol=1e-4 * math.sqrt(nred),
-                                   msg=lambda m: f"{name} {tuple(shape)}: {m}")
-        t_ours, t_eager = _try_time(ours, reps), _try_time(eager, reps)
-        t_comp = _try_time(_compile(eager), reps) if use_compile else float("nan")
-        best = min(t for t in (t_eager, t_comp) if not math.isnan(t))
-        res.add(table=tbl, workload=f"{name} {tuple(shape)} {str(dtype)[6:]}", ms=t_ours, GBps=gbps(nbytes, t_ours),
-                vs_copy=gbps(nbytes, t_ours) / copy_bw, eager_ms=t_eager, compiled_ms=t_comp,
-                speedup_vs_best=best / t_ours)
-    # ---- stencils
-    H = W = 8192
-    x = torch.randn(H, W, device="cuda")
-    star = torch.tensor([[0, 1, 0], [1, -4, 1], [0, 1, 0]], device="cuda", dtype=torch.float32)
-    st_cases = [("5-point star", star), ("3x3 box", torch.randn(3, 3, device="cuda")),
-                ("5x5 box", torch.randn(5, 5, device="cuda")), ("9x9 box", torch.randn(9, 9, device="cuda"))]
-    if quick:
-        st_cases = st_cases[:3]
-    for name, w in st_cases:
-        r = (w.shape[0] - 1) // 2
-        ours = lambda: cupipe.stencil2d(x, w)
-        conv = lambda: F.conv2d(x[None, None], w[None, None], padding=r)
-        _check_close(ours(), lambda: conv()[0, 0], f"stencil2d {name}")
-        t_ours, t_conv = _try_time(ours, reps), _try_time(conv, reps)
-        t_comp = float("nan")
-        if use_compile:
-            f = _compile(lambda: _slicing_stencil2d(x, w, r, r))
-            t_comp = _try_time(f, reps)
-        nbytes = 2 * x.numel() * 4
-        best = min(t for t in (t_conv, t_comp) if not math.isnan(t))
-        res.add(table=tbl, workload=f"stencil2d {name} {H}x{W}", ms=t_ours, GBps=gbps(nbytes, t_ours),
-                vs_copy=gbps(nbytes, t_ours) / copy_bw, eager_ms=t_conv, compiled_ms=t_comp,
-                speedup_vs_best=best / t_ours)
-    x1 = torch.randn(1 << 28, device="cuda")
-    w1 = torch.randn(9, device="cuda")
-    ours = lambda: cupipe.stencil1d(x1, w1)
-    conv = lambda: F.conv1d(x1[None, None], w1[None, None], padding=4)
-    _check_close(ours(), lambda: conv()[0, 0], "stencil1d r=4")
-    t_ours, t_conv = _try_time(ours, reps), _try_time(conv, reps)
-    t_comp = _try_time(_compile(lambda: _slicing_stencil1d(x1, w1, 4)), reps) if use_compile else float("nan")
-    nbytes = 2 * x1.numel() * 4
-    best = min(t for t in (t_conv, t_comp) if not math.isnan(t))
-    res.add(table=tbl, workload="stencil1d r=4 2^28", ms=t_ours, GBps=gbps(nbytes, t_ours),
-            vs_copy=gbps(nbytes, t_ours) / copy_bw, eager_ms=t_conv, compiled_ms=t_comp, speedup_vs_best=best / t_ours)
+def tasks_suite(b: Bench, ops: List[str]) -> List[Task]:
+    """DESIGN.md's performance suite (sizes shrunk on the CPU), for the selected ops."""
+    tasks: List[Task] = []
+    n, dt, tag = b.n1, b.dt, SHORT[b.dt]
+    nlab = f"2^{b.log_n}"
+    if "stream_copy" in ops:
+        def make():
+            x = b.randn(n)
+            return x, torch.empty_like(x)
+        tasks.append(_suite_case(
+            b, "stream_copy", f"stream copy {nlab} {tag}", make,
+            ours=lambda i: (lambda: cupipe.stream_copy(i[0])),
+            eager=lambda i: (lambda: i[1].copy_(i[0])), eager_name="y.copy_(x)",
+            comp=lambda i: (lambda: i[0].clone()), ref=lambda i: (lambda: i[0]),
+            nbytes_of=lambda i: 2 * i[0].numel() * i[0].element_size()))
+    if "reduce" in ops:
+        cases = [("sum all", (n,), None, dt, None), *[("sum rows", s, -1, dt, None) for s in b.rows],
+                 ("sum cols", b.cols, 0, dt, None)]
+        if b.dtype is None:  # DESIGN.md's bf16 case: bf16 in, fp32 accumulation and result
+            cases.append(("sum all bf16->fp32", (n,), None, torch.bfloat16, torch.float32))
+        cases.append(("amax all", (n,), None, dt, None))
+        if b.quick and not b.cpu:
+            cases = [c for c in cases if c[1] in ((n,), (4194304, 64), (32768, 8192))]
+        for name, shape, dim, cdt, out_dt in cases:
+            op = "amax" if name.startswith("amax") else "sum"
+            if out_dt is not None:
+                ours = lambda i, dim=dim, out_dt=out_dt: (lambda: cupipe.reduce(i, "sum", dim, dtype=out_dt))
+                eager = lambda i, out_dt=out_dt: (lambda: i.sum(dtype=out_dt))
+                ename = "x.sum(dtype=float32)"
+            elif dim is None:
+                ours = lambda i, op=op: (lambda: cupipe.reduce(i, op))
+                eager = lambda i, op=op: (lambda: getattr(i, op)())
+                ename = f"x.{op}()"
+            else:
+                ours = lambda i, dim=dim: (lambda: cupipe.reduce(i, "sum", dim))
+                eager = lambda i, dim=dim: (lambda: i.sum(dim))
+                ename = f"x.sum({dim})"
+            ref = (lambda i, op=op, dim=dim: (lambda: getattr(i.float(), op)() if dim is None
+                                              else i.float().sum(dim)))
+            tasks.append(_suite_case(
+                b, "reduce", f"{name} {tuple(shape)} {SHORT[cdt]}",
+                lambda shape=shape, cdt=cdt: b.randn(*shape, dtype=cdt), ours, eager, ename,
+                comp=eager, ref=ref, nbytes_of=lambda i: i.numel() * i.element_size(),
+                atol_of=lambda i, dim=dim: 1e-4 * math.sqrt(i.numel() if dim is None else i.shape[dim])))
+    if "stencil2d" in ops:
+        H = W = b.hw
+        star = [[0, 1, 0], [1, -4, 1], [0, 1, 0]]
+        st = [("5-point star", lambda: torch.tensor(star, device=b.device, dtype=torch.float32)),
+              ("3x3 box", lambda: torch.randn(3, 3, device=b.device)),
+              ("5x5 box", lambda: torch.randn(5, 5, device=b.device)),
+              ("9x9 box", lambda: torch.randn(9, 9, device=b.device))]
+        if b.quick:
+            st = st[:3]
+        for name, mk_w in st:
+            def make(mk_w=mk_w):
+                return b.randn(H, W), mk_w()
+            conv = (lambda i: (lambda: F.conv2d(i[0][None, None], i[1].to(i[0].dtype)[None, None],
+                                                padding=(i[1].shape[0] - 1) // 2)))
+            ref = (lambda i: (lambda: F.conv2d(i[0].float()[None, None], i[1][None, None],
+                                               padding=(i[1].shape[0] - 1) // 2)[0, 0]))
+            tasks.append(_suite_case(
+                b, "stencil2d", f"stencil2d {name} {H}x{W} {tag}", make,
+                ours=lambda i: (lambda: cupipe.stencil2d(i[0], i[1])), eager=conv,
+                eager_name="F.conv2d",
+                comp=lambda i: (lambda: _slicing_stencil2d(i[0], i[1], (i[1].shape[0] - 1) // 2,
+                                                           (i[1].shape[1] - 1) // 2)),
+                ref=ref, nbytes_of=lambda i: 2 * i[0].numel() * i[0].element_size()))
+    if "stencil1d" in ops:
+        def make():
+            return b.randn(n), torch.randn(9, device=b.device)
+        tasks.append(_suite_case(
+            b, "stencil1d", f"stencil1d r=4 {nlab} {tag}", make,
+            ours=lambda i: (lambda: cupipe.stencil1d(i[0], i[1])),
+            eager=lambda i: (lambda: F.conv1d(i[0][None, None], i[1].to(i[0].dtype)[None, None], padding=4)),
+            eager_name="F.conv1d",
+            comp=lambda i: (lambda: _slicing_stencil1d(i[0], i[1], 4)),
+            ref=lambda i: (lambda: F.conv1d(i[0].float()[None, None], i[1][None, None], padding=4)[0, 0]),
+            nbytes_of=lambda i: 2 * i[0].numel() * i[0].element_size()))
+    if not b.use_compile:
+        b.res.notes.append("torch.compile baselines skipped" +
+                           (" on the CPU path (inductor's C++ build would dominate a smoke test)"
+                            if b.cpu else " (--no-compile)"))
+    return tasks
+
+
+# ----------------------------------------------------------------------------- sweep
+
+def tasks_sweep(b: Bench, ops: List[str]) -> List[Task]:
+    """mechanism x stages (x vec_bytes for stream_copy) for one case per op, plus what auto runs
+    (the shipped table, or the tuning cache through the cupipe.* wrappers)."""
+    n, dt, tag = b.n1, b.dt, SHORT[b.dt]
+    H = W = b.hw
+    star = [[0.0, 1, 0], [1, -4, 1], [0, 1, 0]]
+    cases = {
+        "stream_copy": (f"stream_copy 2^{b.log_n} {tag}",
+                        lambda: (b.randn(n),), lambda i, m, s, v: cupipe.stream_copy(i[0], mechanism=m, stages=s, vec_bytes=v),
+                        lambda i: (lambda: i[0]), lambda i: 2 * i[0].numel() * i[0].element_size(),
+                        lambda i: ("stream_copy", i[0])),
+        "stencil1d": (f"stencil1d r=4 2^{b.log_n} {tag}",
+                      lambda: (b.randn(n), torch.randn(9, device=b.device)),
+                      lambda i, m, s, v: cupipe.stencil1d(i[0], i[1], mechanism=m, stages=s),
+                      lambda i: (lambda: F.conv1d(i[0].float()[None, None], i[1][None, None], padding=4)[0, 0]),
+                      lambda i: 2 * i[0].numel() * i[0].element_size(),
+                      lambda i: ("stencil1d", i[0], i[1])),
+        "stencil2d": (f"stencil2d 5-point star {H}x{W} {tag}",
+                      lambda: (b.randn(H, W), torch.tensor(star, device=b.device)),
+                      lambda i, m, s, v: cupipe.stencil2d(i[0], i[1], mechanism=m, stages=s),
+                      lambda i: (lambda: F.conv2d(i[0].float()[None, None], i[1][None, None], padding=1)[0, 0]),
+                      lambda i: 2 * i[0].numel() * i[0].element_size(),
+                      lambda i: ("stencil2d", i[0], i[1])),
+        "reduce": (f"reduce sum all 2^{b.log_n} {tag}",
+                   lambda: (b.randn(n),),
+                   lambda i, m, s, v: cupipe.reduce(i[0], "sum", mechanism=m, stages=s),
+                   lambda i: (lambda: i[0].float().sum()),
+                   lambda i: i[0].numel() * i[0].element_size(),
+                   lambda i: ("reduce", i[0])),
+    }
+    tasks: List[Task] = []
+    for op in ops:
+        name, make, call, ref, nbytes_of, explain_args = cases[op]
+        tbl = f"sweep: {name}{b.tag}"
+        widths = ([16] if b.quick or b.cpu else [4, 8, 16]) if op == "stream_copy" else [None]
+        auto_ms: Dict[str, float] = {}
+        ref_memo: Dict[str, torch.Tensor] = {}   # one reference per case, not one per grid point
+        atol = (lambda i: 1e-4 * math.sqrt(i[0].numel())) if op == "reduce" else (lambda i: None)
+
+        def point(m, s, v, op=op, name=name, make=make, call=call, ref=ref, nbytes_of=nbytes_of,
+                  explain_args=explain_args, tbl=tbl, auto_ms=auto_ms, atol=atol, ref_memo=ref_memo):
+            def run():
+                i = b.inputs(("sweep", op), make)
+                vv = v or 0
+                extra = {"vec": v} if v is not None else {}
+                try:
+                    got = call(i, m, s, vv)
+                except Exception as e:
+                    b.res.note(f"skipped {op} {m}/{s}: {type(e).__name__}: {str(e).splitlines()[0][:100]}")
+                    return
+                if "ref" not in ref_memo:
+                    ref_memo["ref"] = ref(i)()
+                err = _check(got, lambda: ref_memo["ref"], f"{name} {m}/{s}", atol=atol(i))
+                if err:
+                    return _fail(b, tbl, err, op=op, mechanism=m, stages=s, **extra)
+                ms = b.try_time(lambda: call(i, m, s, vv))
+                bw = gbps(nbytes_of(i), ms)
+                row = dict(table=tbl, op=op, mechanism=m, stages=s, **extra, ms=ms, GBps=bw,
+                           vs_copy=bw / b.copy_bw)
+                if m == "auto":
+                    auto_ms["ms"] = ms
+                    try:
+                        e = cupipe.explain(*explain_args(i))
+                        row["resolved"] = ("cpu: knobs ignored" if e.mechanism is None else
+                                           f"{e.mechanism}/{e.stages}" +
+                                           (f"/vec{e.vec_bytes}" if e.vec_bytes else "") +
+                                           (" cached" if e.source.startswith("tuning cache") else ""))
+                    except Exception:  # an older build without _C.resolve_config
+                        pass
+                    row.pop("vec", None)
+                row["vs_auto"] = auto_ms.get("ms", float("nan")) / ms
+                b.res.add(**row)
+            return Task(f"sweep {op} {m}/{s}" + (f"/vec{v}" if v else ""), run)
+
+        tasks.append(point("auto", 0, 0 if op == "stream_copy" else None))
+        for v in widths:
+            for m in b.mechanisms():
+                for s in b.stage_list():
+                    tasks.append(point(m, s, v))
+    return tasks
+
+
+# ----------------------------------------------------------------------------- main
+
+def _write_out(outdir: str, res: Results, meta: dict) -> List[str]:
+    os.makedirs(outdir, exist_ok=True)
+    with open(os.path.join(outdir, "results.json"), "w") as f:
+        json.dump({"meta": dict(meta, notes=res.notes, failures=res.failures), "rows": res.rows},
+                  f, indent=1, default=str)
+    keys: List[str] = []
+    for r in res.rows:
+        keys += [k for k in r if k not in keys]
+    with open(os.path.join(outdir, "results.csv"), "w", newline="") as f:
+        wr = csv.DictWriter(f, fieldnames=keys)
+        wr.writeheader()
+        wr.writerows(res.rows)
+    written = [os.path.join(outdir, "results.json"), os.path.join(outdir, "results.csv")]
+    from . import plots
+    if plots.have_matplotlib():
+        written += plots.plot_results(res.rows, meta, outdir)
+    else:
+        print("(matplotlib is not installed: no plots; pip install matplotlib)")
+    return written
 
 
 def main(argv: Optional[List[str]] = None) -> int:
-    ap = argparse.ArgumentParser(prog="cupipe-bench", description=__doc__.splitlines()[0])
-    ap.add_argument("--suite", choices=["engine", "ops", "all"], default="all")
+    ap = argparse.ArgumentParser(prog="cupipe-bench", description=__doc__.splitlines()[0],
+                                 formatter_class=argparse.RawDescriptionHelpFormatter,
+                                 epilog="\n".join(__doc__.splitlines()[7:]))
+    ap.add_argument("--suite", choices=["engine", "ops", "all", "none"], default="all",
+                    help="engine: stream_copy mechanism x stages, copy width, latency study; "
+                         "ops: the DESIGN.md performance suite; none: only what --sweep adds")
+    ap.add_argument("--ops", default=",".join(OPS),
+                    help="comma-separated subset of " + ",".join(OPS) + " (default: all)")
+    ap.add_argument("--dtype", choices=list(DTYPES), default=None,
+                    help="run every case in this dtype (default: the suite's own, fp32 plus the "
+                         "bf16 sum)")
+    ap.add_argument("--sweep", action="store_true",
+                    help="add the mechanism x stages x vec_bytes grid for one case per op")
     ap.add_argument("--quick", action="store_true", help="fewer configurations and repetitions")
     ap.add_argument("--reps", type=int, default=0, help="timed repetitions per measurement")
     ap.add_argument("--no-compile", action="store_true", help="skip torch.compile baselines")
-    ap.add_argument("--out", default=None, help="directory for results.json / results.csv")
+    ap.add_argument("--cpu", action="store_true",
+                    help="run a tiny version on the CPU kernels (smoke test; CPU times)")
+    ap.add_argument("--no-progress", action="store_true", help="no progress bar on stderr")
+    ap.add_argument("--out", default=None,
+                    help="directory for results.json, results.csv and PNG plots")
     args = ap.parse_args(argv)
-    if not cupipe.cuda_available():
-        print("cupipe-bench: no CUDA device (or cupipe built without CUDA); nothing to measure.")
+    ops = [o.strip() for o in args.ops.split(",") if o.strip()]
+    bad = [o for o in ops if o not in OPS]
+    if bad or not ops:
+        ap.error(f"--ops: unknown op(s) {', '.join(bad) or '(none given)'}; choose from {', '.join(OPS)}")
+    if not args.cpu and not cupipe.cuda_available():
+        print("cupipe-bench: no CUDA device (or cupipe built without CUDA); nothing to measure. "
+              "Run with --cpu for a small smoke test of the CPU kernels.")
         return 0
-    reps = args.reps or (10 if args.quick else 30)
-    dev = torch.cuda.get_device_name()
-    print(f"device: {dev} | torch {torch.__version__} | cupipe {cupipe.__version__} | "
-          f"{time.strftime('%Y-%m-%d')} | median of {reps} reps")
-    copy_bw = copy_bandwidth(1 << 28, reps)
-    print(f"copy bandwidth (y.copy_(x), 2^28 fp32, read+write): {copy_bw:.0f} GB/s")
+    dtype = DTYPES[args.dtype] if args.dtype else None
+    reps = args.reps or ((3 if args.quick else 5) if args.cpu else (10 if args.quick else 30))
     res = Results()
-    if args.suite in ("engine", "all"):
-        suite_engine(res, args.quick, reps, copy_bw)
-        res.print_table("stream_copy 2^28 fp32 (vec 16)", ["mechanism", "stages", "ms", "GBps", "vs_copy"])
-        res.print_table("stream_copy copy width", ["mechanism", "stages", "vec", "GBps", "vs_copy"])
-        res.print_table("latency-bound: 1 block/SM, 8 KiB tiles, 2^24 fp32", ["mechanism", "stages", "GBps", "vs_copy"])
+    b = Bench(args.cpu, args.quick, reps, dtype, not args.no_compile, res)
+    if args.cpu:
+        dev = f"CPU ({torch.get_num_threads()} threads)"
+        timer = f"median of {reps} time.perf_counter reps"
+        print(f"device: {dev} | torch {torch.__version__} | cupipe {cupipe.__version__} | "
+              f"{time.strftime('%Y-%m-%d')} | {timer}")
+        print("CPU path: tiny sizes; times are CPU wall-clock times, not GPU times, and the engine "
+              "knobs (mechanism, stages, vec_bytes) are ignored on the CPU.")
+    else:
+        dev = torch.cuda.get_device_name()
+        timer = f"median of {reps} CUDA-event-timed reps"
+        print(f"device: {dev} | torch {torch.__version__} | cupipe {cupipe.__version__} | "
+              f"{time.strftime('%Y-%m-%d')} | {timer}")
+    b.copy_bw = copy_bandwidth(b)
+    print(f"copy bandwidth (y.copy_(x), 2^{b.log_n} fp32, read+write): {b.copy_bw:.0f} GB/s"
+          + (" (CPU)" if args.cpu else ""))
+
+    tasks: List[Task] = []
+    if args.suite in ("engine", "all") and "stream_copy" in ops:
+        tasks += tasks_engine(b)
     if args.suite in ("ops", "all"):
-        suite_ops(res, args.quick, reps, copy_bw, not args.no_compile)
-        res.print_table("performance suite", ["workload", "ms", "GBps", "vs_copy", "eager_ms", "compiled_ms",
-                                              "speedup_vs_best"])
+        tasks += tasks_suite(b, ops)
+    if args.sweep:
+        tasks += tasks_sweep(b, ops)
+    prog = Progress(len(tasks), enabled=not args.no_progress)
+    res.say = prog.write
+    try:
+        for t in tasks:
+            prog.step(t.what)
+            try:
+                t.run()
+            except Exception as e:  # report it, go on with the other measurements
+                msg = f"{t.what}: {type(e).__name__}: {str(e).splitlines()[0][:200] if str(e) else ''}"
+                res.failures.append(msg)
+                res.say(f"  FAILED {msg}")
+            prog.done_one()
+    finally:
+        prog.close()
+        res.say = print
+        b.inputs(None, lambda: None)
+    for title in res.tables():
+        res.print_table(title)
+    if res.notes:
+        print("\nnotes:\n" + "\n".join(f"  - {n}" for n in res.notes))
     if args.out:
-        os.makedirs(args.out, exist_ok=True)
-        meta = {"device": dev, "torch": torch.__version__, "date": time.strftime("%Y-%m-%d"), "copy_GBps": copy_bw}
-        with open(os.path.join(args.out, "results.json"), "w") as f:
-            json.dump({"meta": meta, "rows": res.rows}, f, indent=1)
-        keys = sorted({k for r in res.rows for k in r})
-        with open(os.path.join(args.out, "results.csv"), "w", newline="") as f:
-            wr = csv.DictWriter(f, fieldnames=keys)
-            wr.writeheader()
-            wr.writerows(res.rows)
+        meta = {"device": dev, "cpu": bool(args.cpu), "torch": torch.__version__,
+                "cupipe": cupipe.__version__, "date": time.strftime("%Y-%m-%d"),
+                "timer": timer, "reps": reps, "copy_GBps": b.copy_bw,
+                "dtype": args.dtype or "suite default", "ops": ops, "argv": sys.argv[1:] if argv is None else argv}
+        for p in _write_out(args.out, res, meta):
+            print(f"wrote {p}")
+    if res.failures:
+        print(f"\n{len(res.failures)} measurement(s) failed or did not match their reference "
+              "(not timed):")
+        for f in res.failures:
+            print("  " + f)
+        return 1
     return 0
 
 

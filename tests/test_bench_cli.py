@@ -1,0 +1,131 @@
+"""The benchmark CLI's CPU paths: it runs as a module, says so and exits 0 without a GPU, and
+``--cpu`` runs a tiny suite end to end (tables, JSON, CSV, plots when matplotlib is there)."""
+from __future__ import annotations
+
+import csv
+import importlib.util
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+import cupipe
+from cupipe import bench
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+HAS_MPL = importlib.util.find_spec("matplotlib") is not None
+
+
+def _run(*args, env_extra=None, timeout=120):
+    env = dict(os.environ)
+    env["PYTHONPATH"] = ROOT + os.pathsep + env.get("PYTHONPATH", "")
+    env.update(env_extra or {})
+    return subprocess.run([sys.executable, "-m", "cupipe.bench", *args], cwd=ROOT, env=env,
+                          capture_output=True, text=True, timeout=timeout)
+
+
+def test_module_runs_and_exits_cleanly_without_a_gpu(tmp_path):
+    # CUDA_VISIBLE_DEVICES="" hides any GPU, so this is the no-GPU path on every machine.
+    p = _run("--quick", "--out", str(tmp_path / "o"), env_extra={"CUDA_VISIBLE_DEVICES": ""})
+    assert p.returncode == 0, p.stderr
+    assert "no CUDA device" in p.stdout and "--cpu" in p.stdout
+    assert not (tmp_path / "o").exists()                  # nothing measured, nothing written
+
+
+def test_help_lists_the_flags(capsys):
+    with pytest.raises(SystemExit) as e:
+        bench.main(["--help"])
+    assert e.value.code == 0
+    out = capsys.readouterr().out
+    for flag in ("--ops", "--dtype", "--sweep", "--quick", "--out", "--cpu", "--suite"):
+        assert flag in out
+
+
+def test_cpu_quick_end_to_end(tmp_path):
+    out = tmp_path / "res"
+    p = _run("--cpu", "--quick", "--sweep", "--out", str(out))
+    assert p.returncode == 0, p.stdout + p.stderr
+    assert "CPU path" in p.stdout and "[CPU]" in p.stdout
+    assert "== suite: stencil2d [CPU]" in p.stdout and "== sweep: reduce" in p.stdout
+    # progress: tqdm's bar or the plain counter, on stderr
+    assert "[1/" in p.stderr or "step" in p.stderr or "it/s" in p.stderr
+    doc = json.loads((out / "results.json").read_text())
+    assert doc["meta"]["cpu"] is True and "perf_counter" in doc["meta"]["timer"]
+    assert doc["meta"]["failures"] == []
+    ops = {r["op"] for r in doc["rows"]}
+    assert ops == {"stream_copy", "stencil1d", "stencil2d", "reduce"}
+    assert all(r["table"].endswith("[CPU]") for r in doc["rows"])
+    with open(out / "results.csv", newline="") as f:
+        rows = list(csv.DictReader(f))
+    assert len(rows) == len(doc["rows"]) and "GBps" in rows[0]
+    pngs = sorted(x.name for x in out.glob("*.png"))
+    if HAS_MPL:
+        assert "cupipe_vs_pytorch.png" in pngs and any(n.startswith("stages_sweep") for n in pngs)
+        assert all((out / n).stat().st_size > 10_000 for n in pngs)
+    else:
+        assert pngs == [] and "matplotlib is not installed" in p.stdout
+
+
+def test_ops_and_dtype_filters(capsys, tmp_path):
+    rc = bench.main(["--cpu", "--quick", "--no-progress", "--suite", "ops", "--ops", "reduce",
+                     "--dtype", "bfloat16", "--out", str(tmp_path)])
+    assert rc == 0
+    doc = json.loads((tmp_path / "results.json").read_text())
+    assert {r["op"] for r in doc["rows"]} == {"reduce"}
+    assert all(r["workload"].endswith("bf16") for r in doc["rows"])
+    assert all(r["ms"] > 0 for r in doc["rows"])
+    assert "suite: reduce" in capsys.readouterr().out
+
+
+def test_sweep_only(capsys):
+    rc = bench.main(["--cpu", "--quick", "--no-progress", "--suite", "none", "--sweep",
+                     "--ops", "stream_copy,stencil2d"])
+    assert rc == 0
+    out = capsys.readouterr().out
+    assert "== sweep: stream_copy" in out and "== sweep: stencil2d" in out
+    assert "suite:" not in out and "sweep: reduce" not in out
+
+
+def test_bad_ops_is_a_usage_error(capsys):
+    with pytest.raises(SystemExit) as e:
+        bench.main(["--cpu", "--ops", "stream_copy,conv9d"])
+    assert e.value.code == 2
+    assert "conv9d" in capsys.readouterr().err
+
+
+def test_no_gpu_in_process(monkeypatch, capsys):
+    monkeypatch.setattr(cupipe, "cuda_available", lambda: False)
+    assert bench.main(["--quick"]) == 0
+    assert "no CUDA device" in capsys.readouterr().out
+
+
+def test_progress_plain_counter(capsys):
+    p = bench.Progress(3)
+    p.bar = None                                            # the fallback, even if tqdm exists
+    for i in range(3):
+        p.step(f"case {i}")
+        p.done_one()
+    p.close()
+    err = capsys.readouterr().err
+    assert "[1/3] case 0" in err and "[3/3]" in err
+
+
+@pytest.mark.skipif(not HAS_MPL, reason="matplotlib not installed")
+def test_plot_bench_script_parses_the_h200_log(tmp_path):
+    log = os.path.join(ROOT, "benchmarks", "2026-11-22-h200", "bench.txt")
+    spec = importlib.util.spec_from_file_location("plot_bench", os.path.join(ROOT, "scripts", "plot_bench.py"))
+    pb = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(pb)
+    rows, meta = pb.parse_log(open(log).read())
+    assert meta["device"] == "NVIDIA H200" and meta["copy_GBps"] == 4137.0
+    sync2 = [r for r in rows if r["table"].startswith("stream_copy 2^28") and r["mechanism"] == "sync"
+             and r["stages"] == 2]
+    assert sync2 and sync2[0]["GBps"] == 3729.0
+    suite = [r for r in rows if r.get("workload") == "sum rows (4194304, 64) float32"]
+    assert suite and suite[0]["eager_ms"] == 0.957
+    fig = tmp_path / "f.png"
+    assert pb.main([log, "--stream-copy-figure", str(fig), "--out", str(tmp_path / "all")]) == 0
+    assert fig.stat().st_size > 20_000
+    assert len(list((tmp_path / "all").glob("*.png"))) == 3
