@@ -1,10 +1,12 @@
 #!/usr/bin/env bash
 # The whole GPU check in one call: build in place, run every test (CPU and CUDA), the
-# compute-sanitizer tools over a reduced matrix, a SASS check, and a short benchmark.
-# Usage: bash scripts/gpu_check.sh [steps...]   steps: build tests sanitize sass bench benchfull
-#        (default: build tests sanitize sass bench; logs go to $OUT or ./gpu_check_out)
+# compute-sanitizer tools over a reduced matrix, a SASS check, a short benchmark (with the
+# mechanism x stages sweep and plots), the examples and the tour notebook.
+# Usage: bash scripts/gpu_check.sh [steps...]
+#        steps: build tests sanitize sass bench benchfull examples notebook
+#        (default: build tests sanitize sass bench examples notebook; logs go to $OUT or ./gpu_check_out)
 set -uo pipefail
-STEPS=${*:-build tests sanitize sass bench}
+STEPS=${*:-build tests sanitize sass bench examples notebook}
 has() { [[ " $STEPS " == *" $1 "* ]]; }
 LOG=${OUT:-$PWD/gpu_check_out}
 mkdir -p "$LOG"
@@ -59,7 +61,28 @@ fi
 if has benchfull; then
   python3 -m cupipe.bench --out "$LOG/bench" 2>&1 | tee "$LOG/bench.txt"
 elif has bench; then
-  python3 -m cupipe.bench --quick --out "$LOG/bench" 2>&1 | tee "$LOG/bench.txt"
+  python3 -m cupipe.bench --quick --sweep --out "$LOG/bench" 2>&1 | tee "$LOG/bench.txt"
+fi
+
+if has examples; then
+for ex in "examples/quickstart.py" "examples/heat_diffusion.py --png $LOG/heat_diffusion.png" \
+          "examples/train_smoothing.py"; do
+  t0=$(date +%s)
+  name=$(basename "${ex%% *}" .py)
+  python3 $ex >"$LOG/example_$name.log" 2>&1
+  r=$?
+  note "example $name: rc=$r $(tail -1 "$LOG/example_$name.log") [$(( $(date +%s) - t0 ))s]"
+done
+fi
+
+if has notebook; then
+# nbclient + ipykernel when installed (executed copy saved), else the code cells in order in one
+# Python process.
+t0=$(date +%s)
+python3 scripts/run_notebook.py examples/cupipe_tour.ipynb --out "$LOG/cupipe_tour.executed.ipynb" \
+  >"$LOG/notebook.log" 2>&1
+r=$?
+note "notebook examples/cupipe_tour.ipynb: rc=$r $(grep 'run_notebook:' "$LOG/notebook.log" | tail -1) [$(( $(date +%s) - t0 ))s]"
 fi
 echo
 echo "==================== gpu_check summary ===================="
