@@ -19,7 +19,6 @@ import csv
 import json
 import math
 import os
-import statistics
 import sys
 import time
 from typing import Callable, Dict, List, Optional
@@ -28,6 +27,7 @@ import torch
 import torch.nn.functional as F
 
 import cupipe
+from cupipe.timing import time_ms, time_ms_cpu  # noqa: F401  (re-exported for users of the CLI module)
 
 MECHS = ["sync", "pipeline", "pipeline_thread", "primitives", "cg", "barrier", "specialized", "tma"]
 OPS = ["stream_copy", "stencil1d", "stencil2d", "reduce"]
@@ -39,34 +39,6 @@ ORDER = ["workload", "mechanism", "stages", "vec", "resolved", "ms", "GBps", "vs
 
 
 # ----------------------------------------------------------------------------- timing
-
-def time_ms(fn: Callable[[], object], reps: int = 30, warmup: int = 3) -> float:
-    """Median milliseconds of `fn` over `reps` CUDA-event-timed calls."""
-    for _ in range(warmup):
-        fn()
-    torch.cuda.synchronize()
-    times = []
-    for _ in range(reps):
-        a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        a.record()
-        fn()
-        b.record()
-        b.synchronize()
-        times.append(a.elapsed_time(b))
-    return statistics.median(times)
-
-
-def time_ms_cpu(fn: Callable[[], object], reps: int = 30, warmup: int = 3) -> float:
-    """Median milliseconds of `fn` over `reps` calls timed with time.perf_counter (CPU path)."""
-    for _ in range(warmup):
-        fn()
-    times = []
-    for _ in range(reps):
-        t0 = time.perf_counter()
-        fn()
-        times.append((time.perf_counter() - t0) * 1e3)
-    return statistics.median(times)
-
 
 def gbps(nbytes: float, ms: float) -> float:
     return nbytes / (ms * 1e-3) / 1e9
@@ -497,7 +469,7 @@ def tasks_suite(b: Bench, ops: List[str]) -> List[Task]:
 def tasks_sweep(b: Bench, ops: List[str]) -> List[Task]:
     """mechanism x stages (x vec_bytes for stream_copy) for one case per op, plus what auto runs
     (the shipped table, or the tuning cache through the cupipe.* wrappers)."""
-    n, dt, tag = b.n1, b.dt, SHORT[b.dt]
+    n, tag = b.n1, SHORT[b.dt]
     H = W = b.hw
     star = [[0.0, 1, 0], [1, -4, 1], [0, 1, 0]]
     cases = {

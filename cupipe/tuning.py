@@ -31,7 +31,6 @@ import datetime
 import inspect
 import json
 import os
-import statistics
 import tempfile
 import textwrap
 import threading
@@ -39,6 +38,8 @@ import warnings
 from typing import Dict, Iterable, List, Optional, Sequence, Tuple
 
 import torch
+
+from .timing import time_ms
 
 FORMAT_VERSION = 1
 CACHE_FILE = "tuning.json"
@@ -141,7 +142,7 @@ def store_entries(new: Dict[str, dict], path: Optional[str] = None) -> Dict[str,
             with contextlib.suppress(OSError):
                 os.unlink(tmp)
             raise
-    global _memory, _memory_path
+    global _memory
     with _lock:
         if _memory_path == path:
             _memory = dict(entries)
@@ -405,21 +406,6 @@ def explain(op: str, x: torch.Tensor, *args, **kwargs) -> Explanation:
                        "shipped table (csrc/ops/tuning.cpp)", why, key, requested)
 
 
-def _median_ms(fn, reps: int, warmup: int) -> float:
-    for _ in range(warmup):
-        fn()
-    torch.cuda.synchronize()
-    times = []
-    for _ in range(reps):
-        a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        a.record()
-        fn()
-        b.record()
-        b.synchronize()
-        times.append(a.elapsed_time(b))
-    return statistics.median(times)
-
-
 def _rtol(dtype: torch.dtype) -> float:
     """Tolerance between two configurations' results: they may sum in different orders, and a
     half-precision result can then round to a neighbouring value."""
@@ -454,7 +440,7 @@ def tune(op: str, x: torch.Tensor, *args, mechanisms: Optional[Iterable[str]] = 
     sm = int(_C.cuda_device_info(x.device.index if x.device.index is not None
                                  else torch.cuda.current_device()).get("sm", 0))
     return _tune(op, x, args, kwargs, sm=sm, dev_name=device_name(x.device),
-                 timer=lambda fn: _median_ms(fn, reps, warmup), mechanisms=mechanisms,
+                 timer=lambda fn: time_ms(fn, reps, warmup), mechanisms=mechanisms,
                  stage_counts=stage_counts, vec_widths=vec_widths, save=save, verbose=verbose)
 
 

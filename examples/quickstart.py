@@ -10,13 +10,13 @@ runs, torch.cuda.Event).
 from __future__ import annotations
 
 import argparse
-import statistics
 import sys
 
 import torch
 import torch.nn.functional as F
 
 import cupipe
+from cupipe.timing import time_ms
 
 
 def conv1d_ref(x, w, boundary):
@@ -33,21 +33,6 @@ def conv2d_ref(x, w, boundary):
     mode = "constant" if boundary == "zero" else boundary
     flat = x.reshape(-1, 1, x.shape[-2], x.shape[-1])
     return F.conv2d(F.pad(flat, (rx, rx, ry, ry), mode=mode), w.to(x.dtype)[None, None]).reshape(x.shape)
-
-
-def median_ms(fn, reps=20):
-    """Median time of fn() in milliseconds on the current CUDA stream."""
-    for _ in range(3):
-        fn()
-    times = []
-    for _ in range(reps):
-        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        start.record()
-        fn()
-        end.record()
-        end.synchronize()
-        times.append(start.elapsed_time(end))
-    return statistics.median(times)
 
 
 def main(argv=None):
@@ -103,7 +88,7 @@ def main(argv=None):
         worst_rel = max(worst_rel, rel_err)
         line = f"{name:<24}{abs_err:>14.3e}{rel_err:>12.2e}"
         if on_gpu:
-            t_ours, t_ref = median_ms(ours), median_ms(ref)
+            t_ours, t_ref = time_ms(ours, reps=20), time_ms(ref, reps=20)
             line += f"{t_ours:>12.3f}{t_ref:>12.3f}{t_ref / t_ours:>9.2f}x"
         print(line)
 

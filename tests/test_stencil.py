@@ -2,7 +2,6 @@
 float64, then cast), and their gradients against autograd through those references."""
 from __future__ import annotations
 
-import itertools
 
 import pytest
 import torch
