@@ -55,25 +55,6 @@ void dispatch_async_width(int v, F&& f) {
   }
 }
 
-template <engine::Mechanism M>
-using mech_c = std::integral_constant<engine::Mechanism, M>;
-
-// Calls f(mech_c<M>{}) for the run-time mechanism m.
-template <class F>
-void dispatch_mechanism(engine::Mechanism m, F&& f) {
-  using engine::Mechanism;
-  switch (m) {
-    case Mechanism::Sync: f(mech_c<Mechanism::Sync>{}); break;
-    case Mechanism::Pipeline: f(mech_c<Mechanism::Pipeline>{}); break;
-    case Mechanism::PipelineThread: f(mech_c<Mechanism::PipelineThread>{}); break;
-    case Mechanism::Primitives: f(mech_c<Mechanism::Primitives>{}); break;
-    case Mechanism::Cg: f(mech_c<Mechanism::Cg>{}); break;
-    case Mechanism::Barrier: f(mech_c<Mechanism::Barrier>{}); break;
-    case Mechanism::Specialized: f(mech_c<Mechanism::Specialized>{}); break;
-    case Mechanism::Tma: f(mech_c<Mechanism::Tma>{}); break;
-  }
-}
-
 inline int current_device() {
   int dev = 0;
   CUPIPE_CUDA_CHECK(cudaGetDevice(&dev));

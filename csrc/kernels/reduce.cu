@@ -13,10 +13,20 @@ int64_t reduce_workspace_bytes(const ReduceParams& p) {
 }
 
 void launch_reduce(const ReduceParams& p) {
+  using engine::Mechanism;
   if (p.outer * p.inner == 0) return;
   if (kernels::partial_count(p, device_info(current_device())) * kernels::acc_size(p) > p.workspace_bytes)
     throw std::runtime_error("reduce: workspace too small (internal error)");
-  dispatch_mechanism(p.mechanism, [&](auto m) { kernels::launch_reduce_mechanism<decltype(m)::value>(p); });
+  switch (p.mechanism) {
+    case Mechanism::Sync: kernels::launch_reduce_mechanism<Mechanism::Sync>(p); break;
+    case Mechanism::Pipeline: kernels::launch_reduce_mechanism<Mechanism::Pipeline>(p); break;
+    case Mechanism::PipelineThread: kernels::launch_reduce_mechanism<Mechanism::PipelineThread>(p); break;
+    case Mechanism::Primitives: kernels::launch_reduce_mechanism<Mechanism::Primitives>(p); break;
+    case Mechanism::Cg: kernels::launch_reduce_mechanism<Mechanism::Cg>(p); break;
+    case Mechanism::Barrier: kernels::launch_reduce_mechanism<Mechanism::Barrier>(p); break;
+    case Mechanism::Specialized: kernels::launch_reduce_mechanism<Mechanism::Specialized>(p); break;
+    case Mechanism::Tma: kernels::launch_reduce_mechanism<Mechanism::Tma>(p); break;
+  }
 }
 
 }  // namespace cupipe

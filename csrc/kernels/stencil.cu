@@ -7,8 +7,18 @@ void launch_stencil_mechanism(const StencilParams& p);
 }  // namespace kernels
 
 void launch_stencil(const StencilParams& p) {
+  using engine::Mechanism;
   if (p.batch * p.ny * p.nx == 0) return;
-  dispatch_mechanism(p.mechanism, [&](auto m) { kernels::launch_stencil_mechanism<decltype(m)::value>(p); });
+  switch (p.mechanism) {
+    case Mechanism::Sync: kernels::launch_stencil_mechanism<Mechanism::Sync>(p); break;
+    case Mechanism::Pipeline: kernels::launch_stencil_mechanism<Mechanism::Pipeline>(p); break;
+    case Mechanism::PipelineThread: kernels::launch_stencil_mechanism<Mechanism::PipelineThread>(p); break;
+    case Mechanism::Primitives: kernels::launch_stencil_mechanism<Mechanism::Primitives>(p); break;
+    case Mechanism::Cg: kernels::launch_stencil_mechanism<Mechanism::Cg>(p); break;
+    case Mechanism::Barrier: kernels::launch_stencil_mechanism<Mechanism::Barrier>(p); break;
+    case Mechanism::Specialized: kernels::launch_stencil_mechanism<Mechanism::Specialized>(p); break;
+    case Mechanism::Tma: kernels::launch_stencil_mechanism<Mechanism::Tma>(p); break;
+  }
 }
 
 }  // namespace cupipe

@@ -13,7 +13,6 @@
 #pragma once
 
 #include "engine/engine.cuh"
-#include "kernels/boundary.h"
 #include "kernels/launch_utils.cuh"
 #include "kernels/numeric.cuh"
 
@@ -23,6 +22,23 @@ namespace kernels {
 constexpr int kStencilThreads = 256;
 constexpr int kTilePoints = 2048;  // outputs per tile: tile_h x tile_w, tile_h = 16 unless ny is small
 
+
+__device__ __forceinline__ int64_t map_index_dev(int64_t i, int64_t n, Boundary b) {
+  if (i >= 0 && i < n) return i;
+  switch (b) {
+    case Boundary::Zero: return -1;
+    case Boundary::Replicate: return i < 0 ? 0 : n - 1;
+    case Boundary::Circular: { int64_t m = i % n; return m < 0 ? m + n : m; }
+    case Boundary::Reflect: {
+      if (n == 1) return 0;
+      const int64_t period = 2 * (n - 1);
+      int64_t m = i % period;
+      if (m < 0) m += period;
+      return m < n ? m : period - m;
+    }
+  }
+  return -1;
+}
 
 struct StencilGeom {
   int64_t batch, ny, nx;
@@ -100,7 +116,7 @@ __global__ void __launch_bounds__(kStencilThreads)
     const int64_t c_hi = min(xw + g.win_w, g.nx);  // in-range columns [c_lo, c_hi)
     const engine::Team st = w.store_team();
     for (int i = 0; i < g.win_h; ++i) {
-      const int64_t src_row = map_index(yw + i, g.ny, boundary);
+      const int64_t src_row = map_index_dev(yw + i, g.ny, boundary);
       char* row = w.stage + static_cast<int64_t>(i) * g.pitch;
       if (src_row < 0) {  // a zero row of the zero boundary
         if (st.rank >= 0)
@@ -120,7 +136,7 @@ __global__ void __launch_bounds__(kStencilThreads)
         for (int c = st.rank; c < g.win_w; c += st.size) {
           const int64_t gc = xw + c;
           if (gc >= 0 && gc < g.nx) continue;
-          const int64_t mc = map_index(gc, g.nx, boundary);
+          const int64_t mc = map_index_dev(gc, g.nx, boundary);
           srow[c] = mc < 0 ? from_acc<T>(A(0)) : grow[mc];
         }
       }
@@ -138,7 +154,7 @@ __global__ void __launch_bounds__(kStencilThreads)
       if (oy >= g.ny || ox >= g.nx) continue;
       A acc = 0;
       for (int a = 0; a <= 2 * g.ry; ++a) {
-        const int64_t src_row = map_index(yw + i + a, g.ny, boundary);
+        const int64_t src_row = map_index_dev(yw + i + a, g.ny, boundary);
         const int shift = src_row < 0 ? 0 : row_shift(plane, src_row, g.nx, xw);
         const T* srow = reinterpret_cast<const T*>(stage + static_cast<int64_t>(i + a) * g.pitch + shift);
         const A* wrow = w_s + a * kw;

@@ -21,7 +21,16 @@ void launch_stream_copy(const StreamCopyParams& p_in) {
   if (p.vec_bytes > agree) p.vec_bytes = agree;
   if (p.mechanism == Mechanism::Tma && p.vec_bytes < 16) p.mechanism = Mechanism::Primitives;
   if (p.vec_bytes < 4) p.mechanism = Mechanism::Sync;  // no async copy narrower than 4 bytes
-  dispatch_mechanism(p.mechanism, [&](auto m) { kernels::launch_stream_copy_mechanism<decltype(m)::value>(p, head); });
+  switch (p.mechanism) {
+    case Mechanism::Sync: kernels::launch_stream_copy_mechanism<Mechanism::Sync>(p, head); break;
+    case Mechanism::Pipeline: kernels::launch_stream_copy_mechanism<Mechanism::Pipeline>(p, head); break;
+    case Mechanism::PipelineThread: kernels::launch_stream_copy_mechanism<Mechanism::PipelineThread>(p, head); break;
+    case Mechanism::Primitives: kernels::launch_stream_copy_mechanism<Mechanism::Primitives>(p, head); break;
+    case Mechanism::Cg: kernels::launch_stream_copy_mechanism<Mechanism::Cg>(p, head); break;
+    case Mechanism::Barrier: kernels::launch_stream_copy_mechanism<Mechanism::Barrier>(p, head); break;
+    case Mechanism::Specialized: kernels::launch_stream_copy_mechanism<Mechanism::Specialized>(p, head); break;
+    case Mechanism::Tma: kernels::launch_stream_copy_mechanism<Mechanism::Tma>(p, head); break;
+  }
 }
 
 }  // namespace cupipe

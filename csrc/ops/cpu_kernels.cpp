@@ -11,7 +11,7 @@
 #include <limits>
 
 #include "ops/args.h"
-#include "kernels/boundary.h"
+#include "ops/boundary.h"
 
 namespace cupipe {
 namespace ops {

@@ -1,21 +1,15 @@
-// Boundary index maps, shared by the CPU kernels (csrc/ops) and the CUDA stencil kernels.
-// map_index returns the source index for a (possibly out-of-range) index i of a dim of size n,
-// or -1 where the zero boundary reads a 0.
+// Boundary index maps, shared by the CPU kernels (and mirrored on the device in
+// csrc/kernels/stencil_common.cuh). map_index returns the source index for a (possibly
+// out-of-range) index i of a dim of size n, or -1 where the zero boundary reads a 0.
 #pragma once
 
 #include <cstdint>
 
 #include "kernels/params.h"
 
-#if defined(__CUDACC__)
-#define CUPIPE_BOUNDARY_FN __host__ __device__ __forceinline__
-#else
-#define CUPIPE_BOUNDARY_FN inline
-#endif
-
 namespace cupipe {
 
-CUPIPE_BOUNDARY_FN int64_t map_index(int64_t i, int64_t n, Boundary b) {
+inline int64_t map_index(int64_t i, int64_t n, Boundary b) {
   if (i >= 0 && i < n) return i;
   switch (b) {
     case Boundary::Zero: return -1;
