@@ -115,13 +115,7 @@ def plot_stages(panels: Sequence[Tuple[str, List[dict]]], path: Optional[str], t
     fig.legend(list(seen.values()), list(seen.keys()), loc="outside right center", fontsize=9,
                title="mechanism", title_fontsize=9)
     fig.suptitle(title, fontsize=12)
-    if note:
-        fig.supxlabel(note, fontsize=8, color="dimgray")
-    if path:
-        fig.savefig(path, dpi=120)
-    if not show:
-        plt.close(fig)
-    return fig
+    return _finish(fig, note, path, show)
 
 
 def plot_vs_torch(rows: List[dict], path: Optional[str], title: str, *,
@@ -169,13 +163,7 @@ def plot_vs_torch(rows: List[dict], path: Optional[str], title: str, *,
     ax.set_title(title, fontsize=12)
     ax.legend(loc="best", fontsize=9)
     ax.grid(True, axis="x", alpha=0.3)
-    if note:
-        fig.supxlabel(note, fontsize=8, color="dimgray")
-    if path:
-        fig.savefig(path, dpi=120)
-    if not show:
-        plt.close(fig)
-    return fig
+    return _finish(fig, note, path, show)
 
 
 def _tables(rows: Iterable[dict]) -> Dict[str, List[dict]]:
@@ -218,3 +206,15 @@ def plot_results(rows: List[dict], meta: dict, outdir: str) -> List[str]:
         plot_vs_torch(bars, p, f"cupipe vs PyTorch - {dev}", copy_GBps=copy, unit=unit, note=note)
         paths.append(p)
     return paths
+
+
+def _finish(fig, note, path, show):
+    """Footnote, save, and close unless the caller shows the figure (notebooks)."""
+    plt = _plt()
+    if note:
+        fig.supxlabel(note, fontsize=8, color="dimgray")
+    if path:
+        fig.savefig(path, dpi=120)
+    if not show:
+        plt.close(fig)
+    return fig
