@@ -3,7 +3,7 @@
 # compute-sanitizer tools over a reduced matrix, a SASS check, a short benchmark (with the
 # mechanism x stages sweep and plots), the examples and the tour notebook.
 # Usage: bash scripts/gpu_check.sh [steps...]
-#        steps: build tests sanitize sass bench benchfull examples notebook
+#        steps: build tests sanitize sass profile bench benchfull examples notebook
 #        (default: build tests sanitize sass bench examples notebook; logs go to $OUT or ./gpu_check_out)
 set -uo pipefail
 STEPS=${*:-build tests sanitize sass bench examples notebook}
@@ -56,6 +56,25 @@ if has sass; then
 so=$(python3 -c "import cupipe._C as c; print(c.__file__)")
 cuobjdump -sass -arch sm_90 "$so" > "$LOG/sass.txt" 2>&1
 note "SASS: LDGSTS=$(grep -c LDGSTS "$LOG/sass.txt") UBLKCP=$(grep -c UBLKCP "$LOG/sass.txt") (checked per kernel by tests/test_engine_cuda.py)"
+fi
+
+if has profile; then
+# Timings of the key cases (+ stream_copy tile sweep), then Nsight Compute metrics per kernel.
+python3 scripts/profile_cases.py 2>&1 | tee "$LOG/profile_times.txt"
+ncu --csv --page raw -k regex:"reduce|stencil|stream_copy|elementwise|copy" --launch-count 14 \
+  --metrics gpu__time_duration.sum,dram__throughput.avg.pct_of_peak_sustained_elapsed,sm__throughput.avg.pct_of_peak_sustained_elapsed,l1tex__data_pipe_lsu_wavefronts_mem_shared.sum,smsp__inst_executed.sum,sm__warps_active.avg.pct_of_peak_sustained_active,launch__registers_per_thread,launch__grid_size,launch__occupancy_limit_shared_mem \
+  python3 scripts/profile_cases.py --once >"$LOG/ncu.csv" 2>"$LOG/ncu.err"
+python3 - "$LOG/ncu.csv" <<'PY'
+import csv, sys
+rows = [r for r in csv.DictReader(l for l in open(sys.argv[1]) if l.startswith('"'))]
+keys = ["gpu__time_duration.sum", "dram__throughput.avg.pct_of_peak_sustained_elapsed",
+        "sm__throughput.avg.pct_of_peak_sustained_elapsed", "sm__warps_active.avg.pct_of_peak_sustained_active",
+        "launch__registers_per_thread", "launch__grid_size", "launch__occupancy_limit_shared_mem"]
+print("ncu: kernel | time | dram% | sm% | warps% | regs | grid | smem-limit blocks")
+for r in rows[1:]:
+    print(r["Kernel Name"][:70], "|", " | ".join(r.get(k, "?") for k in keys))
+PY
+note "profile: see profile_times.txt and ncu.csv"
 fi
 
 if has benchfull; then

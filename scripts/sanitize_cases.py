@@ -24,9 +24,23 @@ def check(ok, what):
 
 
 base = torch.randn(40000 + 3, device="cuda")
-img = torch.randn(2, 40, 150, device="cuda")
+img = torch.randn(2, 40, 150, device="cuda")  # rows of 600 bytes: copied row by row
+img16 = torch.randn(2, 33, 96, device="cuda")  # rows of 384 bytes: one box per tile
+sig = torch.randn(3, 9000, device="cuda")      # 1-D rows: several 1-row tiles each
 w3 = torch.randn(3, 3, device="cuda")
 w5 = torch.randn(5, device="cuda")
+w9 = torch.randn(9, 9, device="cuda")          # three 3-row passes of one 9-wide chunk
+w_wide = torch.randn(3, 17, device="cuda")     # a 9-wide chunk and a partial one
+
+
+def ref2d(x, w, b):
+    ry, rx = (w.shape[0] - 1) // 2, (w.shape[1] - 1) // 2
+    H, W = x.shape[-2:]
+    mode = "constant" if b == "zero" else b
+    xp = F.pad(x.reshape(-1, 1, H, W), (rx, rx, ry, ry), mode=mode)
+    return F.conv2d(xp, w[None, None]).reshape(x.shape)
+
+
 for m in mechs:
     for s in stages:
         for off, vec in [(0, 16), (1, 4), (2, 8)]:
@@ -35,13 +49,15 @@ for m in mechs:
         xb = torch.randint(0, 255, (4099,), dtype=torch.uint8, device="cuda")[1:]
         check(torch.equal(cupipe.stream_copy(xb, mechanism=m, stages=s), xb), f"copy u8 {m} {s}")
         for b in ["zero", "reflect", "circular"]:
-            y = cupipe.stencil2d(img, w3, boundary=b, mechanism=m, stages=s)
-            mode = "constant" if b == "zero" else b
-            ref = F.conv2d(F.pad(img.reshape(-1, 1, 40, 150), (1, 1, 1, 1), mode=mode), w3[None, None]).reshape(img.shape)
-            check(torch.allclose(y, ref, atol=1e-4), f"stencil2d {m} {s} {b}")
-        y = cupipe.stencil1d(img, w5, dim=1, boundary="replicate", mechanism=m, stages=s)
-        check(y.shape == img.shape, "stencil1d")
-        for shape, dim in [((3, 20000), 1), ((300, 50), 1), ((2000, 33), 0), ((3, 600, 5), 1)]:
+            for x, w in [(img, w3), (img16, w9), (img16, w_wide)]:
+                y = cupipe.stencil2d(x, w, boundary=b, mechanism=m, stages=s)
+                check(torch.allclose(y, ref2d(x, w, b), atol=1e-3), f"stencil2d {m} {s} {b} {tuple(w.shape)}")
+        for x, dim in [(img, 1), (sig, 1)]:
+            y = cupipe.stencil1d(x, w5, dim=dim, boundary="replicate", mechanism=m, stages=s)
+            xt = x.movedim(dim, -1)
+            ref = F.conv1d(F.pad(xt.reshape(-1, 1, xt.shape[-1]), (2, 2), mode="replicate"), w5[None, None])
+            check(torch.allclose(y, ref.reshape(xt.shape).movedim(-1, dim), atol=1e-4), f"stencil1d {m} {s} {x.shape}")
+        for shape, dim in [((3, 20000), 1), ((300, 50), 1), ((300, 64), 1), ((2000, 33), 0), ((600, 256), 0), ((3, 600, 5), 1)]:
             x = torch.randn(shape, device="cuda")
             for op in ["sum", "amax"]:
                 y = cupipe.reduce(x, op, dim, mechanism=m, stages=s)

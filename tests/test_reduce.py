@@ -250,6 +250,56 @@ def test_reduce_mechanisms(device, mechanism):
                              what=f"{mechanism} stages={stages} {op} dim={dim}")
 
 
+# Shapes that reach each path of the CUDA kernels: packed short rows (vector-aligned or not),
+# split long rows, column chunks (16-byte aligned rows or not, a partial last chunk, partial
+# last vector), several outer slices; and a storage offset that misaligns the data pointer.
+LAYOUT_CASES = [
+    ((257, 64), 1), ((300, 37), 1), ((5, 9000), 1), ((3, 40000), -1),
+    ((300, 1000), 0), ((301, 1003), 0), ((130, 129), 0), ((4, 67, 300), 1), ((2, 33, 5), 1),
+]
+
+
+@pytest.mark.parametrize("mechanism", cupipe.MECHANISMS)
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float16, torch.float64],
+                         ids=lambda d: DTYPE_IDS[d])
+def test_reduce_layouts_every_mechanism(device, mechanism, dtype):
+    if device == "cuda" and mechanism == "tma" and torch.cuda.get_device_capability() < (9, 0):
+        pytest.skip("tma needs sm_90")
+    for i, (shape, dim) in enumerate(LAYOUT_CASES):
+        n = math.prod(shape)
+        for offset in (0, 1):
+            x = make_input((n + offset,), dtype, device, seed=40 + i)[offset:].view(shape)
+            for stages in (1, 2, 4):
+                for op in ("sum", "amax"):
+                    y = cupipe.reduce(x, op, dim, mechanism=mechanism, stages=stages)
+                    atol, rtol = _tolerance(op, y.dtype, shape[dim])
+                    assert_close(y, reduce_ref(x, op, dim), atol=atol, rtol=rtol,
+                                 what=f"{mechanism} stages={stages} {op} {shape} dim={dim} "
+                                      f"offset={offset} {dtype}")
+
+
+@pytest.mark.slow
+def test_reduce_over_2_31_elements(device):
+    """64-bit indexing: 2^31 + 1040 fp16 elements (4 GiB); the extreme values sit beyond
+    element 2^31, and a column reduction whose offsets pass 2^31 too."""
+    if device != "cuda":
+        pytest.skip("a 4 GiB CPU reference is too slow for the suite")
+    n = (1 << 31) + 1040
+    g = torch.Generator(device=device).manual_seed(7)
+    x = torch.rand(n, generator=g, device=device, dtype=torch.float32).to(torch.float16)
+    x[n - 3] = 4.0
+    x[n - 7] = -4.0
+    assert cupipe.reduce(x, "amax").item() == 4.0
+    assert cupipe.reduce(x, "amin").item() == -4.0
+    expected = x.sum(dtype=torch.float64).item()
+    got = cupipe.reduce(x, "sum", dtype=torch.float32).item()
+    assert abs(got - expected) <= 1e-4 * abs(expected), (got, expected)
+    cols = x[: (1 << 31)].view(1 << 16, 1 << 15)
+    assert_close(cupipe.reduce(cols, "amax", 0), cols.amax(0), atol=0, rtol=0, what="cols amax")
+    del x, cols
+    torch.cuda.empty_cache()
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("op", REDUCE_OPS)
 def test_reduce_large(device, op):

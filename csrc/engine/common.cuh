@@ -59,6 +59,18 @@ struct Team {
   int size;
 };
 
+#if defined(__CUDACC__)
+// Synchronises a consuming team: the whole block (barrier 0), or the consumer warps of a
+// partitioned ring (the block's last t.size threads, a multiple of 32) on named barrier 1,
+// which no ring uses.
+CUPIPE_DEVICE void team_sync(Team t) {
+  if (t.size == static_cast<int>(blockDim.x))
+    __syncthreads();
+  else
+    asm volatile("bar.sync 1, %0;" ::"r"(t.size) : "memory");
+}
+#endif
+
 // Uninitialised storage for a ring's shared state. Declare it __shared__ in the kernel; the ring
 // constructor initialises what it needs (static __shared__ objects get no constructor call).
 template <class T>

@@ -5,6 +5,9 @@
 //
 //   producer_acquire(st)          wait until stage st.index may be overwritten
 //   copy(st, dst, src, nbytes)    issue the global->shared copy of one segment into the stage
+//   copy_rows(st, dst, dst_pitch, src, src_pitch, row_bytes, nrows)
+//                                 the same for a box of rows (a 2-D tile): per-thread rings deal
+//                                 the chunks of all rows out to all threads at once
 //   producer_commit(st)           close the stage: its copies complete as one unit
 //   consumer_wait(st, pending)    block until the stage's copies landed and are visible to every
 //                                 consumer; `pending` = stages produced after this one (the
@@ -51,9 +54,40 @@ CUPIPE_DEVICE void copy_segment(char* dst, const char* src, int64_t nbytes, int 
   if (s.tail > 0 && rank == (nthreads > 1 ? 1 : 0)) tail(d + s.body, g + s.body, s.tail);
 }
 
-struct SyncTail {
-  CUPIPE_DEVICE void operator()(char* d, const char* g, int n) const { copy_bytes(d, g, n); }
-};
+// Copies `nrows` rows of `row_bytes` (row i: src + i*src_pitch -> dst + i*dst_pitch) with
+// `nthreads` threads. When both pitches are multiples of V every row splits like the first, and
+// the rows' V-byte chunks are dealt out to all threads as one (row, chunk) sequence, so a tile of
+// short rows keeps every thread busy; otherwise each row is a segment of its own.
+template <int V, class Chunk, class Tail>
+CUPIPE_DEVICE void copy_box(char* dst, int64_t dst_pitch, const char* src, int64_t src_pitch, int64_t row_bytes,
+                            int nrows, int rank, int nthreads, Chunk&& chunk, Tail&& tail) {
+  if (dst_pitch % V != 0 || src_pitch % V != 0) {
+    for (int i = 0; i < nrows; ++i)
+      copy_segment<V>(dst + i * dst_pitch, src + i * src_pitch, row_bytes, rank, nthreads, chunk, tail);
+    return;
+  }
+  const Segment s = split_segment<V>(src, row_bytes);
+  if (s.head > 0 || s.tail > 0) {
+    for (int i = rank; i < nrows; i += nthreads) {
+      copy_bytes(dst + i * dst_pitch, src + i * src_pitch, s.head);
+      if (s.tail > 0) tail(dst + i * dst_pitch + s.head + s.body, src + i * src_pitch + s.head + s.body, s.tail);
+    }
+  }
+  const int64_t nch = s.body / V;
+  if (nch == 0 || rank >= nthreads) return;
+  const int64_t total = nch * nrows;
+  int64_t r = rank / nch, c = rank % nch;
+  const int64_t dr = nthreads / nch, dc = nthreads % nch;
+  for (int64_t idx = rank; idx < total; idx += nthreads) {
+    chunk(dst + r * dst_pitch + s.head + c * V, src + r * src_pitch + s.head + c * V);
+    c += dc;
+    r += dr;
+    if (c >= nch) {
+      c -= nch;
+      ++r;
+    }
+  }
+}
 
 // Waits until at most `n` cp.async groups of this thread are pending (wait_group needs a constant).
 CUPIPE_DEVICE void cp_async_wait_prior(int n) {
@@ -73,6 +107,9 @@ template <int Stages>
 struct RingBase {
   static constexpr int kStages = Stages;
   static constexpr bool kPartitioned = false;
+  // cuda::pipeline advances its consumer position in consumer_release, so its rings release
+  // every tile; the others skip releases that no producer will acquire (see stage_ring.cuh).
+  static constexpr bool kReleaseEveryTile = false;
   char* buffers;
   int stage_bytes;
   CUPIPE_DEVICE RingBase(char* b, int sb) : buffers(b), stage_bytes(sb) {}
@@ -85,20 +122,53 @@ struct RingBase {
   CUPIPE_DEVICE static Team store_team() { return Team{static_cast<int>(threadIdx.x), static_cast<int>(blockDim.x)}; }
 };
 
+
+// The two ways a ring moves a segment or a box of rows. Per-thread rings (every copying thread
+// issues its own V-byte chunks) provide chunk(dst, src), tail(dst, src, n, mode) and
+// copy_team(); block-collective rings provide copy() and get copy_rows() as one copy per row.
+template <class Derived, int V>
+struct PerThreadCopies {
+  template <class St>
+  CUPIPE_DEVICE void copy(const St&, char* dst, const char* src, int64_t n, TailMode mode = TailMode::Exact) {
+    auto& self = static_cast<Derived&>(*this);
+    const Team t = Derived::copy_team();
+    copy_segment<V>(dst, src, n, t.rank, t.size, [&](char* d, const char* g) { self.chunk(d, g); },
+                    [&](char* d, const char* g, int tn) { self.tail(d, g, tn, mode); });
+  }
+  template <class St>
+  CUPIPE_DEVICE void copy_rows(const St&, char* dst, int64_t dst_pitch, const char* src, int64_t src_pitch,
+                               int64_t row_bytes, int nrows, TailMode mode = TailMode::Exact) {
+    auto& self = static_cast<Derived&>(*this);
+    const Team t = Derived::copy_team();
+    copy_box<V>(dst, dst_pitch, src, src_pitch, row_bytes, nrows, t.rank, t.size,
+                [&](char* d, const char* g) { self.chunk(d, g); },
+                [&](char* d, const char* g, int tn) { self.tail(d, g, tn, mode); });
+  }
+  CUPIPE_DEVICE void tail(char* d, const char* g, int n, TailMode) { copy_bytes(d, g, n); }
+  CUPIPE_DEVICE static Team copy_team() { return Team{static_cast<int>(threadIdx.x), static_cast<int>(blockDim.x)}; }
+};
+
+template <class Derived>
+struct CollectiveCopies {
+  template <class St>
+  CUPIPE_DEVICE void copy_rows(const St& st, char* dst, int64_t dst_pitch, const char* src, int64_t src_pitch,
+                               int64_t row_bytes, int nrows, TailMode mode = TailMode::Exact) {
+    for (int i = 0; i < nrows; ++i)
+      static_cast<Derived&>(*this).copy(st, dst + i * dst_pitch, src + i * src_pitch, row_bytes, mode);
+  }
+};
+
 template <Mechanism M, int Stages, int V>
 struct Ring;
 
 // ---- sync: LDG + STS through registers; a block barrier publishes the stage -------------------
 template <int Stages, int V>
-struct Ring<Mechanism::Sync, Stages, V> : RingBase<Stages> {
+struct Ring<Mechanism::Sync, Stages, V> : RingBase<Stages>, PerThreadCopies<Ring<Mechanism::Sync, Stages, V>, V> {
   struct SharedState {};
   CUPIPE_DEVICE Ring(SharedState&, char* b, int sb) : RingBase<Stages>(b, sb) {}
   template <class St> CUPIPE_DEVICE void producer_acquire(const St&) {}
-  template <class St>
-  CUPIPE_DEVICE void copy(const St&, char* dst, const char* src, int64_t n, TailMode = TailMode::Exact) {
-    copy_segment<V>(dst, src, n, threadIdx.x, blockDim.x,
-                    [](char* d, const char* g) { *reinterpret_cast<vec_t<V>*>(d) = *reinterpret_cast<const vec_t<V>*>(g); },
-                    SyncTail{});
+  CUPIPE_DEVICE void chunk(char* d, const char* g) {
+    *reinterpret_cast<vec_t<V>*>(d) = *reinterpret_cast<const vec_t<V>*>(g);
   }
   template <class St> CUPIPE_DEVICE void producer_commit(const St&) {}
   template <class St> CUPIPE_DEVICE void consumer_wait(const St&, int) { __syncthreads(); }
@@ -109,20 +179,16 @@ struct Ring<Mechanism::Sync, Stages, V> : RingBase<Stages> {
 
 // ---- pipeline: cuda::pipeline<thread_scope_block>, unified --------------------------------------
 template <int Stages, int V>
-struct Ring<Mechanism::Pipeline, Stages, V> : RingBase<Stages> {
+struct Ring<Mechanism::Pipeline, Stages, V> : RingBase<Stages>, PerThreadCopies<Ring<Mechanism::Pipeline, Stages, V>, V> {
   struct SharedState {
     cuda::pipeline_shared_state<cuda::thread_scope_block, Stages> state;
   };
+  static constexpr bool kReleaseEveryTile = true;
   cuda::pipeline<cuda::thread_scope_block> pipe;
   CUPIPE_DEVICE Ring(SharedState& ss, char* b, int sb)
       : RingBase<Stages>(b, sb), pipe(cuda::make_pipeline(cg::this_thread_block(), &ss.state)) {}
   template <class St> CUPIPE_DEVICE void producer_acquire(const St&) { pipe.producer_acquire(); }
-  template <class St>
-  CUPIPE_DEVICE void copy(const St&, char* dst, const char* src, int64_t n, TailMode = TailMode::Exact) {
-    copy_segment<V>(dst, src, n, threadIdx.x, blockDim.x,
-                    [&](char* d, const char* g) { cuda::memcpy_async(d, g, cuda::aligned_size_t<V>(V), pipe); },
-                    SyncTail{});
-  }
+  CUPIPE_DEVICE void chunk(char* d, const char* g) { cuda::memcpy_async(d, g, cuda::aligned_size_t<V>(V), pipe); }
   template <class St> CUPIPE_DEVICE void producer_commit(const St&) { pipe.producer_commit(); }
   template <class St> CUPIPE_DEVICE void consumer_wait(const St&, int) { pipe.consumer_wait(); }
   template <class St> CUPIPE_DEVICE void consumer_release(const St&) { pipe.consumer_release(); }
@@ -130,17 +196,13 @@ struct Ring<Mechanism::Pipeline, Stages, V> : RingBase<Stages> {
 
 // ---- pipeline_thread: a cuda::pipeline<thread_scope_thread> per thread + __syncthreads ----------
 template <int Stages, int V>
-struct Ring<Mechanism::PipelineThread, Stages, V> : RingBase<Stages> {
+struct Ring<Mechanism::PipelineThread, Stages, V> : RingBase<Stages>,
+                                                     PerThreadCopies<Ring<Mechanism::PipelineThread, Stages, V>, V> {
   struct SharedState {};
   cuda::pipeline<cuda::thread_scope_thread> pipe;
   CUPIPE_DEVICE Ring(SharedState&, char* b, int sb) : RingBase<Stages>(b, sb), pipe(cuda::make_pipeline()) {}
   template <class St> CUPIPE_DEVICE void producer_acquire(const St&) { pipe.producer_acquire(); }
-  template <class St>
-  CUPIPE_DEVICE void copy(const St&, char* dst, const char* src, int64_t n, TailMode = TailMode::Exact) {
-    copy_segment<V>(dst, src, n, threadIdx.x, blockDim.x,
-                    [&](char* d, const char* g) { cuda::memcpy_async(d, g, cuda::aligned_size_t<V>(V), pipe); },
-                    SyncTail{});
-  }
+  CUPIPE_DEVICE void chunk(char* d, const char* g) { cuda::memcpy_async(d, g, cuda::aligned_size_t<V>(V), pipe); }
   template <class St> CUPIPE_DEVICE void producer_commit(const St&) { pipe.producer_commit(); }
   template <class St> CUPIPE_DEVICE void consumer_wait(const St&, int) {
     pipe.consumer_wait();  // this thread's copies have landed ...
@@ -154,20 +216,17 @@ struct Ring<Mechanism::PipelineThread, Stages, V> : RingBase<Stages> {
 
 // ---- primitives: __pipeline_memcpy_async / _commit / _wait_prior (LDGSTS), zero-filled tails ----
 template <int Stages, int V>
-struct Ring<Mechanism::Primitives, Stages, V> : RingBase<Stages> {
+struct Ring<Mechanism::Primitives, Stages, V> : RingBase<Stages>,
+                                                 PerThreadCopies<Ring<Mechanism::Primitives, Stages, V>, V> {
   struct SharedState {};
   CUPIPE_DEVICE Ring(SharedState&, char* b, int sb) : RingBase<Stages>(b, sb) {}
   template <class St> CUPIPE_DEVICE void producer_acquire(const St&) {}
-  template <class St>
-  CUPIPE_DEVICE void copy(const St&, char* dst, const char* src, int64_t n, TailMode tail = TailMode::Exact) {
-    copy_segment<V>(dst, src, n, threadIdx.x, blockDim.x,
-                    [](char* d, const char* g) { __pipeline_memcpy_async(d, g, V); },
-                    [tail](char* d, const char* g, int tn) {
-                      if (tail == TailMode::MayOverwrite)
-                        __pipeline_memcpy_async(d, g, V, V - tn);  // reads tn bytes, zero-fills the rest
-                      else
-                        copy_bytes(d, g, tn);
-                    });
+  CUPIPE_DEVICE void chunk(char* d, const char* g) { __pipeline_memcpy_async(d, g, V); }
+  CUPIPE_DEVICE void tail(char* d, const char* g, int n, TailMode mode) {
+    if (mode == TailMode::MayOverwrite)
+      __pipeline_memcpy_async(d, g, V, V - n);  // reads n bytes, zero-fills the rest of the chunk
+    else
+      copy_bytes(d, g, n);
   }
   template <class St> CUPIPE_DEVICE void producer_commit(const St&) { __pipeline_commit(); }
   template <class St> CUPIPE_DEVICE void consumer_wait(const St&, int pending) {
@@ -181,7 +240,7 @@ struct Ring<Mechanism::Primitives, Stages, V> : RingBase<Stages> {
 
 // ---- cg: cooperative_groups::memcpy_async (one batch per call) + cg::wait_prior -----------------
 template <int Stages, int V>
-struct Ring<Mechanism::Cg, Stages, V> : RingBase<Stages> {
+struct Ring<Mechanism::Cg, Stages, V> : RingBase<Stages>, CollectiveCopies<Ring<Mechanism::Cg, Stages, V>> {
   struct SharedState {};
   uint32_t issued = 0;       // batches this thread has committed
   uint32_t marks[Stages];    // `issued` when each stage was committed
@@ -219,7 +278,7 @@ struct Ring<Mechanism::Cg, Stages, V> : RingBase<Stages> {
 
 // ---- barrier: cuda::memcpy_async completing on a cuda::barrier<thread_scope_block> per stage -----
 template <int Stages, int V>
-struct Ring<Mechanism::Barrier, Stages, V> : RingBase<Stages> {
+struct Ring<Mechanism::Barrier, Stages, V> : RingBase<Stages>, CollectiveCopies<Ring<Mechanism::Barrier, Stages, V>> {
   using barrier_t = cuda::barrier<cuda::thread_scope_block>;
   struct SharedState {
     barrier_t bar[Stages];
@@ -255,8 +314,10 @@ struct Ring<Mechanism::Barrier, Stages, V> : RingBase<Stages> {
 
 // ---- specialized: partitioned cuda::pipeline, warp 0 produces, the other warps consume ----------
 template <int Stages, int V>
-struct Ring<Mechanism::Specialized, Stages, V> : RingBase<Stages> {
+struct Ring<Mechanism::Specialized, Stages, V> : RingBase<Stages>,
+                                                  PerThreadCopies<Ring<Mechanism::Specialized, Stages, V>, V> {
   static constexpr bool kPartitioned = true;
+  static constexpr bool kReleaseEveryTile = true;
   static constexpr int kProducerThreads = 32;
   struct SharedState {
     cuda::pipeline_shared_state<cuda::thread_scope_block, Stages> state;
@@ -274,13 +335,9 @@ struct Ring<Mechanism::Specialized, Stages, V> : RingBase<Stages> {
   CUPIPE_DEVICE static Team store_team() {
     return Team{threadIdx.x < kProducerThreads ? static_cast<int>(threadIdx.x) : -1, kProducerThreads};
   }
+  CUPIPE_DEVICE static Team copy_team() { return Team{static_cast<int>(threadIdx.x), kProducerThreads}; }
   template <class St> CUPIPE_DEVICE void producer_acquire(const St&) { pipe.producer_acquire(); }
-  template <class St>
-  CUPIPE_DEVICE void copy(const St&, char* dst, const char* src, int64_t n, TailMode = TailMode::Exact) {
-    copy_segment<V>(dst, src, n, threadIdx.x, kProducerThreads,
-                    [&](char* d, const char* g) { cuda::memcpy_async(d, g, cuda::aligned_size_t<V>(V), pipe); },
-                    SyncTail{});
-  }
+  CUPIPE_DEVICE void chunk(char* d, const char* g) { cuda::memcpy_async(d, g, cuda::aligned_size_t<V>(V), pipe); }
   template <class St> CUPIPE_DEVICE void producer_commit(const St&) { pipe.producer_commit(); }
   template <class St> CUPIPE_DEVICE void consumer_wait(const St&, int) { pipe.consumer_wait(); }
   template <class St> CUPIPE_DEVICE void consumer_release(const St&) { pipe.consumer_release(); }
@@ -291,7 +348,7 @@ struct Ring<Mechanism::Specialized, Stages, V> : RingBase<Stages> {
 // threads arrive) hand it back. The producer waits on `empty` with the opposite parity, so the
 // first lap passes at once. Bulk copies need 16-byte alignment: V must be 16.
 template <int Stages, int V>
-struct Ring<Mechanism::Tma, Stages, V> : RingBase<Stages> {
+struct Ring<Mechanism::Tma, Stages, V> : RingBase<Stages>, CollectiveCopies<Ring<Mechanism::Tma, Stages, V>> {
   static_assert(V == 16, "tma moves 16-byte-aligned bodies");
   struct SharedState {
     alignas(8) uint64_t full[Stages];

@@ -18,6 +18,12 @@
 // tile k is consumed. With one stage nothing can be in flight: produce(k) comes first, and the
 // release is a barrier.
 //
+// Releases: tile k's stage is released only if tile k + Stages will be produced into it. A
+// release nobody acquires would leave a completed barrier phase that no thread ever waits on
+// (the tma ring's "empty" mbarriers), which compute-sanitizer's synccheck reports as a missing
+// wait. Each block runs one ring pass. cuda::pipeline is the exception: its consumer_release
+// also moves the consumer to the next stage, so its rings (kReleaseEveryTile) release every tile.
+//
 // Partitioned (`specialized`): the producer warp loops acquire/copy/commit while the consumer
 // warps loop wait/consume/release; the ring's barriers order them.
 #pragma once
@@ -44,6 +50,12 @@ struct StageWriter {
   // The threads that may also write the stage with plain stores before the commit (halo fills,
   // zero rows): their stores are published with the stage. For tma only thread 0 qualifies.
   CUPIPE_DEVICE Team store_team() const { return Ring::store_team(); }
+  // A box of `nrows` rows of `row_bytes`: row i from src + i*src_pitch to stage + offset +
+  // i*dst_pitch. Each row must agree with its source modulo the copy width, as for copy().
+  CUPIPE_DEVICE void copy_rows(int64_t offset, int64_t dst_pitch, const void* src, int64_t src_pitch,
+                               int64_t row_bytes, int nrows, TailMode tail = TailMode::Exact) const {
+    ring.copy_rows(st, stage + offset, dst_pitch, static_cast<const char*>(src), src_pitch, row_bytes, nrows, tail);
+  }
 };
 
 template <class Ring, class Load, class Consume>
@@ -65,7 +77,7 @@ CUPIPE_DEVICE void run_unified(Ring& ring, int64_t ntiles, Load&& load, Consume&
     ring.consumer_wait(cs, static_cast<int>(fetched - k - 1));
     if (S > 1 && fetched < ntiles) produce();
     consume(ring.stage(cs.index), k, team);
-    ring.consumer_release(cs);
+    if (Ring::kReleaseEveryTile || k + S < ntiles) ring.consumer_release(cs);  // see "Releases"
     cs.advance();
   }
 }
@@ -86,7 +98,7 @@ CUPIPE_DEVICE void run_partitioned(Ring& ring, int64_t ntiles, Load&& load, Cons
     for (int64_t k = 0; k < ntiles; ++k) {
       ring.consumer_wait(st, 0);
       consume(ring.stage(st.index), k, team);
-      ring.consumer_release(st);
+      if (Ring::kReleaseEveryTile || k + S < ntiles) ring.consumer_release(st);
       st.advance();
     }
   }

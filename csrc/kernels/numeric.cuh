@@ -4,6 +4,9 @@
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 
+#include <cstdint>
+#include <type_traits>
+
 #include "kernels/params.h"
 
 namespace cupipe {
@@ -26,6 +29,32 @@ template <> __device__ __forceinline__ __half from_acc<__half, float>(float v) {
 template <> __device__ __forceinline__ __nv_bfloat16 from_acc<__nv_bfloat16, float>(float v) { return __float2bfloat16_rn(v); }
 template <> __device__ __forceinline__ __half from_acc<__half, double>(double v) { return __double2half(v); }
 template <> __device__ __forceinline__ __nv_bfloat16 from_acc<__nv_bfloat16, double>(double v) { return __double2bfloat16(v); }
+
+// The 16 / sizeof(T) elements of a 16-byte vector, converted to the accumulation type with bit
+// operations (no per-element loads from a reinterpreted register array).
+template <typename T, typename A>
+__device__ __forceinline__ void unpack16(const uint4& q, A* out) {
+  const uint32_t w[4] = {q.x, q.y, q.z, q.w};
+  if constexpr (sizeof(T) == 8) {
+    out[0] = static_cast<A>(__hiloint2double(static_cast<int>(w[1]), static_cast<int>(w[0])));
+    out[1] = static_cast<A>(__hiloint2double(static_cast<int>(w[3]), static_cast<int>(w[2])));
+  } else if constexpr (sizeof(T) == 4) {
+#pragma unroll
+    for (int i = 0; i < 4; ++i) out[i] = static_cast<A>(__uint_as_float(w[i]));
+  } else if constexpr (std::is_same_v<T, __nv_bfloat16>) {
+#pragma unroll
+    for (int i = 0; i < 4; ++i) {  // a bf16 is the high half of the float it widens to
+      out[2 * i] = static_cast<A>(__uint_as_float(w[i] << 16));
+      out[2 * i + 1] = static_cast<A>(__uint_as_float(w[i] & 0xffff0000u));
+    }
+  } else {
+#pragma unroll
+    for (int i = 0; i < 4; ++i) {
+      out[2 * i] = static_cast<A>(__half2float(__ushort_as_half(static_cast<unsigned short>(w[i] & 0xffffu))));
+      out[2 * i + 1] = static_cast<A>(__half2float(__ushort_as_half(static_cast<unsigned short>(w[i] >> 16))));
+    }
+  }
+}
 
 // Calls f(T{}) with the element type of `t`.
 template <class F>

@@ -3,8 +3,9 @@
 //   rows  (inner == 1):  short rows are packed several to a tile and reduced by lane groups of
 //                        2..32 threads with shuffles; long rows are split into `parts`, one block
 //                        streaming each part's tiles through the ring.
-//   cols  (inner > 1):   a tile is kColTileRows row segments of kColTileCols contiguous columns;
-//                        each thread owns one column of a row group; row groups combine in smem.
+//   cols  (inner > 1):   a tile is kColTileRows rows of a 512-byte chunk of contiguous columns,
+//                        moved as one 2-D box; lane v of each warp owns the chunk's v-th 16-byte
+//                        column vector, warps take interleaved rows and combine in smem.
 //
 // Determinism: every partial is combined in a fixed order (per-thread sequential, then fixed
 // shuffle / smem trees); a row split into several parts writes its partials to the workspace
@@ -22,10 +23,15 @@ namespace cupipe {
 namespace kernels {
 
 constexpr int kReduceThreads = 256;
-constexpr int kReduceTileBytes = 8192;
-constexpr int kColTileCols = 32;
-constexpr int kColTileRows = 64;
+constexpr int kReduceTileBytes = 8192;  // rows: bytes per stage
+constexpr int kColVecs = 32;            // cols: 16-byte column vectors per tile row (one per lane)
+constexpr int kColChunkBytes = kColVecs * 16;
+constexpr int kColTileRows = 32;        // cols: rows per tile (16 KiB stages)
+constexpr int kMaxBlocksPerSm = 2048 / kReduceThreads;
 
+// The combine of a run-time op (mean combines as a sum). The op is uniform across the grid, so
+// its branches cost a few uniform instructions per element; compiling the loops once per op
+// would triple the reduce kernels' compile time for no measurable gain in a memory-bound loop.
 template <typename A>
 struct Combine {
   ReduceOp op;
@@ -57,16 +63,37 @@ __device__ __forceinline__ A finalize(ReduceOp op, A v, int64_t r) {
   return op == ReduceOp::Mean ? v / static_cast<A>(r) : v;  // mean of nothing: 0/0 = nan
 }
 
-// Reduces `v` over the whole block in a fixed order; the result is valid in thread 0.
+// Folds the n elements at p (shared memory, any element-aligned address) into acc, thread
+// `rank` of `size` taking every size-th 16-byte vector; the elements before the first 16-byte
+// boundary and after the last one are taken one each. The order is fixed by (rank, size, n, p).
+template <typename T, typename A, class C>
+__device__ __forceinline__ void fold_span(const T* p, int n, int rank, int size, A& acc, C comb) {
+  constexpr int VE = 16 / sizeof(T);
+  const int mis = static_cast<int>((reinterpret_cast<uintptr_t>(p) & 15u) / sizeof(T));
+  const int head = min(n, mis == 0 ? 0 : VE - mis);
+  for (int i = rank; i < head; i += size) acc = comb(acc, to_acc<A>(p[i]));
+  const int nvec = (n - head) / VE;
+  const uint4* v = reinterpret_cast<const uint4*>(p + head);
+  for (int i = rank; i < nvec; i += size) {
+    A e[VE];
+    unpack16<T>(v[i], e);
+#pragma unroll
+    for (int j = 0; j < VE; ++j) acc = comb(acc, e[j]);
+  }
+  for (int i = head + nvec * VE + rank; i < n; i += size) acc = comb(acc, to_acc<A>(p[i]));
+}
+
+// Reduces `v` over the `size` threads of the team in a fixed order; the result is valid in the
+// team's rank 0. `size` is a multiple of 32 (the whole block or its consumer warps), and every
+// thread of the team calls this. scratch holds one value per warp.
 template <typename A>
-__device__ A block_combine(A v, Combine<A> comb, A* scratch) {
+__device__ A team_combine(A v, Combine<A> comb, engine::Team team, A* scratch) {
   for (int o = 16; o > 0; o >>= 1) v = comb(v, __shfl_xor_sync(0xffffffffu, v, o));
-  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, nwarps = blockDim.x / 32;
-  __syncthreads();  // scratch may still be read by a previous call
+  const int warp = team.rank / 32, lane = team.rank % 32, nwarps = team.size / 32;
   if (lane == 0) scratch[warp] = v;
-  __syncthreads();
+  engine::team_sync(team);
   A r = comb.init();
-  if (threadIdx.x == 0)
+  if (team.rank == 0)
     for (int w = 0; w < nwarps; ++w) r = comb(r, scratch[w]);
   return r;
 }
@@ -97,7 +124,7 @@ __global__ void __launch_bounds__(kReduceThreads)
   auto shift_of = [](const T* p) { return static_cast<int>(reinterpret_cast<uintptr_t>(p) & 15u); };
 
   if (pl.rows_per_tile > 0) {
-    // Packed: block-strided tiles of rows_per_tile whole rows.
+    // Packed: block-strided tiles of rows_per_tile whole rows; a group of G lanes per row.
     const int64_t ntiles = (pl.outer + pl.rows_per_tile - 1) / pl.rows_per_tile;
     const int64_t mine = blockIdx.x < ntiles ? (ntiles - blockIdx.x + gridDim.x - 1) / gridDim.x : 0;
     auto rows_of = [&](int64_t k, int64_t& row0) {
@@ -115,18 +142,13 @@ __global__ void __launch_bounds__(kReduceThreads)
       const int nrows = rows_of(k, row0);
       const T* tile = reinterpret_cast<const T*>(stage + shift_of(x + row0 * pl.r));
       const int G = pl.group, ngroups = team.size / G, gi = team.rank / G, lane = team.rank % G;
+      const int r = static_cast<int>(pl.r);
       // Every lane of a group runs the same trip count, so the shuffles below are uniform.
       for (int rr = gi; rr - gi < nrows; rr += ngroups) {
         const bool live = rr < nrows && gi < ngroups;
         A acc = comb.init();
-        if (live) {
-          const T* row = tile + static_cast<int64_t>(rr) * pl.r;
-          for (int64_t e = lane; e < pl.r; e += G) acc = comb(acc, to_acc<A>(row[e]));
-        }
-        for (int o = G / 2; o > 0; o >>= 1) {
-          const A other = __shfl_xor_sync(0xffffffffu, acc, o, G);
-          acc = comb(acc, other);
-        }
+        if (live) fold_span(tile + static_cast<int64_t>(rr) * r, r, lane, G, acc, comb);
+        for (int o = G / 2; o > 0; o >>= 1) acc = comb(acc, __shfl_xor_sync(0xffffffffu, acc, o, G));
         if (live && lane == 0) store_out(out, od, row0 + rr, finalize(op, acc, pl.r));
       }
     };
@@ -151,35 +173,45 @@ __global__ void __launch_bounds__(kReduceThreads)
     const T* src = base + k * pl.tile_elems;
     const T* tile = reinterpret_cast<const T*>(stage + shift_of(src));
     const int cnt = static_cast<int>(min(static_cast<int64_t>(pl.tile_elems), n - k * pl.tile_elems));
-    for (int e = team.rank; e < cnt; e += team.size) acc = comb(acc, to_acc<A>(tile[e]));
+    fold_span(tile, cnt, team.rank, team.size, acc, comb);
   };
   engine::run_ring(ring, ntiles, load, consume);
-  const A total = block_combine(acc, comb, scratch);
-  if (threadIdx.x == 0) {
+  const engine::Team team{Ring::consumer_rank(), Ring::num_consumers()};
+  if (!Ring::is_consumer()) return;
+  const A total = team_combine(acc, comb, team, scratch);
+  if (team.rank == 0) {
     if (pl.parts == 1) store_out(out, od, row, finalize(op, total, pl.r));
     else partials[row * pl.parts + part] = total;
   }
 }
 
 // ---------------------------------------------------------------------------------- columns
+// A block owns one chunk of kColChunkBytes of contiguous columns of one `outer` slice and a
+// part of r; a tile is kColTileRows rows of the chunk, moved as one copy_rows box. Lane `v` of
+// every consumer warp owns column vector v (16/esz columns) and warp g the rows g, g + nwarps,
+// ...; the warps' sums combine in smem in warp order.
 struct ColsPlan {
   int64_t outer, r, inner;
-  int64_t col_chunks;  // ceil(inner / kColTileCols)
+  int64_t col_chunks;  // ceil(inner / chunk_cols)
+  int chunk_cols;      // columns per chunk: kColChunkBytes / esz
   int64_t parts;       // parts of r
-  int64_t part_rows;   // rows per part (multiple of kColTileRows)
+  int64_t part_rows;   // rows per part (a multiple of kColTileRows)
   int pitch;           // smem bytes per tile row
+  bool aligned;        // rows 16-byte aligned (x aligned and inner * esz % 16 == 0): vector reads
 };
 
+// At least 3 resident blocks per SM: lets ptxas keep the VE column accumulators in registers.
 template <engine::Mechanism M, int S, typename T>
-__global__ void __launch_bounds__(kReduceThreads)
+__global__ void __launch_bounds__(kReduceThreads, 3)
     reduce_cols_kernel(const T* __restrict__ x, void* out, DType od, acc_t<T>* partials, ColsPlan pl,
                        ReduceOp op) {
   using A = acc_t<T>;
   using Ring = engine::Ring<M, S, 16>;
   constexpr int esz = sizeof(T);
+  constexpr int VE = 16 / esz;
   extern __shared__ __align__(engine::kStageAlign) char smem[];
   __shared__ engine::RawShared<typename Ring::SharedState> ss;
-  __shared__ A scratch[kReduceThreads];
+  __shared__ A scratch[kReduceThreads / kColVecs][kColVecs * VE];
   Ring ring(ss.get(), smem, kColTileRows * pl.pitch);
   const Combine<A> comb{op};
 
@@ -187,47 +219,76 @@ __global__ void __launch_bounds__(kReduceThreads)
   const int64_t part = b % pl.parts; b /= pl.parts;
   const int64_t chunk = b % pl.col_chunks;
   const int64_t o = b / pl.col_chunks;
-  const int64_t c0 = chunk * kColTileCols;
-  const int ncols = static_cast<int>(min(static_cast<int64_t>(kColTileCols), pl.inner - c0));
+  const int64_t c0 = chunk * pl.chunk_cols;
+  const int ncols = static_cast<int>(min(static_cast<int64_t>(pl.chunk_cols), pl.inner - c0));
   const int64_t r_begin = part * pl.part_rows;
   const int64_t r_end = min(r_begin + pl.part_rows, pl.r);
   const int64_t nrows = r_end > r_begin ? r_end - r_begin : 0;
   const int64_t ntiles = (nrows + kColTileRows - 1) / kColTileRows;
   const T* base = x + (o * pl.r + r_begin) * pl.inner + c0;
+  const int64_t src_pitch = pl.inner * esz;
   auto shift_of = [](const T* p) { return static_cast<int>(reinterpret_cast<uintptr_t>(p) & 15u); };
+  auto rows_in = [&](int64_t k) {
+    return static_cast<int>(min(static_cast<int64_t>(kColTileRows), nrows - k * kColTileRows));
+  };
 
-  A acc = comb.init();
   const engine::Team team0{Ring::consumer_rank(), Ring::num_consumers()};
-  const int groups = team0.size / kColTileCols;  // row groups
-  const int my_col = team0.rank % kColTileCols, my_group = team0.rank / kColTileCols;
+  const int nwarps = team0.size / kColVecs;
+  const int vec = team0.rank % kColVecs, warp = team0.rank / kColVecs;
+  const int col = vec * VE;  // first column of this lane's vector
+  A acc[VE];
+#pragma unroll
+  for (int j = 0; j < VE; ++j) acc[j] = comb.init();
+
   auto load = [&](const auto& w, int64_t k) {
-    const int rows = static_cast<int>(min(static_cast<int64_t>(kColTileRows), nrows - k * kColTileRows));
-    for (int i = 0; i < rows; ++i) {
-      const T* src = base + (k * kColTileRows + i) * pl.inner;
-      w.copy(static_cast<int64_t>(i) * pl.pitch + shift_of(src), src, static_cast<int64_t>(ncols) * esz,
-             engine::TailMode::MayOverwrite);
+    const int rows = rows_in(k);
+    const T* src = base + k * kColTileRows * pl.inner;
+    if (pl.aligned) {
+      w.copy_rows(0, pl.pitch, src, src_pitch, static_cast<int64_t>(ncols) * esz, rows,
+                  engine::TailMode::MayOverwrite);
+    } else {  // rows disagree modulo 16: each row lands at its own shift
+      for (int i = 0; i < rows; ++i) {
+        const T* s = src + i * pl.inner;
+        w.copy(static_cast<int64_t>(i) * pl.pitch + shift_of(s), s, static_cast<int64_t>(ncols) * esz,
+               engine::TailMode::MayOverwrite);
+      }
     }
   };
   auto consume = [&](const char* stage, int64_t k, engine::Team team) {
-    if (my_group >= groups || my_col >= ncols || team.rank < 0) return;
-    const int rows = static_cast<int>(min(static_cast<int64_t>(kColTileRows), nrows - k * kColTileRows));
-    for (int i = my_group; i < rows; i += groups) {
-      const T* src = base + (k * kColTileRows + i) * pl.inner;
-      const T* srow = reinterpret_cast<const T*>(stage + static_cast<int64_t>(i) * pl.pitch + shift_of(src));
-      acc = comb(acc, to_acc<A>(srow[my_col]));
+    if (col >= ncols) return;
+    const int rows = rows_in(k);
+    const T* src = base + k * kColTileRows * pl.inner;
+    if (pl.aligned && col + VE <= ncols) {
+      for (int i = warp; i < rows; i += nwarps) {
+        A e[VE];
+        unpack16<T>(*reinterpret_cast<const uint4*>(stage + static_cast<int64_t>(i) * pl.pitch + col * esz), e);
+#pragma unroll
+        for (int j = 0; j < VE; ++j) acc[j] = comb(acc[j], e[j]);
+      }
+    } else {
+      for (int i = warp; i < rows; i += nwarps) {
+        const int shift = pl.aligned ? 0 : shift_of(src + i * pl.inner);
+        const T* srow = reinterpret_cast<const T*>(stage + static_cast<int64_t>(i) * pl.pitch + shift);
+#pragma unroll
+        for (int j = 0; j < VE; ++j)
+          if (col + j < ncols) acc[j] = comb(acc[j], to_acc<A>(srow[col + j]));
+      }
     }
   };
   engine::run_ring(ring, ntiles, load, consume);
 
-  // Combine the row groups of each column in a fixed order.
-  __syncthreads();
-  const bool owner = Ring::is_consumer() && my_group < groups;
-  if (owner) scratch[my_group * kColTileCols + my_col] = acc;
-  __syncthreads();
-  if (owner && my_group == 0 && my_col < ncols) {
+  // Combine the warps' partial sums of each column in warp order.
+  if (!Ring::is_consumer()) return;
+#pragma unroll
+  for (int j = 0; j < VE; ++j) scratch[warp][col + j] = acc[j];
+  engine::team_sync(team0);
+  if (warp != 0) return;
+#pragma unroll 1  // cold code; unrolling it costs the compiler seconds per instantiation
+  for (int j = 0; j < VE; ++j) {
+    if (col + j >= ncols) continue;
     A total = comb.init();
-    for (int g = 0; g < groups; ++g) total = comb(total, scratch[g * kColTileCols + my_col]);
-    const int64_t oi = o * pl.inner + c0 + my_col;
+    for (int g = 0; g < nwarps; ++g) total = comb(total, scratch[g][col + j]);
+    const int64_t oi = o * pl.inner + c0 + col + j;
     if (pl.parts == 1) store_out(out, od, oi, finalize(op, total, pl.r));
     else partials[part * pl.outer * pl.inner + oi] = total;
   }
@@ -251,21 +312,24 @@ __global__ void reduce_partials_kernel(const A* __restrict__ partials, void* out
 
 inline int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
 
-inline RowsPlan make_rows_plan(const ReduceParams& p, int esz, const DeviceInfo& dev) {
+// Plans take the number of blocks that fill the device (SMs x resident blocks per SM): split
+// reductions cut their rows into just enough parts to give every resident block one, so the
+// grid is one full wave. The workspace is sized with the largest possible target.
+inline RowsPlan make_rows_plan(const ReduceParams& p, int esz, int64_t target_blocks) {
   RowsPlan pl{};
   pl.outer = p.outer;
   pl.r = p.r;
   pl.tile_elems = kReduceTileBytes / esz;
   if (p.r <= pl.tile_elems) {
     pl.rows_per_tile = static_cast<int>(p.r > 0 ? pl.tile_elems / p.r : pl.tile_elems);
+    const int64_t vecs = ceil_div(std::max<int64_t>(p.r, 1), 16 / esz);  // 16-byte vectors per row
     int g = 1;
-    while (g < 32 && g * 4 < p.r) g *= 2;  // about 4 elements per lane
+    while (g < 32 && g < vecs) g *= 2;  // about one vector per lane
     pl.group = g;
     pl.parts = 1;
   } else {
     pl.rows_per_tile = 0;
-    const int64_t target = static_cast<int64_t>(dev.num_sms) * 8;
-    int64_t parts = ceil_div(target, p.outer);
+    int64_t parts = ceil_div(target_blocks, p.outer);
     parts = std::min(parts, std::max<int64_t>(1, ceil_div(p.r, 4 * static_cast<int64_t>(pl.tile_elems))));
     pl.parts = std::max<int64_t>(parts, 1);
     pl.part_len = ceil_div(ceil_div(p.r, pl.parts), pl.tile_elems) * pl.tile_elems;
@@ -274,32 +338,36 @@ inline RowsPlan make_rows_plan(const ReduceParams& p, int esz, const DeviceInfo&
   return pl;
 }
 
-inline ColsPlan make_cols_plan(const ReduceParams& p, int esz, const DeviceInfo& dev) {
+inline ColsPlan make_cols_plan(const ReduceParams& p, int esz, int64_t target_blocks) {
   ColsPlan pl{};
   pl.outer = p.outer;
   pl.r = p.r;
   pl.inner = p.inner;
-  pl.col_chunks = ceil_div(p.inner, kColTileCols);
+  pl.chunk_cols = kColChunkBytes / esz;
+  pl.col_chunks = ceil_div(p.inner, pl.chunk_cols);
   const int64_t work = p.outer * pl.col_chunks;
-  const int64_t target = static_cast<int64_t>(dev.num_sms) * 8;
-  int64_t parts = ceil_div(target, work);
+  int64_t parts = ceil_div(target_blocks, work);
   parts = std::min(parts, std::max<int64_t>(1, ceil_div(p.r, 4 * kColTileRows)));
   parts = std::max<int64_t>(parts, 1);
   pl.part_rows = std::max<int64_t>(1, ceil_div(ceil_div(p.r, parts), kColTileRows)) * kColTileRows;
   pl.parts = std::max<int64_t>(1, ceil_div(p.r, pl.part_rows));
-  pl.pitch = static_cast<int>(engine::align_up(static_cast<int64_t>(kColTileCols) * esz + 32, 16));
+  // 32 bytes of slack: up to 15 for a row's shift, 16 for the zero-filled tail chunk.
+  pl.pitch = kColChunkBytes + 32;
+  pl.aligned = (reinterpret_cast<uintptr_t>(p.x) & 15u) == 0 && (p.inner * esz) % 16 == 0;
   return pl;
 }
 
 inline int acc_size(const ReduceParams& p) { return p.in_dtype == DType::F64 ? 8 : 4; }
 
+inline int64_t max_target_blocks(const DeviceInfo& dev) { return static_cast<int64_t>(dev.num_sms) * kMaxBlocksPerSm; }
+
 inline int64_t partial_count(const ReduceParams& p, const DeviceInfo& dev) {
   const int esz = dtype_size(p.in_dtype);
   if (p.inner == 1) {
-    const RowsPlan pl = make_rows_plan(p, esz, dev);
+    const RowsPlan pl = make_rows_plan(p, esz, max_target_blocks(dev));
     return pl.rows_per_tile == 0 && pl.parts > 1 ? p.outer * pl.parts : 0;
   }
-  const ColsPlan pl = make_cols_plan(p, esz, dev);
+  const ColsPlan pl = make_cols_plan(p, esz, max_target_blocks(dev));
   return pl.parts > 1 ? pl.parts * p.outer * p.inner : 0;
 }
 
@@ -312,14 +380,14 @@ void launch_reduce_typed(const ReduceParams& p) {
   constexpr int esz = sizeof(T);
   int64_t nout = p.outer * p.inner, parts = 1, stride_out = 1, stride_part = 1;
   if (p.inner == 1) {
-    const RowsPlan pl = make_rows_plan(p, esz, dev);
     auto kernel = reduce_rows_kernel<M, S, T>;
-    const size_t smem = static_cast<size_t>(S) * (pl.tile_elems * esz + 32);
+    const size_t smem = static_cast<size_t>(S) * (kReduceTileBytes + 32);
     prepare_smem(kernel, smem, "reduce");
+    const int64_t resident = static_cast<int64_t>(dev.num_sms) * blocks_per_sm(kernel, kReduceThreads, smem);
+    const RowsPlan pl = make_rows_plan(p, esz, resident);
     int64_t grid;
     if (pl.rows_per_tile > 0) {
-      const int64_t ntiles = ceil_div(p.outer, pl.rows_per_tile);
-      grid = std::min<int64_t>(ntiles, static_cast<int64_t>(dev.num_sms) * blocks_per_sm(kernel, kReduceThreads, smem));
+      grid = std::min<int64_t>(ceil_div(p.outer, pl.rows_per_tile), resident);
     } else {
       grid = p.outer * pl.parts;
       parts = pl.parts; stride_out = pl.parts; stride_part = 1;
@@ -329,10 +397,11 @@ void launch_reduce_typed(const ReduceParams& p) {
         static_cast<const T*>(p.x), p.out, p.out_dtype, partials, pl, p.op);
     CUPIPE_LAUNCH_CHECK();
   } else {
-    const ColsPlan pl = make_cols_plan(p, esz, dev);
     auto kernel = reduce_cols_kernel<M, S, T>;
-    const size_t smem = static_cast<size_t>(S) * kColTileRows * pl.pitch;
+    const size_t smem = static_cast<size_t>(S) * kColTileRows * (kColChunkBytes + 32);
     prepare_smem(kernel, smem, "reduce");
+    const int64_t resident = static_cast<int64_t>(dev.num_sms) * blocks_per_sm(kernel, kReduceThreads, smem);
+    const ColsPlan pl = make_cols_plan(p, esz, resident);
     const int64_t grid = p.outer * pl.col_chunks * pl.parts;
     if (grid > 0x7fffffff) throw std::runtime_error("reduce: too many column blocks for one launch");
     kernel<<<static_cast<unsigned>(std::max<int64_t>(grid, 1)), kReduceThreads, smem, stream>>>(
