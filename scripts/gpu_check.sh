@@ -42,13 +42,26 @@ fi
 
 if has sanitize; then
 t0=$(date +%s)
-for tool in memcheck racecheck synccheck; do
+for tool in memcheck racecheck; do
   stages=${SAN_STAGES:-1,2,3}; [ "$tool" = racecheck ] && stages=${SAN_RACE_STAGES:-1,2}
   compute-sanitizer --tool $tool --error-exitcode 9 python3 scripts/sanitize_cases.py $stages >"$LOG/sanitizer_$tool.log" 2>&1
   r=$?
   errs=$(grep -E "ERROR SUMMARY|RACECHECK SUMMARY" "$LOG/sanitizer_$tool.log" | tail -1)
   note "compute-sanitizer $tool: rc=$r ${errs} $(grep -o 'sanitize_cases:.*' "$LOG/sanitizer_$tool.log")"
 done
+# synccheck stops a kernel at its first error, so one process per mechanism: a report in one
+# cannot hide the others. The probe is cuda::pipeline alone, in the programming guide's pattern.
+for m in sync pipeline pipeline_thread primitives cg barrier specialized tma; do
+  compute-sanitizer --tool synccheck --error-exitcode 9 python3 scripts/sanitize_cases.py ${SAN_STAGES:-1,2,3} $m \
+    >"$LOG/sanitizer_synccheck_$m.log" 2>&1
+  r=$?
+  note "compute-sanitizer synccheck $m: rc=$r $(grep -E 'ERROR SUMMARY' "$LOG/sanitizer_synccheck_$m.log" | head -1) $(grep -m1 -o 'Barrier error detected.*' "$LOG/sanitizer_synccheck_$m.log") $(grep -o 'sanitize_cases:.*' "$LOG/sanitizer_synccheck_$m.log")"
+done
+if nvcc -std=c++17 -arch=sm_$(python3 -c "import torch; a,b=torch.cuda.get_device_capability(); print(f'{a}{b}')") \
+     -o /tmp/probe_pipeline scripts/probe_pipeline_synccheck.cu >/dev/null 2>&1; then
+  compute-sanitizer --tool synccheck /tmp/probe_pipeline >"$LOG/sanitizer_synccheck_probe.log" 2>&1
+  note "synccheck on the bare cuda::pipeline probe (no cupipe code): $(grep -E 'ERROR SUMMARY' "$LOG/sanitizer_synccheck_probe.log" | head -1) $(grep -m1 -o 'Barrier error detected.*' "$LOG/sanitizer_synccheck_probe.log")"
+fi
 note "sanitizers took $(( $(date +%s) - t0 ))s"
 fi
 

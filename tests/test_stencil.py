@@ -2,6 +2,7 @@
 float64, then cast), and their gradients against autograd through those references."""
 from __future__ import annotations
 
+import itertools
 
 import pytest
 import torch
@@ -138,6 +139,77 @@ def test_stencil2d_matches_reference(device, shape, wshape, boundary, dtype):
             cupipe.stencil2d(x, w, boundary=boundary)
         return
     _check2d(x, w, boundary)
+
+
+# The CUDA kernel's register blocking (see csrc/kernels/stencil.cuh): work items of 8 rows x 4
+# columns (2 for fp64), taps in passes of 3 rows and chunks of 1, 3, 5 or 9 columns (wider
+# stencils: several chunks, the last one partial), 1-row items for 1-D rows and planes of fewer
+# than 8 rows. Planes whose rows are a multiple of 16 bytes move as one box per tile; the others
+# row by row.
+RADII_2D = [(17, 17), (17, 3), (3, 17), (1, 17), (17, 1), (13, 7), (9, 11)]
+PLANES_2D = [(2, 45, 301), (37, 96)]  # rows not / rows a multiple of 16 bytes (every dtype)
+
+
+@pytest.mark.parametrize("dtype", FLOAT_DTYPES, ids=lambda d: DTYPE_IDS[d])
+@pytest.mark.parametrize("boundary", BOUNDARIES)
+@pytest.mark.parametrize("wshape", RADII_2D, ids=lambda s: f"w{s[0]}x{s[1]}")
+@pytest.mark.parametrize("shape", PLANES_2D, ids=lambda s: "x" + "x".join(map(str, s)))
+def test_stencil2d_radii_up_to_8(device, shape, wshape, boundary, dtype):
+    """rx != ry up to 8: several tap passes, several tap chunks with a partial last one."""
+    x = make_input(shape, dtype, device, seed=20)
+    w = make_weights(wshape, dtype, device, seed=21)
+    _check2d(x, w, boundary)
+
+
+ODD_PLANES = [(1, 300), (300, 1), (5, 300), (9, 261), (7, 5), (3, 1, 7), (2, 11, 8)]
+
+
+@pytest.mark.parametrize("dtype", FLOAT_DTYPES, ids=lambda d: DTYPE_IDS[d])
+@pytest.mark.parametrize("boundary", BOUNDARIES)
+@pytest.mark.parametrize("shape", ODD_PLANES, ids=lambda s: "x" + "x".join(map(str, s)))
+def test_stencil2d_odd_planes(device, shape, boundary, dtype):
+    """1xN and Nx1 planes, planes shorter than an 8-row item or just taller, widths that are not
+    a multiple of an item's columns, planes narrower than the radius."""
+    x = make_input(shape, dtype, device, seed=22)
+    H, W = shape[-2:]
+    for wshape in [(3, 3), (5, 5), (9, 9), (5, 3), (1, 3), (3, 1), (13, 1)]:
+        ry, rx = (wshape[0] - 1) // 2, (wshape[1] - 1) // 2
+        if boundary == "reflect" and ((ry > 0 and H <= ry) or (rx > 0 and W <= rx)):
+            continue
+        _check2d(x, make_weights(wshape, dtype, device, seed=23), boundary, what=f"w={wshape}")
+
+
+@pytest.mark.parametrize("dtype", FLOAT_DTYPES, ids=lambda d: DTYPE_IDS[d])
+@pytest.mark.parametrize("boundary", BOUNDARIES)
+def test_stencil1d_long_signal(device, boundary, dtype):
+    """Signals long enough for several 1-row tiles per block, alone and as rows of a batch whose
+    rows are not a multiple of 16 bytes."""
+    for shape, r in [((2 ** 22 + 5,), 4), ((3, 2 ** 20 + 3), 1)]:
+        x = make_input(shape, dtype, device, seed=24)
+        _check1d(x, make_weights((2 * r + 1,), dtype, device, seed=25), -1, boundary)
+
+
+def test_stencil_many_tiles_per_block(device):
+    """More tiles per block than stages (the grid is capped at the blocks the device holds at
+    once), so that every mechanism refills every stage of its ring."""
+    big = device == "cuda"
+    x2 = make_input((16, 1024, 1030) if big else (1, 70, 130), torch.float32, device, seed=26)
+    x1 = make_input((2 ** 25 + 3,) if big else (5003,), torch.float32, device, seed=27)
+    w1 = make_weights((9,), torch.float32, device, seed=28)
+    w2 = [make_weights(s, torch.float32, device, seed=29) for s in [(3, 3), (9, 9), (5, 17)]]
+    mechanisms = [m for m in cupipe.MECHANISMS
+                  if not (big and m == "tma" and torch.cuda.get_device_capability() < (9, 0))]
+    for boundary in BOUNDARIES:
+        refs = [_ref2d(x2, w, boundary) for w in w2]
+        ref1 = _ref1d(x1, w1, -1, boundary)
+        for mechanism, stages in itertools.product(mechanisms, (1, 3, 8)):
+            what = f"{mechanism} stages={stages} {boundary}"
+            for w, ref in zip(w2, refs):
+                y = cupipe.stencil2d(x2, w, boundary=boundary, mechanism=mechanism, stages=stages)
+                assert_close(y, ref, atol=1e-4 * w.numel(), rtol=1e-4,
+                             what=f"2d {what} w={tuple(w.shape)}")
+            y = cupipe.stencil1d(x1, w1, boundary=boundary, mechanism=mechanism, stages=stages)
+            assert_close(y, ref1, atol=1e-3, rtol=1e-4, what=f"1d {what}")
 
 
 @pytest.mark.parametrize("boundary", ["zero", "replicate", "circular"])
@@ -292,8 +364,10 @@ def test_stencil_mechanisms(device, mechanism):
     if device == "cuda" and mechanism == "tma" and torch.cuda.get_device_capability() < (9, 0):
         pytest.skip("tma needs sm_90")
     x = make_input((2, 33, 47), torch.float32, device, seed=12)
+    xb = make_input((3, 37, 96), torch.float32, device, seed=13)  # rows of 16-byte multiples
     w1 = make_weights((7,), torch.float32, device)
     w2 = make_weights((5, 5), torch.float32, device)
+    w3 = make_weights((9, 13), torch.float32, device)
     for stages in (0, 1, 2, 3, 4, 8):
         for boundary in BOUNDARIES:
             for dim in (-1, 1):
@@ -301,9 +375,11 @@ def test_stencil_mechanisms(device, mechanism):
                                      stages=stages)
                 assert_close(y, _ref1d(x, w1, dim, boundary), atol=1e-4, rtol=1e-4,
                              what=f"1d {mechanism} {stages} {boundary} dim={dim}")
-            y = cupipe.stencil2d(x, w2, boundary=boundary, mechanism=mechanism, stages=stages)
-            assert_close(y, _ref2d(x, w2, boundary), atol=1e-4, rtol=1e-4,
-                         what=f"2d {mechanism} {stages} {boundary}")
+            for xx, w in [(x, w2), (xb, w2), (xb, w3)]:
+                y = cupipe.stencil2d(xx, w, boundary=boundary, mechanism=mechanism, stages=stages)
+                assert_close(y, _ref2d(xx, w, boundary), atol=1e-4, rtol=1e-4,
+                             what=f"2d {mechanism} {stages} {boundary} x={tuple(xx.shape)} "
+                                  f"w={tuple(w.shape)}")
 
 
 # ----------------------------------------------------------------------------- gradients

@@ -2,8 +2,16 @@
 
 namespace cupipe {
 namespace kernels {
-template <engine::Mechanism M>
-void launch_reduce_mechanism(const ReduceParams& p);
+// Instantiated by the per-mechanism files, which compile in parallel; declared here so that
+// this file does not instantiate (and compile) every kernel once more.
+extern template void launch_reduce_mechanism<engine::Mechanism::Sync>(const ReduceParams&);
+extern template void launch_reduce_mechanism<engine::Mechanism::Pipeline>(const ReduceParams&);
+extern template void launch_reduce_mechanism<engine::Mechanism::PipelineThread>(const ReduceParams&);
+extern template void launch_reduce_mechanism<engine::Mechanism::Primitives>(const ReduceParams&);
+extern template void launch_reduce_mechanism<engine::Mechanism::Cg>(const ReduceParams&);
+extern template void launch_reduce_mechanism<engine::Mechanism::Barrier>(const ReduceParams&);
+extern template void launch_reduce_mechanism<engine::Mechanism::Specialized>(const ReduceParams&);
+extern template void launch_reduce_mechanism<engine::Mechanism::Tma>(const ReduceParams&);
 }  // namespace kernels
 
 int64_t reduce_workspace_bytes(const ReduceParams& p) {

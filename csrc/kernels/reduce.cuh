@@ -48,6 +48,21 @@ struct Combine {
   }
 };
 
+// The same combine with the op fixed at compile time, for the innermost loops only (a run-time
+// op there costs several instructions per element in kernels that issue ~25 per element).
+template <typename A, ReduceOp Op>
+struct StaticCombine {
+  __device__ __forceinline__ A operator()(A a, A v) const { return Combine<A>{Op}(a, v); }
+};
+
+// Runs f(StaticCombine<A, op>{}) for the run-time op (mean folds as a sum).
+template <typename A, class F>
+__device__ __forceinline__ void with_static_combine(ReduceOp op, F&& f) {
+  if (op == ReduceOp::Amax) f(StaticCombine<A, ReduceOp::Amax>{});
+  else if (op == ReduceOp::Amin) f(StaticCombine<A, ReduceOp::Amin>{});
+  else f(StaticCombine<A, ReduceOp::Sum>{});
+}
+
 template <typename A>
 __device__ __forceinline__ void store_out(void* out, DType od, int64_t i, A v) {
   switch (od) {
@@ -66,20 +81,22 @@ __device__ __forceinline__ A finalize(ReduceOp op, A v, int64_t r) {
 // Folds the n elements at p (shared memory, any element-aligned address) into acc, thread
 // `rank` of `size` taking every size-th 16-byte vector; the elements before the first 16-byte
 // boundary and after the last one are taken one each. The order is fixed by (rank, size, n, p).
-template <typename T, typename A, class C>
-__device__ __forceinline__ void fold_span(const T* p, int n, int rank, int size, A& acc, C comb) {
+template <typename T, typename A>
+__device__ __forceinline__ void fold_span(const T* p, int n, int rank, int size, A& acc, Combine<A> comb) {
   constexpr int VE = 16 / sizeof(T);
   const int mis = static_cast<int>((reinterpret_cast<uintptr_t>(p) & 15u) / sizeof(T));
   const int head = min(n, mis == 0 ? 0 : VE - mis);
   for (int i = rank; i < head; i += size) acc = comb(acc, to_acc<A>(p[i]));
   const int nvec = (n - head) / VE;
   const uint4* v = reinterpret_cast<const uint4*>(p + head);
-  for (int i = rank; i < nvec; i += size) {
-    A e[VE];
-    unpack16<T>(v[i], e);
+  with_static_combine<A>(comb.op, [&](auto sc) {
+    for (int i = rank; i < nvec; i += size) {
+      A e[VE];
+      unpack16<T>(v[i], e);
 #pragma unroll
-    for (int j = 0; j < VE; ++j) acc = comb(acc, e[j]);
-  }
+      for (int j = 0; j < VE; ++j) acc = sc(acc, e[j]);
+    }
+  });
   for (int i = head + nvec * VE + rank; i < n; i += size) acc = comb(acc, to_acc<A>(p[i]));
 }
 
@@ -102,6 +119,7 @@ struct RowsPlan {
   int64_t outer, r;
   int rows_per_tile;   // > 0: packed mode
   int group;           // lanes per row in packed mode (power of two <= 32)
+  bool vec_rows;       // packed rows all start 16-byte aligned: whole-vector loop, no head/tail
   int64_t parts;       // split mode: parts per row
   int64_t part_len;    // elements per part (a multiple of the tile's elements)
   int tile_elems;
@@ -143,6 +161,28 @@ __global__ void __launch_bounds__(kReduceThreads)
       const T* tile = reinterpret_cast<const T*>(stage + shift_of(x + row0 * pl.r));
       const int G = pl.group, ngroups = team.size / G, gi = team.rank / G, lane = team.rank % G;
       const int r = static_cast<int>(pl.r);
+      if (pl.vec_rows) {
+        constexpr int VE = 16 / esz;
+        const int nvec = r / VE;
+        with_static_combine<A>(op, [&](auto sc) {
+          for (int rr = gi; rr - gi < nrows; rr += ngroups) {
+            const bool live = rr < nrows && gi < ngroups;
+            A acc = comb.init();
+            if (live) {
+              const uint4* v = reinterpret_cast<const uint4*>(tile + static_cast<int64_t>(rr) * r);
+              for (int i = lane; i < nvec; i += G) {
+                A e[VE];
+                unpack16<T>(v[i], e);
+#pragma unroll
+                for (int j = 0; j < VE; ++j) acc = sc(acc, e[j]);
+              }
+            }
+            for (int o = G / 2; o > 0; o >>= 1) acc = sc(acc, __shfl_xor_sync(0xffffffffu, acc, o, G));
+            if (live && lane == 0) store_out(out, od, row0 + rr, finalize(op, acc, pl.r));
+          }
+        });
+        return;
+      }
       // Every lane of a group runs the same trip count, so the shuffles below are uniform.
       for (int rr = gi; rr - gi < nrows; rr += ngroups) {
         const bool live = rr < nrows && gi < ngroups;
@@ -259,12 +299,14 @@ __global__ void __launch_bounds__(kReduceThreads, 3)
     const int rows = rows_in(k);
     const T* src = base + k * kColTileRows * pl.inner;
     if (pl.aligned && col + VE <= ncols) {
-      for (int i = warp; i < rows; i += nwarps) {
-        A e[VE];
-        unpack16<T>(*reinterpret_cast<const uint4*>(stage + static_cast<int64_t>(i) * pl.pitch + col * esz), e);
+      with_static_combine<A>(op, [&](auto sc) {
+        for (int i = warp; i < rows; i += nwarps) {
+          A e[VE];
+          unpack16<T>(*reinterpret_cast<const uint4*>(stage + static_cast<int64_t>(i) * pl.pitch + col * esz), e);
 #pragma unroll
-        for (int j = 0; j < VE; ++j) acc[j] = comb(acc[j], e[j]);
-      }
+          for (int j = 0; j < VE; ++j) acc[j] = sc(acc[j], e[j]);
+        }
+      });
     } else {
       for (int i = warp; i < rows; i += nwarps) {
         const int shift = pl.aligned ? 0 : shift_of(src + i * pl.inner);
@@ -296,6 +338,23 @@ __global__ void __launch_bounds__(kReduceThreads, 3)
 
 // Combines `parts` partials per output in order: partials laid out [out][part] (stride_part = 1,
 // stride_out = parts) for rows, [part][out] for columns.
+// Few outputs with many partials each (a whole-tensor reduction: one output, one partial per
+// resident block): a block per output, its threads folding strided partials, then the block's
+// fixed-order combine.
+template <typename A>
+__global__ void __launch_bounds__(kReduceThreads)
+    reduce_partials_block_kernel(const A* __restrict__ partials, void* out, DType od, int64_t parts,
+                                 int64_t stride_out, int64_t stride_part, ReduceOp op, int64_t r) {
+  __shared__ A scratch[kReduceThreads / 32];
+  const Combine<A> comb{op};
+  const int64_t i = blockIdx.x;
+  A acc = comb.init();
+  for (int64_t p = threadIdx.x; p < parts; p += blockDim.x) acc = comb(acc, partials[i * stride_out + p * stride_part]);
+  const engine::Team team{static_cast<int>(threadIdx.x), static_cast<int>(blockDim.x)};
+  const A total = team_combine(acc, comb, team, scratch);
+  if (threadIdx.x == 0) store_out(out, od, i, finalize(op, total, r));
+}
+
 template <typename A>
 __global__ void reduce_partials_kernel(const A* __restrict__ partials, void* out, DType od, int64_t nout,
                                        int64_t parts, int64_t stride_out, int64_t stride_part, ReduceOp op,
@@ -323,8 +382,15 @@ inline RowsPlan make_rows_plan(const ReduceParams& p, int esz, int64_t target_bl
   if (p.r <= pl.tile_elems) {
     pl.rows_per_tile = static_cast<int>(p.r > 0 ? pl.tile_elems / p.r : pl.tile_elems);
     const int64_t vecs = ceil_div(std::max<int64_t>(p.r, 1), 16 / esz);  // 16-byte vectors per row
+    pl.vec_rows = (reinterpret_cast<uintptr_t>(p.x) & 15u) == 0 && (p.r * esz) % 16 == 0;
     int g = 1;
-    while (g < 32 && g < vecs) g *= 2;  // about one vector per lane
+    if (pl.vec_rows) {
+      // About 4 vectors per lane (fewer shuffles per element), but enough lanes that the tile's
+      // rows occupy the whole block.
+      while (g < 32 && (g * 4 < vecs || g * pl.rows_per_tile < kReduceThreads)) g *= 2;
+    } else {
+      while (g < 32 && g < vecs) g *= 2;  // about one vector per lane
+    }
     pl.group = g;
     pl.parts = 1;
   } else {
@@ -409,7 +475,11 @@ void launch_reduce_typed(const ReduceParams& p) {
     CUPIPE_LAUNCH_CHECK();
     parts = pl.parts; stride_out = 1; stride_part = nout;
   }
-  if (parts > 1) {
+  if (parts > 1 && nout < dev.num_sms) {
+    reduce_partials_block_kernel<A><<<static_cast<unsigned>(nout), kReduceThreads, 0, stream>>>(
+        partials, p.out, p.out_dtype, parts, stride_out, stride_part, p.op, p.r);
+    CUPIPE_LAUNCH_CHECK();
+  } else if (parts > 1) {
     const int64_t blocks = std::min<int64_t>(ceil_div(nout, 256), 65535);
     reduce_partials_kernel<A><<<static_cast<unsigned>(blocks), 256, 0, stream>>>(
         partials, p.out, p.out_dtype, nout, parts, stride_out, stride_part, p.op, p.r);

@@ -2,8 +2,16 @@
 
 namespace cupipe {
 namespace kernels {
-template <engine::Mechanism M>
-void launch_stencil_mechanism(const StencilParams& p);
+// Instantiated by stencil_<mechanism>.cu, which compile in parallel; declared here so that this
+// file does not instantiate (and compile) every kernel once more.
+extern template void launch_stencil_mechanism<engine::Mechanism::Sync>(const StencilParams&);
+extern template void launch_stencil_mechanism<engine::Mechanism::Pipeline>(const StencilParams&);
+extern template void launch_stencil_mechanism<engine::Mechanism::PipelineThread>(const StencilParams&);
+extern template void launch_stencil_mechanism<engine::Mechanism::Primitives>(const StencilParams&);
+extern template void launch_stencil_mechanism<engine::Mechanism::Cg>(const StencilParams&);
+extern template void launch_stencil_mechanism<engine::Mechanism::Barrier>(const StencilParams&);
+extern template void launch_stencil_mechanism<engine::Mechanism::Specialized>(const StencilParams&);
+extern template void launch_stencil_mechanism<engine::Mechanism::Tma>(const StencilParams&);
 }  // namespace kernels
 
 void launch_stencil(const StencilParams& p) {

@@ -1,16 +1,36 @@
 // The pipelined 2-D stencil (stencil1d maps onto it with ry = 0 or rx = 0).
 //
 // Output tiles of tile_h x tile_w points stream through the engine's stage ring. A stage holds
-// the tile's padded input window, (tile_h + 2ry) rows of (tile_w + 2rx) elements, already
-// resolved through the boundary: rows are fetched from their mapped source row (zero rows are
-// filled with zeros), the in-range part of each row moves as one async segment, and the few
-// halo columns outside the plane are stored directly (mapped, or zero). The consumer then runs a
-// plain valid stencil out of shared memory, so each input element is read from DRAM about once
-// and the boundary costs nothing in the inner loop.
 //
-// Each smem row starts `shift` bytes into its pitch, so that it agrees with its source modulo 16
-// (the engine's copy precondition); shift is recomputed from the addresses by the consumer.
+//   header       TileHeader (the tile's plane and origin), then one int32 byte shift per window
+//                row, padded to 16 bytes
+//   win_h rows   the tile's padded input window, (tile_h + 2ry) rows of (tile_w + 2rx) elements,
+//                `pitch` bytes apart; row i's elements start shifts[i] bytes into its pitch
+//
+// already resolved through the boundary: each window row is fetched from its mapped source row
+// (rows of the zero boundary are filled with zeros), the in-range part of a row moves as one
+// async segment, and the few halo columns outside the plane are stored directly (mapped, or
+// zero). A row's shift makes it agree with its source modulo 16 bytes (the engine's copy
+// precondition). When nx * sizeof(T) % 16 == 0 all rows of a plane share one shift and the
+// window's rows inside the plane move as one copy_rows box, their chunks dealt to all copying
+// threads; otherwise row by row. The header, zero rows and halo columns are plain stores of the
+// ring's store team, published with the stage.
+//
+// The consumer runs a plain valid stencil out of shared memory and never touches the boundary:
+// no index map, no division. A thread owns work items of TH rows x TW consecutive columns (the
+// lanes of a warp take consecutive items, so their shared loads are consecutive vectors) and
+// accumulates an item in registers (fp32; fp64 for fp64). Taps go in chunks of CK columns and
+// passes of DY rows, compile-time sizes, so that any rx and ry run through the same code: a pass
+// holds its DY x CK weights in registers, loads each window row it needs once (TW + CK - 1
+// values, with the widest vectors the row's shift allows) and applies it to every output row of
+// the item that uses it, up to DY of them. Taps past the stencil in a partial chunk or pass are
+// skipped, never multiplied by zero (0 * inf would be NaN). Outputs leave as one vector store
+// per row where aligned and in range.
 #pragma once
+
+#include <algorithm>
+#include <type_traits>
+#include <utility>
 
 #include "engine/engine.cuh"
 #include "kernels/launch_utils.cuh"
@@ -20,11 +40,141 @@ namespace cupipe {
 namespace kernels {
 
 constexpr int kStencilThreads = 256;
-constexpr int kTilePoints = 2048;  // outputs per tile: tile_h x tile_w, tile_h = 16 unless ny is small
+constexpr int kStencilMaxTileRows = 64;  // tall tiles for narrow planes stop here (row copies)
 
+// The register blocking of the consumer: TH output rows per work item, DY tap rows per pass, CK
+// tap columns per chunk. Rows of a 1-D signal, and planes too short for 8-row items, use Row (no
+// vertical reuse to exploit). 2-D stencils use the Box whose chunk is the stencil's width (1, 3,
+// 5: no tap slot wasted, and no partial chunk to compile), or Box9 for every wider one (9x9
+// exact; others run several chunks, the last one partial); taller stencils run several passes.
+// Row is a kernel of its own (light, inlined consumer: occupancy for streaming 1-D signals); the
+// Boxes share one kernel that calls the one the tile needs.
+enum class StencilBlocking : int { Row = 0, Box1 = 1, Box3 = 2, Box5 = 3, Box9 = 4 };
 
-__device__ __forceinline__ int64_t map_index_dev(int64_t i, int64_t n, Boundary b) {
-  if (i >= 0 && i < n) return i;
+template <int TH_, int DY_, int CK_, bool AnyWidth_>
+struct Blocking {
+  static constexpr int TH = TH_, DY = DY_, CK = CK_;
+  static constexpr bool kAnyWidth = AnyWidth_;  // else only kw == CK
+};
+using RowBlocking = Blocking<1, 1, 9, true>;
+template <int CK>
+using BoxBlocking = Blocking<8, 3, CK, CK == 9>;
+
+struct BlockingShape {
+  int th, dy, ck;
+};
+template <class B>
+constexpr BlockingShape shape_of() { return BlockingShape{B::TH, B::DY, B::CK}; }
+inline BlockingShape blocking_shape(StencilBlocking b) {
+  switch (b) {
+    case StencilBlocking::Row: return shape_of<RowBlocking>();
+    case StencilBlocking::Box1: return shape_of<BoxBlocking<1>>();
+    case StencilBlocking::Box3: return shape_of<BoxBlocking<3>>();
+    case StencilBlocking::Box5: return shape_of<BoxBlocking<5>>();
+    case StencilBlocking::Box9: break;
+  }
+  return shape_of<BoxBlocking<9>>();
+}
+
+// TW, the outputs a thread computes per row, and the widest shared-memory vector it reads them
+// with (TW elements: the lanes of a warp read consecutive vectors): 16 bytes for fp32 and fp64;
+// 8 for the 2-byte types, whose 16-byte items would hold 8 x 8 fp32 accumulators (no room left
+// for two blocks per SM).
+template <typename T>
+constexpr int kTW = sizeof(T) == 8 ? 2 : 4;
+template <typename T>
+constexpr int kVecBytes = kTW<T> * static_cast<int>(sizeof(T));
+
+// What the loader tells the consumer about the tile in a stage, before the row shifts.
+struct TileHeader {
+  int64_t b, y0, x0;  // plane, first output row, first output column
+};
+
+struct StencilGeom {
+  int64_t batch, ny, nx;
+  int ry, rx;
+  StencilBlocking blocking;
+  int tile_h, tile_w;      // outputs per tile: (tile_h / TH) x (tile_w / TW) work items
+  int cols_log2;           // log2(tile_w / TW): items per row block, a power of two
+  int items;
+  int64_t tiles_x, tiles_per_plane, ntiles;
+  int win_h, win_w;        // padded input window, in elements
+  int pitch;               // bytes per smem row
+  int hdr_bytes;           // TileHeader + win_h shifts, padded to 16
+  int64_t stage_bytes;
+  int kh_pad, kw_pad;      // the weights in smem, zero-padded to whole passes and chunks
+  int64_t weight_bytes;
+};
+
+// Tile shape for `consumers` consuming threads, shrunk until `stages` stages and the weights fit
+// `smem_budget` bytes. Box tiles start at one item per thread: 32 items (a warp) across, one
+// 8-row block per warp down (64 x 128 outputs for fp32); Row tiles are 1024 items of one row, 4
+// per thread, so that a 1-D signal moves in 16 KiB stages (8 for 2-byte types). Narrow planes
+// trade columns for rows (up to kStencilMaxTileRows), short planes drop rows; when even the
+// smallest Box tile does not fit (huge radii), Row's shorter window is tried.
+inline StencilGeom make_stencil_geom(const StencilParams& p, int esz, int acc_size, int consumers,
+                                     int64_t smem_budget) {
+  StencilGeom g;
+  g.batch = p.batch; g.ny = p.ny; g.nx = p.nx; g.ry = p.ry; g.rx = p.rx;
+  const int tw = esz == 8 ? 2 : 4;  // kTW
+  const int64_t kh = 2 * int64_t(p.ry) + 1, kw = 2 * int64_t(p.rx) + 1;
+  g.blocking = p.ry == 0 || p.ny < 8 ? StencilBlocking::Row
+               : kw == 1             ? StencilBlocking::Box1
+               : kw == 3             ? StencilBlocking::Box3
+               : kw == 5             ? StencilBlocking::Box5
+                                     : StencilBlocking::Box9;
+  // Sizes in 64 bits: radii too large for shared memory must fail the fit (and the launch then
+  // says so), not wrap around.
+  for (;;) {
+    const BlockingShape b = blocking_shape(g.blocking);
+    const int64_t kh_pad = (kh + b.dy - 1) / b.dy * b.dy, kw_pad = (kw + b.ck - 1) / b.ck * b.ck;
+    g.kh_pad = static_cast<int>(kh_pad);
+    g.kw_pad = static_cast<int>(kw_pad);
+    g.weight_bytes = engine::align_up(kh_pad * kw_pad * acc_size, 16);
+    int cols = b.th == 1 ? 1024 : 32;
+    while (cols > 1 && (cols / 2) * int64_t(tw) >= p.nx) cols /= 2;
+    int rb = static_cast<int>(std::max<int64_t>(1, std::min<int64_t>({(b.th == 1 ? 4 * consumers : consumers) / cols,
+                                                                      kStencilMaxTileRows / b.th,
+                                                                      (p.ny + b.th - 1) / b.th})));
+    auto layout = [&] {
+      const int64_t tile_h = int64_t(rb) * b.th, tile_w = int64_t(cols) * tw;
+      const int64_t win_h = tile_h + kh - 1, win_w = tile_w + kw - 1;
+      // The consumer reads whole vectors up to kw_pad - 1 columns past a tile column, from up to
+      // 15 bytes of shift; primitives may zero-fill up to 15 bytes past a row's segment.
+      const int64_t pitch = engine::align_up((tile_w + kw_pad) * esz, 16) + 16;
+      const int64_t hdr = engine::align_up(static_cast<int64_t>(sizeof(TileHeader)) + 4 * win_h, 16);
+      g.tile_h = static_cast<int>(tile_h);
+      g.tile_w = static_cast<int>(tile_w);
+      g.win_h = static_cast<int>(win_h);
+      g.win_w = static_cast<int>(win_w);
+      g.pitch = static_cast<int>(pitch);
+      g.hdr_bytes = static_cast<int>(hdr);
+      g.stage_bytes = hdr + win_h * pitch;
+      return p.stages * g.stage_bytes + g.weight_bytes <= smem_budget;
+    };
+    bool fits = layout();
+    while (!fits && (rb > 1 || cols > 1)) {
+      if (rb > 1) rb /= 2;
+      else cols /= 2;
+      fits = layout();
+    }
+    g.cols_log2 = 0;
+    while ((cols >> g.cols_log2) > 1) ++g.cols_log2;
+    g.items = rb << g.cols_log2;
+    if (fits || g.blocking == StencilBlocking::Row) break;  // too large even so: the launch says why
+    g.blocking = StencilBlocking::Row;
+  }
+  g.tiles_x = (p.nx + g.tile_w - 1) / g.tile_w;
+  g.tiles_per_plane = (p.ny + g.tile_h - 1) / g.tile_h * g.tiles_x;
+  g.ntiles = p.batch * g.tiles_per_plane;
+  return g;
+}
+
+// ---------------------------------------------------------------------------------- loader side
+
+// The source index of a window index outside [0, n) (-1: a zero of the zero boundary). Not
+// inlined: only boundary rows and columns get here, and its 64-bit modulo is long code.
+static __device__ __noinline__ int64_t map_outside(int64_t i, int64_t n, Boundary b) {
   switch (b) {
     case Boundary::Zero: return -1;
     case Boundary::Replicate: return i < 0 ? 0 : n - 1;
@@ -40,130 +190,353 @@ __device__ __forceinline__ int64_t map_index_dev(int64_t i, int64_t n, Boundary 
   return -1;
 }
 
-struct StencilGeom {
-  int64_t batch, ny, nx;
-  int ry, rx;
-  int tile_h, tile_w;  // outputs per tile
-  int64_t tiles_y, tiles_x;
-  int win_h, win_w;  // padded window, in elements
-  int pitch;         // bytes per smem row
-};
-
-inline StencilGeom make_stencil_geom(const StencilParams& p, int esz, int64_t smem_budget) {
-  StencilGeom g;
-  g.batch = p.batch; g.ny = p.ny; g.nx = p.nx; g.ry = p.ry; g.rx = p.rx;
-  // Short planes (1-D rows: ny == 1) get wide tiles instead of mostly empty 16-row ones, narrow
-  // planes tall ones; then the window shrinks until `stages` of it fit in shared memory.
-  g.tile_h = 16;
-  while (g.tile_h > 1 && g.tile_h / 2 >= p.ny) g.tile_h /= 2;
-  g.tile_w = kTilePoints / g.tile_h;
-  while (g.tile_w > 32 && g.tile_w / 2 >= p.nx) {
-    g.tile_w /= 2;
-    if (g.tile_h * 2 <= 64 && g.tile_h < p.ny) g.tile_h *= 2;
-  }
-  auto stage_bytes = [&] {
-    return static_cast<int64_t>(g.tile_h + 2 * p.ry) *
-           engine::align_up(static_cast<int64_t>(g.tile_w + 2 * p.rx) * esz + 32, 16);
-  };
-  while (p.stages * stage_bytes() > smem_budget && (g.tile_w > 32 || g.tile_h > 1)) {
-    if (g.tile_w > 32) g.tile_w /= 2;
-    else g.tile_h /= 2;
-  }
-  g.tiles_y = (p.ny + g.tile_h - 1) / g.tile_h;
-  g.tiles_x = (p.nx + g.tile_w - 1) / g.tile_w;
-  g.win_h = g.tile_h + 2 * p.ry;
-  g.win_w = g.tile_w + 2 * p.rx;
-  // 16 bytes for the alignment shift, 16 for the zero-filled tail chunk of the primitives.
-  g.pitch = static_cast<int>(engine::align_up(static_cast<int64_t>(g.win_w) * esz + 32, 16));
-  return g;
+__device__ __forceinline__ int64_t map_index_dev(int64_t i, int64_t n, Boundary b) {
+  return i >= 0 && i < n ? i : map_outside(i, n, b);
 }
 
+// The byte shift (mod 16) of window column 0 of source row `src_row`: the address of
+// plane[src_row][xw], which may lie outside the plane (the arithmetic wraps, modulo 16 is exact).
 template <typename T>
 __device__ __forceinline__ int row_shift(const T* plane, int64_t src_row, int64_t nx, int64_t xw) {
-  return static_cast<int>((reinterpret_cast<uintptr_t>(plane) + static_cast<uintptr_t>((src_row * nx + xw) * static_cast<int64_t>(sizeof(T)))) & 15u);
+  return static_cast<int>((reinterpret_cast<uintptr_t>(plane) +
+                           static_cast<uintptr_t>((src_row * nx + xw) * static_cast<int64_t>(sizeof(T)))) & 15u);
 }
 
-template <engine::Mechanism M, int S, typename T>
-__global__ void __launch_bounds__(kStencilThreads)
+static __device__ __noinline__ TileHeader tile_origin_64(int64_t t, int64_t per_plane, int64_t tiles_x, int tile_h,
+                                                        int tile_w) {
+  const int64_t r = t % per_plane;
+  return TileHeader{t / per_plane, r / tiles_x * tile_h, r % tiles_x * tile_w};
+}
+
+// Tile t of the batch in row-major tile order; 32-bit division whenever the count allows.
+__device__ __forceinline__ TileHeader tile_origin(int64_t t, const StencilGeom& g) {
+  if (g.ntiles > 0xffffffffll) return tile_origin_64(t, g.tiles_per_plane, g.tiles_x, g.tile_h, g.tile_w);
+  const uint32_t t32 = static_cast<uint32_t>(t), per = static_cast<uint32_t>(g.tiles_per_plane);
+  const uint32_t r = t32 % per, tiles_x = static_cast<uint32_t>(g.tiles_x);
+  return TileHeader{t32 / per, static_cast<int64_t>(r / tiles_x) * g.tile_h, static_cast<int64_t>(r % tiles_x) * g.tile_w};
+}
+
+// One tile's place in its stage: window row i of the tile comes from source row yw + i (rows
+// [i_lo, i_hi) lie inside the plane), window column c from source column xw + c (columns
+// [c_lo, c_hi) lie inside it).
+struct TileWindow {
+  TileHeader t;
+  int64_t yw, xw, c_lo, c_hi;
+  int i_lo, i_hi;
+};
+
+// What the stage fill needs of the geometry, by value (for the out-of-line fill_stage).
+struct FillGeom {
+  int64_t ny, nx;
+  int win_h, win_w, pitch, hdr_bytes;
+  Boundary boundary;
+};
+
+// The plain stores of a load, by the store team (rank, size): the header (tile origin, row
+// shifts), the rows of the zero boundary, and the halo columns outside the plane. Out of line:
+// the drivers produce at two places, and this part does not depend on the ring.
+template <typename T>
+__device__ __noinline__ void fill_stage(uint32_t stage_smem, const T* plane, TileWindow w, FillGeom g, int rank,
+                                        int size) {
+  using A = acc_t<T>;
+  char* stage = static_cast<char*>(__cvta_shared_to_generic(stage_smem));
+  auto row = [&](int i, int64_t src_row) {  // window row i, filled from source row src_row
+    return reinterpret_cast<T*>(stage + g.hdr_bytes + static_cast<int64_t>(i) * g.pitch +
+                                row_shift(plane, src_row, g.nx, w.xw));
+  };
+  if (rank == 0) *reinterpret_cast<TileHeader*>(stage) = w.t;
+  int* shifts = reinterpret_cast<int*>(stage + sizeof(TileHeader));
+  for (int i = rank; i < g.win_h; i += size) {
+    const int64_t src = map_index_dev(w.yw + i, g.ny, g.boundary);
+    shifts[i] = row_shift(plane, src < 0 ? w.yw + i : src, g.nx, w.xw);  // a zero row: any shift will do
+  }
+  const int n_inside = w.i_hi - w.i_lo;
+  if (g.boundary == Boundary::Zero) {
+    for (int j = 0; j < g.win_h - n_inside; ++j) {
+      const int i = j < w.i_lo ? j : j + n_inside;
+      T* r = row(i, w.yw + i);
+      for (int c = rank; c < g.win_w; c += size) r[c] = from_acc<T>(A(0));
+    }
+  }
+  const int n_left = static_cast<int>(w.c_lo - w.xw), n_right = static_cast<int>(w.xw + g.win_w - w.c_hi);
+  const int n_halo = n_left + n_right;
+  for (int idx = rank; idx < g.win_h * n_halo; idx += size) {
+    const int i = idx / n_halo, h = idx - i * n_halo;
+    const int64_t src = map_index_dev(w.yw + i, g.ny, g.boundary);
+    if (src < 0) continue;  // a zero row, zero-filled above
+    const int c = h < n_left ? h : g.win_w - n_right + (h - n_left);
+    const int64_t mc = map_index_dev(w.xw + c, g.nx, g.boundary);
+    row(i, src)[c] = mc < 0 ? from_acc<T>(A(0)) : plane[src * g.nx + mc];
+  }
+}
+
+// -------------------------------------------------------------------------------- consumer side
+
+// Element E of the shared-memory words w[], in the accumulation type.
+template <typename T, int E, int NW>
+__device__ __forceinline__ acc_t<T> word_elem(const uint32_t (&w)[NW]) {
+  constexpr int kByte = E * static_cast<int>(sizeof(T)), kW = kByte / 4;
+  if constexpr (sizeof(T) == 8) {
+    return __hiloint2double(static_cast<int>(w[kW + 1]), static_cast<int>(w[kW]));
+  } else if constexpr (sizeof(T) == 4) {
+    return __uint_as_float(w[kW]);
+  } else if constexpr (std::is_same_v<T, __nv_bfloat16>) {
+    return __uint_as_float(kByte % 4 == 0 ? w[kW] << 16 : w[kW] & 0xffff0000u);  // fp32's top half
+  } else {
+    return __half2float(__ushort_as_half(static_cast<unsigned short>(kByte % 4 == 0 ? w[kW] : w[kW] >> 16)));
+  }
+}
+
+template <typename T, int N, int NW, int... K>
+__device__ __forceinline__ void unpack(const uint32_t (&w)[NW], acc_t<T> (&x)[N], std::integer_sequence<int, K...>) {
+  ((x[K] = word_elem<T, K>(w)), ...);
+}
+
+// x[k] = element k from p on, read with V-byte vectors (p is V-aligned; reads round up to whole
+// vectors, which the row pitch leaves room for).
+template <typename T, int V, int N>
+__device__ __forceinline__ void load_vectors(const char* p, acc_t<T> (&x)[N]) {
+  if constexpr (V == 2) {
+#pragma unroll
+    for (int k = 0; k < N; ++k) x[k] = to_acc<acc_t<T>>(reinterpret_cast<const T*>(p)[k]);
+  } else {
+    constexpr int kNv = (N * static_cast<int>(sizeof(T)) + V - 1) / V, kPer = V / 4;
+    uint32_t w[kNv * kPer];
+#pragma unroll
+    for (int i = 0; i < kNv; ++i) {
+      const engine::vec_t<V> u = reinterpret_cast<const engine::vec_t<V>*>(p)[i];
+      if constexpr (V == 16) {
+        w[4 * i] = u.x; w[4 * i + 1] = u.y; w[4 * i + 2] = u.z; w[4 * i + 3] = u.w;
+      } else if constexpr (V == 8) {
+        w[2 * i] = u.x; w[2 * i + 1] = u.y;
+      } else {
+        w[i] = u;
+      }
+    }
+    unpack<T>(w, x, std::make_integer_sequence<int, N>{});
+  }
+}
+
+// Loads N consecutive elements of a smem row from p on with the widest vectors p's alignment
+// allows: a warp-uniform branch (the row's shift decides), each path writing x directly. A row
+// whose data is not vector-aligned (odd radii, unaligned planes) pays with narrower loads
+// rather than with register moves: registers can not be indexed at run time.
+template <typename T, int V, int N>
+__device__ __forceinline__ void load_window(const char* p, acc_t<T> (&x)[N]) {
+  if constexpr (V > static_cast<int>(sizeof(T))) {
+    if ((reinterpret_cast<uintptr_t>(p) & (V - 1)) != 0) return load_window<T, V / 2>(p, x);
+  }
+  load_vectors<T, V>(p, x);
+}
+
+// One pass of one tap chunk over a work item: tap rows dy0 .. dy0+DY-1 (the first nk < DY
+// exist only), tap columns c0 .. c0+CK-1 (the first nc exist when !Full). `rows` points at the
+// item's first input of window row o0 + dy0 for this chunk (column j0 + c0); `shifts` at that
+// row's shift; `w` at the weight of tap (dy0, c0) in the kw_pad-wide weight rows.
+template <typename T, class Blk, bool Full>
+__device__ __forceinline__ void stencil_pass(const char* rows, int pitch, const int* shifts, const acc_t<T>* w,
+                                             int kw_pad, int nk, int nc, acc_t<T> (&acc)[Blk::TH][kTW<T>]) {
+  using A = acc_t<T>;
+  constexpr int TH = Blk::TH, DY = Blk::DY, CK = Blk::CK, TW = kTW<T>;
+  A wr[DY][CK];
+#pragma unroll
+  for (int k = 0; k < DY; ++k)
+#pragma unroll
+    for (int c = 0; c < CK; ++c) wr[k][c] = w[k * kw_pad + c];  // padded: always in bounds
+#pragma unroll
+  for (int r = 0; r < TH + DY - 1; ++r) {
+    // Window row r feeds output rows r - k with tap rows k; rows past TH - 1 only for tap rows
+    // that exist (the window ends there).
+    if (r >= TH && r - TH + 1 >= nk) break;
+    A x[TW + CK - 1];
+    load_window<T, kVecBytes<T>>(rows + r * pitch + shifts[r], x);
+#pragma unroll
+    for (int k = 0; k < DY; ++k) {
+      const int o = r - k;
+      if (o < 0 || o >= TH) continue;
+      if (k >= nk) break;
+#pragma unroll
+      for (int c = 0; c < CK; ++c) {
+        if (!Full && c >= nc) break;
+#pragma unroll
+        for (int t = 0; t < TW; ++t) acc[o][t] = fma(wr[k][c], x[t + c], acc[o][t]);
+      }
+    }
+  }
+}
+
+// Stores TW outputs: one vector store when dst is aligned and all of them are in the plane.
+template <typename T, int TW>
+__device__ __forceinline__ void store_outputs(T* dst, int64_t n_in_range, const acc_t<T> (&v)[TW]) {
+  constexpr int kVB = TW * static_cast<int>(sizeof(T));
+  if (n_in_range >= TW && (reinterpret_cast<uintptr_t>(dst) & (kVB - 1)) == 0) {
+    if constexpr (sizeof(T) == 8) {
+      *reinterpret_cast<double2*>(dst) = make_double2(v[0], v[1]);
+    } else if constexpr (sizeof(T) == 4) {
+      *reinterpret_cast<float4*>(dst) = make_float4(v[0], v[1], v[2], v[3]);
+    } else {
+      uint32_t u[TW / 2];
+#pragma unroll
+      for (int i = 0; i < TW / 2; ++i) {
+        if constexpr (std::is_same_v<T, __half>) {
+          const __half2 h = __floats2half2_rn(v[2 * i], v[2 * i + 1]);
+          u[i] = *reinterpret_cast<const uint32_t*>(&h);
+        } else {
+          const __nv_bfloat162 h = __floats2bfloat162_rn(v[2 * i], v[2 * i + 1]);
+          u[i] = *reinterpret_cast<const uint32_t*>(&h);
+        }
+      }
+      *reinterpret_cast<uint2*>(dst) = make_uint2(u[0], u[1]);
+    }
+  } else {
+#pragma unroll
+    for (int t = 0; t < TW; ++t)
+      if (t < n_in_range) dst[t] = from_acc<T>(v[t]);
+  }
+}
+
+// What the consumer needs of the geometry, by value (the out-of-line Box consumers take it as an
+// argument; a kernel parameter's address can not be passed on).
+struct ConsumerGeom {
+  int64_t ny, nx;
+  int kh, kw, kw_pad;
+  int pitch, hdr_bytes;
+  int items, cols_log2;
+};
+
+// The tile in `stage`: this thread's work items (rank, rank + size, ...), each TH x TW outputs
+// accumulated in registers over all chunks and passes, then stored.
+template <typename T, class Blk>
+__device__ __forceinline__ void consume_tile(const char* stage, const acc_t<T>* w_s, const ConsumerGeom& g, T* out,
+                                             int rank, int size) {
+  using A = acc_t<T>;
+  constexpr int TH = Blk::TH, DY = Blk::DY, CK = Blk::CK, TW = kTW<T>, esz = sizeof(T);
+  const TileHeader t = *reinterpret_cast<const TileHeader*>(stage);
+  const int* shifts = reinterpret_cast<const int*>(stage + sizeof(TileHeader));
+  const char* rows = stage + g.hdr_bytes;
+  T* oplane = out + t.b * g.ny * g.nx;
+  for (int p = rank; p < g.items; p += size) {
+    const int j0 = (p & ((1 << g.cols_log2) - 1)) * TW, o0 = (p >> g.cols_log2) * TH;
+    const int64_t oy = t.y0 + o0, ox = t.x0 + j0;
+    if (oy >= g.ny || ox >= g.nx) continue;  // past the plane: nothing to compute
+    A acc[TH][TW] = {};
+    for (int c0 = 0; c0 < g.kw; c0 += CK) {
+      for (int dy0 = 0; dy0 < g.kh; dy0 += DY) {
+        const char* r = rows + (o0 + dy0) * g.pitch + (j0 + c0) * esz;
+        const A* wp = w_s + dy0 * g.kw_pad + c0;
+        if (!Blk::kAnyWidth || g.kw - c0 >= CK)
+          stencil_pass<T, Blk, true>(r, g.pitch, shifts + o0 + dy0, wp, g.kw_pad, g.kh - dy0, CK, acc);
+        else if constexpr (Blk::kAnyWidth)
+          stencil_pass<T, Blk, false>(r, g.pitch, shifts + o0 + dy0, wp, g.kw_pad, g.kh - dy0, g.kw - c0, acc);
+      }
+    }
+#pragma unroll
+    for (int o = 0; o < TH; ++o) {
+      if (oy + o >= g.ny) break;
+      store_outputs<T>(oplane + (oy + o) * g.nx + ox, g.nx - ox, acc[o]);
+    }
+  }
+}
+
+// A Box consumer out of line: it does not depend on the mechanism or the stage count, so cicc
+// compiles it once per translation unit and element type, and the Box kernel carries all four
+// widths at the cost of one call per tile. Shared memory comes as 32-bit shared addresses (the
+// loads stay LDS).
+template <typename T, int CK>
+__device__ __noinline__ void consume_box_tile(uint32_t stage, uint32_t w_s, ConsumerGeom g, T* out, int rank,
+                                              int size) {
+  consume_tile<T, BoxBlocking<CK>>(static_cast<const char*>(__cvta_shared_to_generic(stage)),
+                                   static_cast<const acc_t<T>*>(__cvta_shared_to_generic(w_s)), g, out, rank, size);
+}
+
+// --------------------------------------------------------------------------------------- kernel
+
+// Register budgets: Row kernels 85 (three blocks per SM: 1-D signals stream); Box kernels 128
+// (two blocks: a 9-wide pass keeps 27 weights and up to 8 x 4 accumulators live), fp64 Box
+// kernels all they need (one block; their 9-wide passes would spill at 128).
+template <typename T, bool Box>
+constexpr int stencil_min_blocks() { return !Box ? 3 : sizeof(T) == 8 ? 1 : 2; }
+
+template <engine::Mechanism M, int S, typename T, bool Box>
+__global__ void __launch_bounds__(kStencilThreads, stencil_min_blocks<T, Box>())
     stencil_kernel(const T* __restrict__ x, T* __restrict__ out, const acc_t<T>* __restrict__ weights,
                    StencilGeom g, Boundary boundary) {
   using A = acc_t<T>;
   using Ring = engine::Ring<M, S, 16>;
+  constexpr int64_t esz = sizeof(T);
   extern __shared__ __align__(engine::kStageAlign) char smem[];
   __shared__ engine::RawShared<typename Ring::SharedState> ss;
-  const int stage_bytes = g.win_h * g.pitch;
-  A* w_s = reinterpret_cast<A*>(smem + static_cast<int64_t>(S) * stage_bytes);
-  const int kw = 2 * g.rx + 1, nw = (2 * g.ry + 1) * kw;
-  for (int i = threadIdx.x; i < nw; i += blockDim.x) w_s[i] = weights[i];
+  const int kh = 2 * g.ry + 1, kw = 2 * g.rx + 1;
+  // The weights live in shared memory after the stages, loaded once per block and zero-padded to
+  // whole passes and chunks: any radius fits (kernel parameters would cap it near 4 KiB), and a
+  // pass reads its DY x CK weights once into registers with broadcast loads.
+  A* w_s = reinterpret_cast<A*>(smem + static_cast<int64_t>(S) * g.stage_bytes);
+  for (int i = threadIdx.x; i < g.kh_pad * g.kw_pad; i += blockDim.x) {
+    const int a = i / g.kw_pad, c = i - a * g.kw_pad;
+    w_s[i] = a < kh && c < kw ? weights[a * kw + c] : A(0);
+  }
   __syncthreads();
-  Ring ring(ss.get(), smem, stage_bytes);
+  Ring ring(ss.get(), smem, static_cast<int>(g.stage_bytes));
 
-  const int64_t tiles_per_plane = g.tiles_y * g.tiles_x;
-  const int64_t ntiles = g.batch * tiles_per_plane;
-  const int64_t mine = blockIdx.x < ntiles ? (ntiles - blockIdx.x + gridDim.x - 1) / gridDim.x : 0;
-  struct Tile { int64_t b, y0, x0; };
-  auto tile_of = [&](int64_t k) {
-    const int64_t t = blockIdx.x + k * gridDim.x;
-    const int64_t b = t / tiles_per_plane, r = t % tiles_per_plane;
-    return Tile{b, (r / g.tiles_x) * g.tile_h, (r % g.tiles_x) * g.tile_w};
-  };
+  const int64_t mine = blockIdx.x < g.ntiles ? (g.ntiles - blockIdx.x + gridDim.x - 1) / gridDim.x : 0;
+  // Rows of a multiple of 16 bytes: every row of a plane has the same shift.
+  const bool uniform_rows = g.nx * esz % 16 == 0;
 
+  const FillGeom fg{g.ny, g.nx, g.win_h, g.win_w, g.pitch, g.hdr_bytes, boundary};
   auto load = [&](const auto& w, int64_t k) {
-    const Tile t = tile_of(k);
-    const T* plane = x + t.b * g.ny * g.nx;
-    const int64_t yw = t.y0 - g.ry, xw = t.x0 - g.rx;
-    const int64_t c_lo = xw < 0 ? 0 : xw;
-    const int64_t c_hi = min(xw + g.win_w, g.nx);  // in-range columns [c_lo, c_hi)
-    const engine::Team st = w.store_team();
-    for (int i = 0; i < g.win_h; ++i) {
-      const int64_t src_row = map_index_dev(yw + i, g.ny, boundary);
-      char* row = w.stage + static_cast<int64_t>(i) * g.pitch;
-      if (src_row < 0) {  // a zero row of the zero boundary
-        if (st.rank >= 0)
-          for (int c = st.rank; c < g.win_w; c += st.size)
-            reinterpret_cast<T*>(row)[c] = from_acc<T>(A(0));
-        continue;
-      }
-      const int shift = row_shift(plane, src_row, g.nx, xw);
-      T* srow = reinterpret_cast<T*>(row + shift);
-      const T* grow = plane + src_row * g.nx;
-      // Halo columns stored directly right of the segment must not be zero-filled over.
-      const auto tail = xw + g.win_w > g.nx ? engine::TailMode::Exact : engine::TailMode::MayOverwrite;
-      if (c_hi > c_lo)
-        w.copy(static_cast<int64_t>(i) * g.pitch + shift + (c_lo - xw) * static_cast<int64_t>(sizeof(T)), grow + c_lo,
-               (c_hi - c_lo) * static_cast<int64_t>(sizeof(T)), tail);
-      if (st.rank >= 0 && (xw < 0 || xw + g.win_w > g.nx)) {  // halo columns outside the plane
-        for (int c = st.rank; c < g.win_w; c += st.size) {
-          const int64_t gc = xw + c;
-          if (gc >= 0 && gc < g.nx) continue;
-          const int64_t mc = map_index_dev(gc, g.nx, boundary);
-          srow[c] = mc < 0 ? from_acc<T>(A(0)) : grow[mc];
-        }
-      }
+    TileWindow tw;
+    tw.t = tile_origin(blockIdx.x + k * gridDim.x, g);
+    tw.yw = tw.t.y0 - g.ry;
+    tw.xw = tw.t.x0 - g.rx;
+    tw.c_lo = max(tw.xw, int64_t(0));
+    tw.c_hi = min(tw.xw + g.win_w, g.nx);
+    tw.i_lo = static_cast<int>(min(max(-tw.yw, int64_t(0)), int64_t(g.win_h)));
+    tw.i_hi = static_cast<int>(min(max(g.ny - tw.yw, int64_t(tw.i_lo)), int64_t(g.win_h)));
+    const T* plane = x + tw.t.b * g.ny * g.nx;
+    const int64_t seg_off = (tw.c_lo - tw.xw) * esz, seg_bytes = (tw.c_hi - tw.c_lo) * esz;
+    // Halo columns stored directly right of the segment must not be zero-filled over.
+    const auto tail = tw.xw + g.win_w > g.nx ? engine::TailMode::Exact : engine::TailMode::MayOverwrite;
+    auto seg_at = [&](int i, int64_t src_row) {  // the segment of window row i, from source row src_row
+      return g.hdr_bytes + static_cast<int64_t>(i) * g.pitch + row_shift(plane, src_row, g.nx, tw.xw) + seg_off;
+    };
+    // The rows inside the plane move as one box when they share a shift; every other row with
+    // a source row (boundary rows, and all rows of planes whose rows disagree mod 16) alone.
+    const int box_lo = tw.i_lo, box_n = uniform_rows ? tw.i_hi - tw.i_lo : 0;
+    if (box_n > 0)
+      w.copy_rows(seg_at(box_lo, tw.yw + box_lo), g.pitch, plane + (tw.yw + box_lo) * g.nx + tw.c_lo, g.nx * esz,
+                  seg_bytes, box_n, tail);
+    for (int j = 0; j < g.win_h - box_n; ++j) {
+      const int i = j < box_lo ? j : j + box_n;
+      const int64_t src = map_index_dev(tw.yw + i, g.ny, boundary);
+      if (src >= 0) w.copy(seg_at(i, src), plane + src * g.nx + tw.c_lo, seg_bytes, tail);
     }
+    const engine::Team st = w.store_team();
+    if (st.rank >= 0)
+      fill_stage<T>(static_cast<uint32_t>(__cvta_generic_to_shared(w.stage)), plane, tw, fg, st.rank, st.size);
   };
 
-  auto consume = [&](const char* stage, int64_t k, engine::Team team) {
-    const Tile t = tile_of(k);
-    const T* plane = x + t.b * g.ny * g.nx;
-    T* oplane = out + t.b * g.ny * g.nx;
-    const int64_t yw = t.y0 - g.ry, xw = t.x0 - g.rx;
-    for (int p = team.rank; p < g.tile_h * g.tile_w; p += team.size) {
-      const int i = p / g.tile_w, j = p % g.tile_w;
-      const int64_t oy = t.y0 + i, ox = t.x0 + j;
-      if (oy >= g.ny || ox >= g.nx) continue;
-      A acc = 0;
-      for (int a = 0; a <= 2 * g.ry; ++a) {
-        const int64_t src_row = map_index_dev(yw + i + a, g.ny, boundary);
-        const int shift = src_row < 0 ? 0 : row_shift(plane, src_row, g.nx, xw);
-        const T* srow = reinterpret_cast<const T*>(stage + static_cast<int64_t>(i + a) * g.pitch + shift);
-        const A* wrow = w_s + a * kw;
-        for (int c = 0; c < kw; ++c) acc += wrow[c] * to_acc<A>(srow[j + c]);
+  const ConsumerGeom cg{g.ny, g.nx, kh, kw, g.kw_pad, g.pitch, g.hdr_bytes, g.items, g.cols_log2};
+  auto consume = [&](const char* stage, int64_t, engine::Team team) {
+    if constexpr (!Box) {
+      consume_tile<T, RowBlocking>(stage, w_s, cg, out, team.rank, team.size);
+    } else {
+      const uint32_t st = static_cast<uint32_t>(__cvta_generic_to_shared(stage));
+      const uint32_t ws = static_cast<uint32_t>(__cvta_generic_to_shared(w_s));
+      switch (g.blocking) {
+        case StencilBlocking::Box1: consume_box_tile<T, 1>(st, ws, cg, out, team.rank, team.size); break;
+        case StencilBlocking::Box3: consume_box_tile<T, 3>(st, ws, cg, out, team.rank, team.size); break;
+        case StencilBlocking::Box5: consume_box_tile<T, 5>(st, ws, cg, out, team.rank, team.size); break;
+        default: consume_box_tile<T, 9>(st, ws, cg, out, team.rank, team.size); break;
       }
-      oplane[oy * g.nx + ox] = from_acc<T>(acc);
     }
   };
   engine::run_ring(ring, mine, load, consume);
+}
+
+template <class Ring>
+constexpr int stencil_consumers() {
+  if constexpr (Ring::kPartitioned) return kStencilThreads - Ring::kProducerThreads;
+  else return kStencilThreads;
 }
 
 template <engine::Mechanism M>
@@ -174,18 +547,20 @@ void launch_stencil_mechanism(const StencilParams& p) {
       using T = decltype(tv);
       using A = acc_t<T>;
       const DeviceInfo dev = device_info(current_device());
-      const size_t nw = static_cast<size_t>(2 * p.ry + 1) * (2 * p.rx + 1);
-      const StencilGeom g = make_stencil_geom(p, sizeof(T), dev.max_smem_optin - 1024 - static_cast<int64_t>(nw * sizeof(A)));
-      auto kernel = stencil_kernel<M, S, T>;
-      const size_t smem = static_cast<size_t>(S) * g.win_h * g.pitch + nw * sizeof(A);
-      prepare_smem(kernel, smem, "stencil");
-      const int64_t ntiles = g.batch * g.tiles_y * g.tiles_x;
-      int64_t grid = static_cast<int64_t>(dev.num_sms) * blocks_per_sm(kernel, kStencilThreads, smem);
-      if (grid > ntiles) grid = ntiles;
-      if (grid < 1) grid = 1;
-      kernel<<<static_cast<unsigned>(grid), kStencilThreads, smem, reinterpret_cast<cudaStream_t>(p.stream)>>>(
-          static_cast<const T*>(p.x), static_cast<T*>(p.out), static_cast<const A*>(p.weights), g, p.boundary);
-      CUPIPE_LAUNCH_CHECK();
+      const StencilGeom g = make_stencil_geom(p, sizeof(T), sizeof(A), stencil_consumers<engine::Ring<M, S, 16>>(),
+                                              dev.max_smem_optin - 1024);
+      auto launch = [&](auto kernel) {
+        const size_t smem = static_cast<size_t>(S) * g.stage_bytes + g.weight_bytes;
+        prepare_smem(kernel, smem, "stencil");
+        int64_t grid = static_cast<int64_t>(dev.num_sms) * blocks_per_sm(kernel, kStencilThreads, smem);
+        if (grid > g.ntiles) grid = g.ntiles;
+        if (grid < 1) grid = 1;
+        kernel<<<static_cast<unsigned>(grid), kStencilThreads, smem, reinterpret_cast<cudaStream_t>(p.stream)>>>(
+            static_cast<const T*>(p.x), static_cast<T*>(p.out), static_cast<const A*>(p.weights), g, p.boundary);
+        CUPIPE_LAUNCH_CHECK();
+      };
+      if (g.blocking == StencilBlocking::Row) launch(stencil_kernel<M, S, T, false>);
+      else launch(stencil_kernel<M, S, T, true>);
     });
   });
 }

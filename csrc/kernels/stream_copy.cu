@@ -3,8 +3,16 @@
 
 namespace cupipe {
 namespace kernels {
-template <engine::Mechanism M>
-void launch_stream_copy_mechanism(const StreamCopyParams& p, int head);
+// Instantiated by the per-mechanism files, which compile in parallel; declared here so that
+// this file does not instantiate (and compile) every kernel once more.
+extern template void launch_stream_copy_mechanism<engine::Mechanism::Sync>(const StreamCopyParams&, int);
+extern template void launch_stream_copy_mechanism<engine::Mechanism::Pipeline>(const StreamCopyParams&, int);
+extern template void launch_stream_copy_mechanism<engine::Mechanism::PipelineThread>(const StreamCopyParams&, int);
+extern template void launch_stream_copy_mechanism<engine::Mechanism::Primitives>(const StreamCopyParams&, int);
+extern template void launch_stream_copy_mechanism<engine::Mechanism::Cg>(const StreamCopyParams&, int);
+extern template void launch_stream_copy_mechanism<engine::Mechanism::Barrier>(const StreamCopyParams&, int);
+extern template void launch_stream_copy_mechanism<engine::Mechanism::Specialized>(const StreamCopyParams&, int);
+extern template void launch_stream_copy_mechanism<engine::Mechanism::Tma>(const StreamCopyParams&, int);
 }  // namespace kernels
 
 void launch_stream_copy(const StreamCopyParams& p_in) {
