@@ -59,8 +59,10 @@ for m in sync pipeline pipeline_thread primitives cg barrier specialized tma; do
 done
 if nvcc -std=c++17 -arch=sm_$(python3 -c "import torch; a,b=torch.cuda.get_device_capability(); print(f'{a}{b}')") \
      -o /tmp/probe_pipeline scripts/probe_pipeline_synccheck.cu >/dev/null 2>&1; then
-  compute-sanitizer --tool synccheck /tmp/probe_pipeline >"$LOG/sanitizer_synccheck_probe.log" 2>&1
-  note "synccheck on the bare cuda::pipeline probe (no cupipe code): $(grep -E 'ERROR SUMMARY' "$LOG/sanitizer_synccheck_probe.log" | head -1) $(grep -m1 -o 'Barrier error detected.*' "$LOG/sanitizer_synccheck_probe.log")"
+  for probe in pipeline barrier; do
+    compute-sanitizer --tool synccheck /tmp/probe_pipeline $probe >"$LOG/sanitizer_synccheck_probe_$probe.log" 2>&1
+    note "synccheck on the bare cuda::$probe probe (no cupipe code): $(grep -E 'ERROR SUMMARY' "$LOG/sanitizer_synccheck_probe_$probe.log" | head -1) $(grep -m1 -o 'Barrier error detected.*' "$LOG/sanitizer_synccheck_probe_$probe.log")"
+  done
 fi
 note "sanitizers took $(( $(date +%s) - t0 ))s"
 fi
