@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import math
 import datetime
 import inspect
 import json
@@ -296,9 +297,13 @@ def _geometry(op: str, a: Dict[str, object]) -> Dict[str, object]:
 # reason names the choice it explains, and is only given when the table still makes that choice.
 _TABLE_REASONS = {
     ("stream_copy", True): (("sync", 2), "measured on an H200 (BENCHMARKS.md, 2026-11-22): sync "
-                            "with 2 stages was fastest for 2^28 fp32 (0.90x of y.copy_(x)), "
-                            "specialized/8 and tma/2 within a few percent; with the whole device "
-                            "occupied plain loads already keep enough bytes in flight"),
+                            "with 1-2 stages was fastest for 2^28 fp32 (0.92-0.93x of "
+                            "y.copy_(x)), every other mechanism within 0.88-0.91x; with the whole "
+                            "device occupied plain loads already keep enough bytes in flight"),
+    ("reduce", True): (("tma", 2), "long rows along the innermost dim (a whole tensor, or rows of "
+                       "8192+ elements) on sm_90: tma with 2 stages took 0.277 ms for a 2^28 fp32 "
+                       "sum on an H200 against primitives/4's 0.306 (BENCHMARKS.md, second run of "
+                       "2026-11-22)"),
     ("stream_copy", False): (("primitives", 4), "before sm_90 the table takes the LDGSTS path "
                              "(primitives, 4 stages), which needs no Hopper instructions"),
     ("stencil1d", None): (("primitives", 2), "the table uses primitives (guaranteed LDGSTS, "
@@ -313,10 +318,28 @@ _TABLE_REASONS = {
 
 
 def _table_reason(op: str, sm: int, mechanism: str, stages: int) -> str:
-    choice, text = _TABLE_REASONS.get((op, sm >= 90)) or _TABLE_REASONS[(op, None)]
-    if choice == (mechanism, stages):
-        return text
+    for key in ((op, sm >= 90), (op, None)):
+        if key in _TABLE_REASONS and _TABLE_REASONS[key][0] == (mechanism, stages):
+            return _TABLE_REASONS[key][1]
     return "the shipped table's choice for this op and GPU (see the comments in csrc/ops/tuning.cpp)"
+
+
+def _table_shape(op: str, x: torch.Tensor, a: Dict[str, object]) -> Dict[str, int]:
+    """The shape arguments of _C.resolve_config: for reduce, the (outer, r, inner) view the op
+    reduces (as reduce_canonical_view in csrc/ops/args.cpp builds it); nothing for the others."""
+    if op != "reduce":
+        return {}
+    nd, sizes = x.dim(), list(x.shape)
+    d = a["dim"]
+    dims = range(nd) if d is None else ([d] if isinstance(d, int) else list(d))
+    reduced = sorted({int(k) % max(nd, 1) for k in dims}) if nd else []
+    if not reduced:
+        return {"outer": x.numel(), "r": 1, "inner": 1}
+    if reduced == list(range(reduced[0], reduced[-1] + 1)):
+        return {"outer": math.prod(sizes[:reduced[0]]), "r": math.prod(sizes[reduced[0]:reduced[-1] + 1]),
+                "inner": math.prod(sizes[reduced[-1] + 1:])}
+    r = math.prod(sizes[k] for k in reduced)
+    return {"outer": x.numel() // max(r, 1), "r": r, "inner": 1}
 
 
 @dataclasses.dataclass
@@ -376,7 +399,7 @@ def explain(op: str, x: torch.Tensor, *args, **kwargs) -> Explanation:
     cls = shape_class(op, tuple(x.shape), **_geometry(op, a))
     key = cache_key(op, cls, x.dtype, device_name(x.device))
     if mech != "auto":
-        m, s, v = _C.resolve_config(op, sm, mech, stages, vec)
+        m, s, v = _C.resolve_config(op, sm, mech, stages, vec, **_table_shape(op, x, a))
         why = "mechanism given explicitly; the tuning cache is consulted only for mechanism='auto'"
         if stages == 0:
             why += f"; stages=0 resolved by the shipped table to {s}"
@@ -394,8 +417,9 @@ def explain(op: str, x: torch.Tensor, *args, **kwargs) -> Explanation:
                f"compiled by torch.compile use the shipped table instead")
         return Explanation(op, dev, m, s, v if vec_out is not None else None,
                            f"tuning cache ({cache_path()})", why, key, requested)
-    m, s, v = _C.resolve_config(op, sm, mech, stages, vec)
-    tm, ts, _ = _C.resolve_config(op, sm, "auto", 0, 0)     # the table's own full choice
+    shape = _table_shape(op, x, a)
+    m, s, v = _C.resolve_config(op, sm, mech, stages, vec, **shape)
+    tm, ts, _ = _C.resolve_config(op, sm, "auto", 0, 0, **shape)  # the table's own full choice
     why = _table_reason(op, sm, tm, ts)
     if stages > 0:
         why += f"; stages={stages} given explicitly"
@@ -464,7 +488,7 @@ def _tune(op, x, args, kwargs, *, sm: int, dev_name: str, timer, mechanisms, sta
 
     call = _direct_call(op, a)
     ref = call("auto", 0, 0)  # the shipped table's choice, through the op directly
-    table = _C.resolve_config(op, sm, "auto", 0, 0)
+    table = _C.resolve_config(op, sm, "auto", 0, 0, **_table_shape(op, x, a))
     table_ms = timer(lambda: call("auto", 0, 0))
     tol = _rtol(ref.dtype) if ref.is_floating_point() else 0.0
     results: List[dict] = []

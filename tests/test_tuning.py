@@ -284,6 +284,33 @@ def test_explain_on_a_gpu_table_and_cache(fake_gpu, monkeypatch):
     assert e.key == _key("stencil2d", (64, 64), radius=(1, 1))
 
 
+@needs_table
+def test_reduce_table_depends_on_the_reduced_view(fake_gpu, monkeypatch):
+    """Long innermost rows on sm_90 resolve to tma/2 (measured); other layouts and older GPUs to
+    primitives/4; explain derives the (outer, r, inner) view like the op does."""
+    rc = cupipe._C.resolve_config
+    assert rc("reduce", 90, "auto", 0, 0, outer=1, r=1 << 28, inner=1)[:2] == ("tma", 2)
+    assert rc("reduce", 90, "auto", 0, 0, outer=8192, r=32768, inner=1)[:2] == ("tma", 2)
+    assert rc("reduce", 90, "auto", 0, 0, outer=4194304, r=64, inner=1)[:2] == ("primitives", 4)
+    assert rc("reduce", 90, "auto", 0, 0, outer=1, r=32768, inner=8192)[:2] == ("primitives", 4)
+    assert rc("reduce", 80, "auto", 0, 0, outer=1, r=1 << 28, inner=1)[:2] == ("primitives", 4)
+    assert rc("reduce", 90, "auto", 3, 0, outer=1, r=1 << 28, inner=1)[:2] == ("tma", 3)
+
+    shape = tuning._table_shape
+    x = torch.empty(4, 5, 6)
+    assert shape("reduce", x, {"dim": None}) == {"outer": 1, "r": 120, "inner": 1}
+    assert shape("reduce", x, {"dim": 1}) == {"outer": 4, "r": 5, "inner": 6}
+    assert shape("reduce", x, {"dim": [-1, -2]}) == {"outer": 4, "r": 30, "inner": 1}
+    assert shape("reduce", x, {"dim": [0, 2]}) == {"outer": 5, "r": 24, "inner": 1}
+    assert shape("stencil2d", x, {}) == {}
+
+    monkeypatch.setattr(cupipe._C, "cuda_device_info", lambda index: {"sm": 90})
+    e = cupipe.explain("reduce", torch.empty(1 << 20, device="cuda"), "sum")
+    assert (e.mechanism, e.stages) == ("tma", 2) and "0.277 ms" in e.reason
+    e = cupipe.explain("reduce", torch.empty(64, 1024, device="cuda"), "sum", 0)
+    assert (e.mechanism, e.stages) == ("primitives", 4)
+
+
 def test_tune_on_cpu_raises_a_clear_error(cache):
     with pytest.raises(RuntimeError, match="needs a CUDA tensor"):
         cupipe.tune("stencil2d", torch.randn(8, 8), torch.ones(3, 3))

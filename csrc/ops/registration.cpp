@@ -43,7 +43,7 @@ pybind11::dict cuda_device_info(int device) {
 // `sm` (10*major + minor): the same table the CUDA kernels use (csrc/ops/tuning.cpp). Explicit
 // arguments pass through. Returns (mechanism, stages, vec_bytes).
 pybind11::tuple resolve_config(const std::string& op, int sm, const std::string& mechanism, int64_t stages,
-                               int64_t vec_bytes) {
+                               int64_t vec_bytes, int64_t outer, int64_t r, int64_t inner) {
   using namespace cupipe::ops;
   const MechanismArg mech = parse_mechanism(op.c_str(), mechanism);
   check_stages(op.c_str(), stages);
@@ -56,7 +56,7 @@ pybind11::tuple resolve_config(const std::string& op, int sm, const std::string&
   } else if (op == "stencil1d" || op == "stencil2d") {
     cfg = resolve_stencil(dev, mech, stages, StencilGeometry{});
   } else if (op == "reduce") {
-    cfg = resolve_reduce(dev, mech, stages, 1, 1, 1);
+    cfg = resolve_reduce(dev, mech, stages, outer, r, inner);
   } else {
     TORCH_CHECK_VALUE(false, "cupipe.resolve_config: unknown op '", op,
                       "'; expected stream_copy, stencil1d, stencil2d or reduce");
@@ -71,5 +71,10 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   m.doc() = "cupipe compiled kernels; the ops are in torch.ops.cupipe";
   m.attr("with_cuda") = static_cast<bool>(CUPIPE_WITH_CUDA);
   m.def("cuda_device_info", &cuda_device_info, "sm version, SM count, opt-in shared memory");
-  m.def("resolve_config", &resolve_config, "what auto resolves to: (op, sm, mechanism, stages, vec_bytes)");
+  m.def("resolve_config", &resolve_config,
+        "what auto resolves to: (op, sm, mechanism, stages, vec_bytes[, outer, r, inner]); reduce's "
+        "table depends on its canonical (outer, r, inner) view",
+        pybind11::arg("op"), pybind11::arg("sm"), pybind11::arg("mechanism"), pybind11::arg("stages"),
+        pybind11::arg("vec_bytes"), pybind11::arg("outer") = 1, pybind11::arg("r") = 1,
+        pybind11::arg("inner") = 1);
 }

@@ -14,10 +14,10 @@ CopyConfig apply_explicit(CopyConfig best, MechanismArg mech, int64_t stages, in
 
 }  // namespace
 
-// stream_copy, 2^28 fp32 on an H200 (BENCHMARKS.md, 2026-11-22): the fastest configuration was
-// sync with 2 stages (0.90x of y.copy_(x)), with specialized/8 (0.89x) and tma/2 (0.88x) within a
-// few percent: for a pure copy with the whole device's occupancy, plain loads already keep enough
-// bytes in flight. Older GPUs take the LDGSTS path, which needs no Hopper instructions.
+// stream_copy, 2^28 fp32 on an H200 (BENCHMARKS.md, 2026-11-22, both runs): sync with 1-2
+// stages was fastest (0.92-0.93x of y.copy_(x) in the second run), every other mechanism's best
+// within 0.88-0.91x: for a pure copy with the whole device's occupancy, plain loads already keep
+// enough bytes in flight. Older GPUs take the LDGSTS path, which needs no Hopper instructions.
 CopyConfig resolve_stream_copy(const DeviceInfo& dev, MechanismArg mech, int64_t stages,
                                int64_t vec_bytes, int64_t /*bytes*/) {
   CopyConfig best;
@@ -40,11 +40,21 @@ CopyConfig resolve_stencil(const DeviceInfo& /*dev*/, MechanismArg mech, int64_t
   return apply_explicit(best, mech, stages, 0);
 }
 
-CopyConfig resolve_reduce(const DeviceInfo& /*dev*/, MechanismArg mech, int64_t stages,
-                          int64_t /*outer*/, int64_t /*r*/, int64_t /*inner*/) {
+// Long rows reduced along the innermost dim (a whole tensor, or rows of 8192+ elements: the
+// kernel splits them into parts streamed by one block each) on sm_90: in the sum-all 2^28 fp32
+// sweep on an H200 (BENCHMARKS.md, second run of 2026-11-22) tma/2 took 0.277 ms against
+// primitives/4's 0.306 (specialized/2 0.269 and barrier/2 0.272 were faster still, but both are
+// reported by synccheck; tma is clean). Every other layout keeps primitives/4 until measured.
+CopyConfig resolve_reduce(const DeviceInfo& dev, MechanismArg mech, int64_t stages, int64_t /*outer*/,
+                          int64_t r, int64_t inner) {
   CopyConfig best;
-  best.mechanism = engine::Mechanism::Primitives;
-  best.stages = 4;
+  if (dev.sm >= 90 && inner == 1 && r >= kLongRow) {
+    best.mechanism = engine::Mechanism::Tma;
+    best.stages = 2;
+  } else {
+    best.mechanism = engine::Mechanism::Primitives;
+    best.stages = 4;
+  }
   return apply_explicit(best, mech, stages, 0);
 }
 
