@@ -301,7 +301,7 @@ _TABLE_REASONS = {
                             "y.copy_(x)), every other mechanism within 0.88-0.91x; with the whole "
                             "device occupied plain loads already keep enough bytes in flight"),
     ("reduce", True): (("tma", 2), "long rows along the innermost dim (a whole tensor, or rows of "
-                       "8192+ elements) on sm_90: tma with 2 stages took 0.277 ms for a 2^28 fp32 "
+                       "16384+ elements) on sm_90: tma with 2 stages took 0.277 ms for a 2^28 fp32 "
                        "sum on an H200 against primitives/4's 0.306 (BENCHMARKS.md, second run of "
                        "2026-11-22)"),
     ("stream_copy", False): (("primitives", 4), "before sm_90 the table takes the LDGSTS path "

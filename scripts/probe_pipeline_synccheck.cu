@@ -2,14 +2,17 @@
 // compute-sanitizer --tool synccheck reports "Missing wait" on libcu++'s primitives themselves:
 //   pipeline: cuda::pipeline<thread_scope_block>, unified producer/consumer, 2 stages, every
 //             acquire committed, every wait released;
-//   barrier:  cuda::memcpy_async(block, ..., barrier) + barrier.arrive_and_wait() per tile.
+//   barrier:  cuda::memcpy_async(block, ..., barrier) + barrier.arrive_and_wait() per tile;
+//   barrier_ring [stages tile_bytes blocks tiles]: the same shaped like cupipe's barrier ring.
 // Build and run:
 //   nvcc -std=c++17 -arch=sm_90 -o /tmp/probe scripts/probe_pipeline_synccheck.cu
-//   compute-sanitizer --tool synccheck /tmp/probe pipeline      (or: barrier)
+//   compute-sanitizer --tool synccheck /tmp/probe pipeline      (or: barrier, barrier_ring 2 8192 20 1)
 #include <cooperative_groups.h>
 #include <cuda/barrier>
 #include <cuda/pipeline>
+#include <algorithm>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 
 namespace cg = cooperative_groups;
@@ -48,18 +51,63 @@ __global__ void probe_barrier(const float* in, float* out, int ntiles) {
   }
 }
 
+// The barrier probe shaped like cupipe's `barrier` ring: a ring of S barriers over S stages of
+// dynamic shared memory, `tile_bytes` per stage, tile k+S-1 issued after the wait for tile k,
+// `tiles` tiles in each of `blocks` blocks. Differences from probe_barrier narrow down what
+// synccheck reports.
+template <int S>
+__global__ void probe_barrier_ring(const char* in, char* out, int tiles, int tile_bytes) {
+  extern __shared__ __align__(128) char stages[];
+  __shared__ cuda::barrier<cuda::thread_scope_block> bar[S];
+  auto block = cg::this_thread_block();
+  if (block.thread_rank() == 0)
+    for (int s = 0; s < S; ++s) init(&bar[s], block.size());
+  block.sync();
+  const char* src = in + static_cast<size_t>(blockIdx.x) * tiles * tile_bytes;
+  char* dst = out + static_cast<size_t>(blockIdx.x) * tiles * tile_bytes;
+  auto produce = [&](int k) {
+    cuda::memcpy_async(block, stages + (k % S) * tile_bytes, src + static_cast<size_t>(k) * tile_bytes,
+                       cuda::aligned_size_t<16>(tile_bytes), bar[k % S]);
+  };
+  int fetched = 0;
+  for (; fetched < S - 1 && fetched < tiles; ++fetched) produce(fetched);
+  for (int k = 0; k < tiles; ++k) {
+    if (S == 1) produce(fetched++);
+    bar[k % S].arrive_and_wait();
+    if (S > 1 && fetched < tiles) produce(fetched++);
+    for (int i = threadIdx.x; i < tile_bytes / 4; i += blockDim.x)
+      reinterpret_cast<float*>(dst + static_cast<size_t>(k) * tile_bytes)[i] =
+          reinterpret_cast<const float*>(stages + (k % S) * tile_bytes)[i];
+    if (S == 1) block.sync();
+  }
+}
+
 int main(int argc, char** argv) {
-  const bool barrier = argc > 1 && std::strcmp(argv[1], "barrier") == 0;
-  const int ntiles = 8, n = ntiles * 256;
-  float *in, *out;
-  cudaMalloc(&in, n * sizeof(float));
-  cudaMalloc(&out, n * sizeof(float));
-  cudaMemset(in, 0, n * sizeof(float));
-  if (barrier)
-    probe_barrier<<<1, 256>>>(in, out, ntiles);
-  else
-    probe<<<1, 256>>>(in, out, ntiles);
+  const char* mode = argc > 1 ? argv[1] : "pipeline";
+  // barrier_ring [stages [tile_bytes [blocks [tiles]]]]
+  const int stages = argc > 2 ? std::atoi(argv[2]) : 2, tile = argc > 3 ? std::atoi(argv[3]) : 8192;
+  const int blocks = argc > 4 ? std::atoi(argv[4]) : 20, tiles = argc > 5 ? std::atoi(argv[5]) : 1;
+  const size_t n = std::max<size_t>(8 * 256 * sizeof(float), static_cast<size_t>(blocks) * tiles * tile);
+  char *in, *out;
+  cudaMalloc(&in, n);
+  cudaMalloc(&out, n);
+  cudaMemset(in, 0, n);
+  if (std::strcmp(mode, "barrier") == 0) {
+    probe_barrier<<<1, 256>>>(reinterpret_cast<float*>(in), reinterpret_cast<float*>(out), 8);
+  } else if (std::strcmp(mode, "barrier_ring") == 0) {
+    const size_t smem = static_cast<size_t>(stages) * tile;
+    auto go = [&](auto kernel) {
+      cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem));
+      kernel<<<blocks, 256, smem>>>(in, out, tiles, tile);
+    };
+    if (stages == 1) go(probe_barrier_ring<1>);
+    else if (stages == 2) go(probe_barrier_ring<2>);
+    else go(probe_barrier_ring<3>);
+  } else {
+    probe<<<1, 256>>>(reinterpret_cast<float*>(in), reinterpret_cast<float*>(out), 8);
+  }
   const cudaError_t err = cudaDeviceSynchronize();
-  std::printf("probe %s: %s\n", barrier ? "barrier" : "pipeline", cudaGetErrorString(err));
+  std::printf("probe %s (stages %d, tile %d, blocks %d, tiles %d): %s\n", mode, stages, tile, blocks, tiles,
+              cudaGetErrorString(err));
   return err == cudaSuccess ? 0 : 1;
 }

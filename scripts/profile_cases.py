@@ -4,8 +4,9 @@
     python scripts/profile_cases.py            # median ms and GB/s of each case, with copy_
     ncu --metrics ... python scripts/profile_cases.py --once
 
-Also sweeps stream_copy's tile size (bytes per stage) for the fastest mechanisms, which the
-benchmark CLI keeps fixed.
+Also sweeps the stage size (bytes per stage), which the benchmark CLI keeps at its default:
+stream_copy for every mechanism, and the reductions of the suite for the mechanisms that led
+the last sweep, each next to torch's time for the same reduction.
 """
 import argparse
 import itertools
@@ -48,8 +49,9 @@ for name, (fn, nbytes) in cases.items():
     print(f"{name:32s} {ms:8.3f} {gbs:8.0f} {gbs / (2 * x.nbytes / copy_ms / 1e6):8.2f}")
 
 print("\nstream_copy 2^28 fp32: tile bytes x stages (GB/s, x copy_)")
-mechs = ["sync", "primitives", "tma"] if torch.cuda.get_device_capability() >= (9, 0) else ["sync", "primitives"]
-for m, tile, s in itertools.product(mechs, [4096, 8192, 16384, 32768], [2, 4]):
+hopper = torch.cuda.get_device_capability() >= (9, 0)
+mechs = ["sync", "pipeline", "pipeline_thread", "primitives", "cg", "barrier", "specialized"] + (["tma"] if hopper else [])
+for m, tile, s in itertools.product(mechs, [8192, 16384, 32768], [2, 4]):
     fn = lambda: torch.ops.cupipe._stream_copy_ex(x, m, s, 16, tile, 0)
     try:
         ms = time_ms(fn, reps=30)
@@ -58,3 +60,38 @@ for m, tile, s in itertools.product(mechs, [4096, 8192, 16384, 32768], [2, 4]):
         continue
     gbs = 2 * x.nbytes / ms / 1e6
     print(f"  {m:11s} tile {tile:6d} stages {s}: {gbs:6.0f} GB/s {gbs / (2 * x.nbytes / copy_ms / 1e6):5.2f}x")
+
+print("\nreduce: stage bytes x mechanism x stages (ms; x = torch's ms / ours, torch eager or compiled, the faster)")
+views = {
+    "sum all": (x, None, lambda: x.sum()),
+    "sum rows (4194304,64)": (x.view(4194304, 64), [-1], lambda: x.view(4194304, 64).sum(-1)),
+    "sum rows (8192,32768)": (x.view(8192, 32768), [-1], lambda: x.view(8192, 32768).sum(-1)),
+    "sum cols (32768,8192)": (x.view(32768, 8192), [0], lambda: x.view(32768, 8192).sum(0)),
+}
+rmechs = ["primitives", "pipeline_thread", "barrier", "specialized"] + (["tma"] if hopper else [])
+for name, (v, dims, ref) in views.items():
+    torch_ms = time_ms(ref, reps=50)
+    try:
+        compiled = torch.compile(lambda t: t.sum(dims) if dims else t.sum())
+        torch_ms = min(torch_ms, time_ms(lambda: compiled(v), reps=50))
+    except Exception as e:  # noqa: BLE001 - the sweep still runs against eager
+        print(f"  torch.compile failed for {name}: {str(e)[:60]}")
+    want = ref()
+    auto_ms = time_ms(lambda: cupipe.reduce(v, "sum", dims), reps=50)
+    print(f"  {name}: torch best {torch_ms:.3f} ms, cupipe auto {auto_ms:.3f} ms ({torch_ms / auto_ms:.2f}x)")
+    rows = []
+    for m, s, tile in itertools.product(rmechs, [2, 4], [8192, 16384, 32768]):
+        fn = lambda: torch.ops.cupipe._reduce_ex(v, "sum", dims, False, m, s, tile)
+        try:
+            got = fn()
+        except RuntimeError as e:
+            print(f"    {m:15s} {s} {tile:6d}: {str(e)[:60]}")
+            continue
+        if not torch.allclose(got, want, rtol=1e-4, atol=1e-2 * max(1.0, v.numel() / want.numel()) ** 0.5):
+            print(f"    {m:15s} {s} {tile:6d}: WRONG RESULT")
+            continue
+        rows.append((time_ms(fn, reps=30), m, s, tile))
+    rows.sort()
+    for ms, m, s, tile in rows[:6]:
+        print(f"    {m:15s} stages {s} tile {tile:6d}: {ms:.3f} ms {torch_ms / ms:5.2f}x")
+    print(f"    ({len(rows)} configurations; slowest {rows[-1][0]:.3f} ms)" if rows else "    (none ran)")

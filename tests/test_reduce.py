@@ -278,6 +278,35 @@ def test_reduce_layouts_every_mechanism(device, mechanism, dtype):
                                       f"offset={offset} {dtype}")
 
 
+@pytest.mark.parametrize("mechanism", ["primitives", "cg", "barrier", "specialized", "tma"])
+@pytest.mark.parametrize("tile_bytes", [2048, 8192, 32768])
+def test_reduce_stage_sizes(device, mechanism, tile_bytes):
+    """The private _reduce_ex takes the stage size (the benchmark's tile sweep): every layout
+    path at stage sizes other than the default, with packed rows of several sizes per tile and
+    column tiles of 4 to 64 rows."""
+    if device != "cuda":
+        pytest.skip("_reduce_ex is CUDA-only")
+    if mechanism == "tma" and torch.cuda.get_device_capability() < (9, 0):
+        pytest.skip("tma needs sm_90")
+    for i, (shape, dim) in enumerate(LAYOUT_CASES + [((9, 5000), 1), ((70, 513), 0)]):
+        x = make_input(shape, torch.float32, device, seed=60 + i)
+        for stages in (1, 3):
+            y = torch.ops.cupipe._reduce_ex(x, "sum", [dim], False, mechanism, stages, tile_bytes)
+            atol, rtol = _tolerance("sum", torch.float32, shape[dim])
+            assert_close(y, reduce_ref(x, "sum", dim), atol=atol, rtol=rtol,
+                         what=f"{mechanism} stages={stages} tile={tile_bytes} {shape} dim={dim}")
+
+
+def test_reduce_stage_size_errors(device):
+    if device != "cuda":
+        pytest.skip("_reduce_ex is CUDA-only")
+    x = torch.randn(100, device=device)
+    with pytest.raises(ValueError, match="tile_bytes"):
+        torch.ops.cupipe._reduce_ex(x, "sum", None, False, "primitives", 2, 1000)
+    with pytest.raises(RuntimeError, match="shared memory"):
+        torch.ops.cupipe._reduce_ex(x, "sum", None, False, "primitives", 8, 65536)
+
+
 @pytest.mark.slow
 def test_reduce_over_2_31_elements(device):
     """64-bit indexing: 2^31 + 1040 fp16 elements (4 GiB); the extreme values sit beyond

@@ -86,6 +86,38 @@ CUPIPE_DEVICE void bulk_copy_g2s(void* dst, const void* src, uint32_t bytes, uin
 #endif
 }
 
+// One bulk copy shared -> global (UBLKCP in the store direction), tracked by this thread's bulk
+// async-group: close the group with bulk_commit_group, and before the shared source is written
+// again wait for its reads with bulk_wait_group_read. dst and src 16-byte aligned, bytes a
+// multiple of 16.
+CUPIPE_DEVICE void bulk_copy_s2g(void* dst, const void* src, uint32_t bytes) {
+#if CUPIPE_SM90
+  asm volatile("cp.async.bulk.global.shared::cta.bulk_group [%0], [%1], %2;" ::"l"(dst), "r"(smem_addr(src)),
+               "r"(bytes)
+               : "memory");
+#else
+  __trap();
+#endif
+}
+
+CUPIPE_DEVICE void bulk_commit_group() {
+#if CUPIPE_SM90
+  asm volatile("cp.async.bulk.commit_group;" ::: "memory");
+#else
+  __trap();
+#endif
+}
+
+// Blocks until at most N of this thread's bulk groups still read their shared-memory sources.
+template <int N>
+CUPIPE_DEVICE void bulk_wait_group_read() {
+#if CUPIPE_SM90
+  asm volatile("cp.async.bulk.wait_group.read %0;" ::"n"(N) : "memory");
+#else
+  __trap();
+#endif
+}
+
 }  // namespace sm90
 }  // namespace engine
 }  // namespace cupipe

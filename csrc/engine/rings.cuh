@@ -16,9 +16,10 @@
 //
 // `copy` may be called several times per stage (a stencil tile is several rows). Precondition:
 // dst and src agree modulo V (the copy width). Heads and tails narrower than V move synchronously
-// by one thread, except that with TailMode::MayOverwrite the `primitives` ring moves the tail with
-// the zero-fill form of LDGSTS, which writes the whole last V-byte chunk: the caller promises the
-// stage has V bytes of slack after the segment that nothing else writes.
+// (a box's rows' heads and tails dealt out to the threads), except that with TailMode::MayOverwrite
+// the `primitives` ring moves the tail with the zero-fill form of LDGSTS, which writes the whole
+// last V-byte chunk: the caller promises the stage has V bytes of slack after the segment that
+// nothing else writes.
 //
 // Unified rings (all threads produce and consume) are driven by run_unified in stage_ring.cuh;
 // the partitioned one (`specialized`) by run_partitioned.
@@ -148,13 +149,37 @@ struct PerThreadCopies {
   CUPIPE_DEVICE static Team copy_team() { return Team{static_cast<int>(threadIdx.x), static_cast<int>(blockDim.x)}; }
 };
 
-template <class Derived>
+// Block-collective rings move each row's V-aligned body with one collective call,
+// Derived::copy_body(st, dst, src, nbytes); the rows' unaligned heads and tails are plain copies
+// dealt out to the ring's store team (one row per thread), so a box of short rows does not wait
+// on one thread's byte loop.
+template <class Derived, int V>
 struct CollectiveCopies {
   template <class St>
+  CUPIPE_DEVICE void copy(const St& st, char* dst, const char* src, int64_t n, TailMode mode = TailMode::Exact) {
+    copy_rows(st, dst, 0, src, 0, n, 1, mode);
+  }
+  template <class St>
   CUPIPE_DEVICE void copy_rows(const St& st, char* dst, int64_t dst_pitch, const char* src, int64_t src_pitch,
-                               int64_t row_bytes, int nrows, TailMode mode = TailMode::Exact) {
-    for (int i = 0; i < nrows; ++i)
-      static_cast<Derived&>(*this).copy(st, dst + i * dst_pitch, src + i * src_pitch, row_bytes, mode);
+                               int64_t row_bytes, int nrows, TailMode = TailMode::Exact) {
+    auto& self = static_cast<Derived&>(*this);
+    const Team t = Derived::store_team();
+    const bool alike = dst_pitch % V == 0 && src_pitch % V == 0;  // every row splits like the first
+    Segment s = split_segment<V>(src, row_bytes);
+    if (t.rank >= 0) {
+      for (int i = t.rank; i < nrows; i += t.size) {
+        const char* g = src + i * src_pitch;
+        char* d = dst + i * dst_pitch;
+        if (!alike) s = split_segment<V>(g, row_bytes);
+        copy_bytes(d, g, s.head);
+        copy_bytes(d + s.head + s.body, g + s.head + s.body, s.tail);
+      }
+    }
+    for (int i = 0; i < nrows; ++i) {
+      const char* g = src + i * src_pitch;
+      if (!alike) s = split_segment<V>(g, row_bytes);
+      if (s.body > 0) self.copy_body(st, dst + i * dst_pitch + s.head, g + s.head, s.body);
+    }
   }
 };
 
@@ -240,20 +265,15 @@ struct Ring<Mechanism::Primitives, Stages, V> : RingBase<Stages>,
 
 // ---- cg: cooperative_groups::memcpy_async (one batch per call) + cg::wait_prior -----------------
 template <int Stages, int V>
-struct Ring<Mechanism::Cg, Stages, V> : RingBase<Stages>, CollectiveCopies<Ring<Mechanism::Cg, Stages, V>> {
+struct Ring<Mechanism::Cg, Stages, V> : RingBase<Stages>, CollectiveCopies<Ring<Mechanism::Cg, Stages, V>, V> {
   struct SharedState {};
   uint32_t issued = 0;       // batches this thread has committed
   uint32_t marks[Stages];    // `issued` when each stage was committed
   CUPIPE_DEVICE Ring(SharedState&, char* b, int sb) : RingBase<Stages>(b, sb) {}
   template <class St> CUPIPE_DEVICE void producer_acquire(const St&) {}
   template <class St>
-  CUPIPE_DEVICE void copy(const St&, char* dst, const char* src, int64_t n, TailMode = TailMode::Exact) {
-    auto block = cg::this_thread_block();
-    const Segment s = split_segment<V>(src, n);
-    if (block.thread_rank() == 0) copy_bytes(dst, src, s.head);
-    if (s.tail > 0 && block.thread_rank() == (block.size() > 1 ? 1 : 0))
-      copy_bytes(dst + s.head + s.body, src + s.head + s.body, s.tail);
-    cg::memcpy_async(block, dst + s.head, src + s.head, cuda::aligned_size_t<V>(static_cast<size_t>(s.body)));
+  CUPIPE_DEVICE void copy_body(const St&, char* dst, const char* src, int64_t n) {
+    cg::memcpy_async(cg::this_thread_block(), dst, src, cuda::aligned_size_t<V>(static_cast<size_t>(n)));
     ++issued;
   }
   template <class St> CUPIPE_DEVICE void producer_commit(const St& st) { marks[st.index] = issued; }
@@ -278,7 +298,8 @@ struct Ring<Mechanism::Cg, Stages, V> : RingBase<Stages>, CollectiveCopies<Ring<
 
 // ---- barrier: cuda::memcpy_async completing on a cuda::barrier<thread_scope_block> per stage -----
 template <int Stages, int V>
-struct Ring<Mechanism::Barrier, Stages, V> : RingBase<Stages>, CollectiveCopies<Ring<Mechanism::Barrier, Stages, V>> {
+struct Ring<Mechanism::Barrier, Stages, V> : RingBase<Stages>,
+                                              CollectiveCopies<Ring<Mechanism::Barrier, Stages, V>, V> {
   using barrier_t = cuda::barrier<cuda::thread_scope_block>;
   struct SharedState {
     barrier_t bar[Stages];
@@ -294,15 +315,9 @@ struct Ring<Mechanism::Barrier, Stages, V> : RingBase<Stages>, CollectiveCopies<
   // The block-wide form, as in CUDA's barrier examples: libcu++ picks the instruction (LDGSTS;
   // on sm_90 with 16-byte alignment, one bulk copy issued for the whole block).
   template <class St>
-  CUPIPE_DEVICE void copy(const St& st, char* dst, const char* src, int64_t n, TailMode = TailMode::Exact) {
-    auto block = cg::this_thread_block();
-    const Segment s = split_segment<V>(src, n);
-    if (threadIdx.x == 0) copy_bytes(dst, src, s.head);
-    if (s.tail > 0 && threadIdx.x == (blockDim.x > 1 ? 1 : 0))
-      copy_bytes(dst + s.head + s.body, src + s.head + s.body, s.tail);
-    if (s.body > 0)
-      cuda::memcpy_async(block, dst + s.head, src + s.head,
-                         cuda::aligned_size_t<V>(static_cast<size_t>(s.body)), bar[st.index]);
+  CUPIPE_DEVICE void copy_body(const St& st, char* dst, const char* src, int64_t n) {
+    cuda::memcpy_async(cg::this_thread_block(), dst, src, cuda::aligned_size_t<V>(static_cast<size_t>(n)),
+                       bar[st.index]);
   }
   template <class St> CUPIPE_DEVICE void producer_commit(const St&) {}
   // The phase completes when every thread has arrived and every copy on it has landed.
@@ -344,22 +359,22 @@ struct Ring<Mechanism::Specialized, Stages, V> : RingBase<Stages>,
 };
 
 // ---- tma: sm_90 bulk copies (UBLKCP) completing on an mbarrier with expected transaction bytes --
-// Thread 0 produces; "full" barriers (1 arrival + tx bytes) publish a stage, "empty" barriers (all
-// threads arrive) hand it back. The producer waits on `empty` with the opposite parity, so the
-// first lap passes at once. Bulk copies need 16-byte alignment: V must be 16.
+// Thread 0 issues the bulk copies; "full" barriers (every thread arrives, plus the tx bytes)
+// publish a stage, so any thread may also fill it with plain stores (heads, tails, halos) before
+// its commit; "empty" barriers (all threads arrive) hand it back. Thread 0 waits on `empty` with
+// the opposite parity, so the first lap passes at once. Bulk copies need 16-byte alignment: V = 16.
 template <int Stages, int V>
-struct Ring<Mechanism::Tma, Stages, V> : RingBase<Stages>, CollectiveCopies<Ring<Mechanism::Tma, Stages, V>> {
+struct Ring<Mechanism::Tma, Stages, V> : RingBase<Stages>, CollectiveCopies<Ring<Mechanism::Tma, Stages, V>, V> {
   static_assert(V == 16, "tma moves 16-byte-aligned bodies");
   struct SharedState {
     alignas(8) uint64_t full[Stages];
     alignas(8) uint64_t empty[Stages];
   };
   SharedState& ss;
-  CUPIPE_DEVICE static Team store_team() { return Team{threadIdx.x == 0 ? 0 : -1, 1}; }
   CUPIPE_DEVICE Ring(SharedState& s, char* b, int sb) : RingBase<Stages>(b, sb), ss(s) {
     if (threadIdx.x == 0) {
       for (int i = 0; i < Stages; ++i) {
-        sm90::mbarrier_init(&ss.full[i], 1);
+        sm90::mbarrier_init(&ss.full[i], blockDim.x);
         sm90::mbarrier_init(&ss.empty[i], blockDim.x);
       }
       sm90::fence_barrier_init();
@@ -369,20 +384,15 @@ struct Ring<Mechanism::Tma, Stages, V> : RingBase<Stages>, CollectiveCopies<Ring
   template <class St> CUPIPE_DEVICE void producer_acquire(const St& st) {
     if (threadIdx.x == 0) sm90::mbarrier_wait_parity(&ss.empty[st.index], st.phase ^ 1u);
   }
+  // Thread 0 raises the phase's transaction count before its own arrival (in producer_commit),
+  // so the phase cannot complete before the copy's bytes are counted.
   template <class St>
-  CUPIPE_DEVICE void copy(const St& st, char* dst, const char* src, int64_t n, TailMode = TailMode::Exact) {
+  CUPIPE_DEVICE void copy_body(const St& st, char* dst, const char* src, int64_t n) {
     if (threadIdx.x != 0) return;
-    const Segment s = split_segment<16>(src, n);
-    copy_bytes(dst, src, s.head);
-    copy_bytes(dst + s.head + s.body, src + s.head + s.body, s.tail);
-    if (s.body > 0) {
-      sm90::mbarrier_expect_tx(&ss.full[st.index], static_cast<uint32_t>(s.body));
-      sm90::bulk_copy_g2s(dst + s.head, src + s.head, static_cast<uint32_t>(s.body), &ss.full[st.index]);
-    }
+    sm90::mbarrier_expect_tx(&ss.full[st.index], static_cast<uint32_t>(n));
+    sm90::bulk_copy_g2s(dst, src, static_cast<uint32_t>(n), &ss.full[st.index]);
   }
-  template <class St> CUPIPE_DEVICE void producer_commit(const St& st) {
-    if (threadIdx.x == 0) sm90::mbarrier_arrive(&ss.full[st.index]);
-  }
+  template <class St> CUPIPE_DEVICE void producer_commit(const St& st) { sm90::mbarrier_arrive(&ss.full[st.index]); }
   template <class St> CUPIPE_DEVICE void consumer_wait(const St& st, int) {
     sm90::mbarrier_wait_parity(&ss.full[st.index], st.phase);
   }

@@ -48,7 +48,8 @@ struct StageWriter {
     ring.copy(st, stage + offset, static_cast<const char*>(src), nbytes, tail);
   }
   // The threads that may also write the stage with plain stores before the commit (halo fills,
-  // zero rows): their stores are published with the stage. For tma only thread 0 qualifies.
+  // zero rows): their stores are published with the stage. All threads, except under
+  // `specialized`, where the producer warp alone fills the stage.
   CUPIPE_DEVICE Team store_team() const { return Ring::store_team(); }
   // A box of `nrows` rows of `row_bytes`: row i from src + i*src_pitch to stage + offset +
   // i*dst_pitch. Each row must agree with its source modulo the copy width, as for copy().

@@ -3,7 +3,7 @@
 //   rows  (inner == 1):  short rows are packed several to a tile and reduced by lane groups of
 //                        2..32 threads with shuffles; long rows are split into `parts`, one block
 //                        streaming each part's tiles through the ring.
-//   cols  (inner > 1):   a tile is kColTileRows rows of a 512-byte chunk of contiguous columns,
+//   cols  (inner > 1):   a tile is tile_rows rows of a 512-byte chunk of contiguous columns,
 //                        moved as one 2-D box; lane v of each warp owns the chunk's v-th 16-byte
 //                        column vector, warps take interleaved rows and combine in smem.
 //
@@ -23,10 +23,12 @@ namespace cupipe {
 namespace kernels {
 
 constexpr int kReduceThreads = 256;
-constexpr int kReduceTileBytes = 8192;  // rows: bytes per stage
+// Bytes per stage unless ReduceParams::tile_bytes says otherwise. The per-tile costs (the copy's
+// split, the ring's wait and barrier, the consumer's set-up) are paid per stage, so wider stages
+// amortise them over more elements per thread.
+constexpr int kReduceTileBytes = 16384;
 constexpr int kColVecs = 32;            // cols: 16-byte column vectors per tile row (one per lane)
 constexpr int kColChunkBytes = kColVecs * 16;
-constexpr int kColTileRows = 32;        // cols: rows per tile (16 KiB stages)
 constexpr int kMaxBlocksPerSm = 2048 / kReduceThreads;
 
 // The combine of a run-time op (mean combines as a sum). The op is uniform across the grid, so
@@ -122,8 +124,10 @@ struct RowsPlan {
   bool vec_rows;       // packed rows all start 16-byte aligned: whole-vector loop, no head/tail
   int64_t parts;       // split mode: parts per row
   int64_t part_len;    // elements per part (a multiple of the tile's elements)
-  int tile_elems;
+  int tile_elems;      // elements per stage
 };
+
+inline int reduce_tile_bytes(const ReduceParams& p) { return p.tile_bytes > 0 ? p.tile_bytes : kReduceTileBytes; }
 
 // ---------------------------------------------------------------------------------- rows
 template <engine::Mechanism M, int S, typename T>
@@ -227,7 +231,7 @@ __global__ void __launch_bounds__(kReduceThreads)
 
 // ---------------------------------------------------------------------------------- columns
 // A block owns one chunk of kColChunkBytes of contiguous columns of one `outer` slice and a
-// part of r; a tile is kColTileRows rows of the chunk, moved as one copy_rows box. Lane `v` of
+// part of r; a tile is tile_rows rows of the chunk, moved as one copy_rows box. Lane `v` of
 // every consumer warp owns column vector v (16/esz columns) and warp g the rows g, g + nwarps,
 // ...; the warps' sums combine in smem in warp order.
 struct ColsPlan {
@@ -235,7 +239,8 @@ struct ColsPlan {
   int64_t col_chunks;  // ceil(inner / chunk_cols)
   int chunk_cols;      // columns per chunk: kColChunkBytes / esz
   int64_t parts;       // parts of r
-  int64_t part_rows;   // rows per part (a multiple of kColTileRows)
+  int64_t part_rows;   // rows per part (a multiple of tile_rows)
+  int tile_rows;       // rows per tile (tile bytes / 512)
   int pitch;           // smem bytes per tile row
   bool aligned;        // rows 16-byte aligned (x aligned and inner * esz % 16 == 0): vector reads
 };
@@ -252,7 +257,7 @@ __global__ void __launch_bounds__(kReduceThreads, 3)
   extern __shared__ __align__(engine::kStageAlign) char smem[];
   __shared__ engine::RawShared<typename Ring::SharedState> ss;
   __shared__ A scratch[kReduceThreads / kColVecs][kColVecs * VE];
-  Ring ring(ss.get(), smem, kColTileRows * pl.pitch);
+  Ring ring(ss.get(), smem, pl.tile_rows * pl.pitch);
   const Combine<A> comb{op};
 
   int64_t b = blockIdx.x;
@@ -264,12 +269,12 @@ __global__ void __launch_bounds__(kReduceThreads, 3)
   const int64_t r_begin = part * pl.part_rows;
   const int64_t r_end = min(r_begin + pl.part_rows, pl.r);
   const int64_t nrows = r_end > r_begin ? r_end - r_begin : 0;
-  const int64_t ntiles = (nrows + kColTileRows - 1) / kColTileRows;
+  const int64_t ntiles = (nrows + pl.tile_rows - 1) / pl.tile_rows;
   const T* base = x + (o * pl.r + r_begin) * pl.inner + c0;
   const int64_t src_pitch = pl.inner * esz;
   auto shift_of = [](const T* p) { return static_cast<int>(reinterpret_cast<uintptr_t>(p) & 15u); };
   auto rows_in = [&](int64_t k) {
-    return static_cast<int>(min(static_cast<int64_t>(kColTileRows), nrows - k * kColTileRows));
+    return static_cast<int>(min(static_cast<int64_t>(pl.tile_rows), nrows - k * pl.tile_rows));
   };
 
   const engine::Team team0{Ring::consumer_rank(), Ring::num_consumers()};
@@ -282,7 +287,7 @@ __global__ void __launch_bounds__(kReduceThreads, 3)
 
   auto load = [&](const auto& w, int64_t k) {
     const int rows = rows_in(k);
-    const T* src = base + k * kColTileRows * pl.inner;
+    const T* src = base + k * pl.tile_rows * pl.inner;
     if (pl.aligned) {
       w.copy_rows(0, pl.pitch, src, src_pitch, static_cast<int64_t>(ncols) * esz, rows,
                   engine::TailMode::MayOverwrite);
@@ -297,7 +302,7 @@ __global__ void __launch_bounds__(kReduceThreads, 3)
   auto consume = [&](const char* stage, int64_t k, engine::Team team) {
     if (col >= ncols) return;
     const int rows = rows_in(k);
-    const T* src = base + k * kColTileRows * pl.inner;
+    const T* src = base + k * pl.tile_rows * pl.inner;
     if (pl.aligned && col + VE <= ncols) {
       with_static_combine<A>(op, [&](auto sc) {
         for (int i = warp; i < rows; i += nwarps) {
@@ -378,7 +383,7 @@ inline RowsPlan make_rows_plan(const ReduceParams& p, int esz, int64_t target_bl
   RowsPlan pl{};
   pl.outer = p.outer;
   pl.r = p.r;
-  pl.tile_elems = kReduceTileBytes / esz;
+  pl.tile_elems = reduce_tile_bytes(p) / esz;
   if (p.r <= pl.tile_elems) {
     pl.rows_per_tile = static_cast<int>(p.r > 0 ? pl.tile_elems / p.r : pl.tile_elems);
     const int64_t vecs = ceil_div(std::max<int64_t>(p.r, 1), 16 / esz);  // 16-byte vectors per row
@@ -411,11 +416,12 @@ inline ColsPlan make_cols_plan(const ReduceParams& p, int esz, int64_t target_bl
   pl.inner = p.inner;
   pl.chunk_cols = kColChunkBytes / esz;
   pl.col_chunks = ceil_div(p.inner, pl.chunk_cols);
+  pl.tile_rows = std::max(1, reduce_tile_bytes(p) / kColChunkBytes);
   const int64_t work = p.outer * pl.col_chunks;
   int64_t parts = ceil_div(target_blocks, work);
-  parts = std::min(parts, std::max<int64_t>(1, ceil_div(p.r, 4 * kColTileRows)));
+  parts = std::min(parts, std::max<int64_t>(1, ceil_div(p.r, 4 * pl.tile_rows)));
   parts = std::max<int64_t>(parts, 1);
-  pl.part_rows = std::max<int64_t>(1, ceil_div(ceil_div(p.r, parts), kColTileRows)) * kColTileRows;
+  pl.part_rows = std::max<int64_t>(1, ceil_div(ceil_div(p.r, parts), pl.tile_rows)) * pl.tile_rows;
   pl.parts = std::max<int64_t>(1, ceil_div(p.r, pl.part_rows));
   // 32 bytes of slack: up to 15 for a row's shift, 16 for the zero-filled tail chunk.
   pl.pitch = kColChunkBytes + 32;
@@ -447,7 +453,7 @@ void launch_reduce_typed(const ReduceParams& p) {
   int64_t nout = p.outer * p.inner, parts = 1, stride_out = 1, stride_part = 1;
   if (p.inner == 1) {
     auto kernel = reduce_rows_kernel<M, S, T>;
-    const size_t smem = static_cast<size_t>(S) * (kReduceTileBytes + 32);
+    const size_t smem = static_cast<size_t>(S) * (reduce_tile_bytes(p) + 32);
     prepare_smem(kernel, smem, "reduce");
     const int64_t resident = static_cast<int64_t>(dev.num_sms) * blocks_per_sm(kernel, kReduceThreads, smem);
     const RowsPlan pl = make_rows_plan(p, esz, resident);
@@ -464,7 +470,8 @@ void launch_reduce_typed(const ReduceParams& p) {
     CUPIPE_LAUNCH_CHECK();
   } else {
     auto kernel = reduce_cols_kernel<M, S, T>;
-    const size_t smem = static_cast<size_t>(S) * kColTileRows * (kColChunkBytes + 32);
+    const ColsPlan shape = make_cols_plan(p, esz, 1);  // tile geometry; the split needs `resident`
+    const size_t smem = static_cast<size_t>(S) * shape.tile_rows * shape.pitch;
     prepare_smem(kernel, smem, "reduce");
     const int64_t resident = static_cast<int64_t>(dev.num_sms) * blocks_per_sm(kernel, kReduceThreads, smem);
     const ColsPlan pl = make_cols_plan(p, esz, resident);

@@ -1,5 +1,7 @@
 // stream_copy on the engine: the body of the copy streams through the stage ring in tiles of
-// `tile_bytes`; consumers store each landed tile with 16-byte stores. The kernel template is
+// `tile_bytes`; consumers store each landed tile with 16-byte stores, except under `tma`, where
+// the tile leaves shared memory the way it came in: one bulk store (shared -> global) issued by
+// the producing thread, so a tile never passes through registers. The kernel template is
 // instantiated per mechanism in stream_copy_<mechanism>.cu so the files compile in parallel.
 #pragma once
 
@@ -31,8 +33,15 @@ __global__ void __launch_bounds__(kCopyThreads)
   const int64_t mine = blockIdx.x < ntiles ? (ntiles - blockIdx.x + gridDim.x - 1) / gridDim.x : 0;
 
   auto tile_offset = [&](int64_t k) { return (blockIdx.x + k * gridDim.x) * static_cast<int64_t>(tile_bytes); };
+  // tma: thread 0 both refills stages and bulk-stores them. The stage being refilled held the
+  // tile consumed just before (see stage_ring.cuh), whose store is this thread's latest bulk
+  // group: wait until that group has read its source.
+  constexpr bool kBulkStore = M == engine::Mechanism::Tma;
   auto load = [&](const auto& w, int64_t k) {
     const int64_t off = tile_offset(k);
+    if constexpr (kBulkStore) {
+      if (threadIdx.x == 0) engine::sm90::bulk_wait_group_read<0>();
+    }
     w.copy(0, s0 + off, min(static_cast<int64_t>(tile_bytes), body - off), engine::TailMode::MayOverwrite);
   };
   auto consume = [&](const char* stage, int64_t k, engine::Team team) {
@@ -40,11 +49,23 @@ __global__ void __launch_bounds__(kCopyThreads)
     const int n = static_cast<int>(min(static_cast<int64_t>(tile_bytes), body - off));
     char* d = d0 + off;
     const int nvec = n / 16;
-    for (int i = team.rank; i < nvec; i += team.size)
-      reinterpret_cast<uint4*>(d)[i] = reinterpret_cast<const uint4*>(stage)[i];
+    if constexpr (kBulkStore) {
+      // The body was written by the bulk load (the async proxy, like the store), so no proxy
+      // fence is needed; the tail bytes that thread 0 copied by hand are not part of it.
+      if (team.rank == 0 && nvec > 0) {
+        engine::sm90::bulk_copy_s2g(d, stage, static_cast<uint32_t>(nvec) * 16u);
+        engine::sm90::bulk_commit_group();
+      }
+    } else {
+      for (int i = team.rank; i < nvec; i += team.size)
+        reinterpret_cast<uint4*>(d)[i] = reinterpret_cast<const uint4*>(stage)[i];
+    }
     if (team.rank == 0) engine::copy_bytes(d + nvec * 16, stage + nvec * 16, n - nvec * 16);
   };
   engine::run_ring(ring, mine, load, consume);
+  if constexpr (kBulkStore) {
+    if (threadIdx.x == 0) engine::sm90::bulk_wait_group_read<0>();  // shared memory outlives the reads
+  }
 }
 
 // Launches mechanism M with the run-time stage count and copy width of `p` (already validated).

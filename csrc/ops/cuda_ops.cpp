@@ -118,9 +118,9 @@ at::Tensor stencil2d_cuda(const at::Tensor& x, const at::Tensor& weights, c10::s
   return stencil_cuda("stencil2d", x, weights, g, b, mech, stages);
 }
 
-at::Tensor reduce_cuda(const at::Tensor& x, c10::string_view op, at::OptionalIntArrayRef dim,
+at::Tensor reduce_impl(const at::Tensor& x, c10::string_view op, at::OptionalIntArrayRef dim,
                        bool keepdim, std::optional<at::ScalarType> dtype, c10::string_view mechanism,
-                       int64_t stages) {
+                       int64_t stages, int64_t tile_bytes) {
   const MechanismArg mech = parse_mechanism("reduce", mechanism);
   check_stages("reduce", stages);
   const ReducePlan plan = check_reduce(x, op, dim, keepdim, dtype);
@@ -145,6 +145,7 @@ at::Tensor reduce_cuda(const at::Tensor& x, c10::string_view op, at::OptionalInt
   check_mechanism_supported("reduce", cfg.mechanism, dev);
   p.mechanism = cfg.mechanism;
   p.stages = cfg.stages;
+  p.tile_bytes = static_cast<int>(tile_bytes);
   p.stream = current_stream();
   at::Tensor workspace;
   const int64_t ws = reduce_workspace_bytes(p);
@@ -157,6 +158,21 @@ at::Tensor reduce_cuda(const at::Tensor& x, c10::string_view op, at::OptionalInt
   return out;
 }
 
+at::Tensor reduce_cuda(const at::Tensor& x, c10::string_view op, at::OptionalIntArrayRef dim,
+                       bool keepdim, std::optional<at::ScalarType> dtype, c10::string_view mechanism,
+                       int64_t stages) {
+  return reduce_impl(x, op, dim, keepdim, dtype, mechanism, stages, 0);
+}
+
+at::Tensor reduce_ex_cuda(const at::Tensor& x, c10::string_view op, at::OptionalIntArrayRef dim,
+                          bool keepdim, c10::string_view mechanism, int64_t stages, int64_t tile_bytes) {
+  // Columns take tile_bytes / 512 rows of a 512-byte chunk per stage.
+  TORCH_CHECK_VALUE(tile_bytes == 0 || (tile_bytes >= 2048 && tile_bytes <= 65536 && tile_bytes % 512 == 0),
+                    "cupipe._reduce_ex: tile_bytes must be 0 or a multiple of 512 in [2048, 65536], got ",
+                    tile_bytes);
+  return reduce_impl(x, op, dim, keepdim, std::nullopt, mechanism, stages, tile_bytes);
+}
+
 }  // namespace
 
 TORCH_LIBRARY_IMPL(cupipe, CUDA, m) {
@@ -165,6 +181,7 @@ TORCH_LIBRARY_IMPL(cupipe, CUDA, m) {
   m.impl("stencil1d", &stencil1d_cuda);
   m.impl("stencil2d", &stencil2d_cuda);
   m.impl("reduce", &reduce_cuda);
+  m.impl("_reduce_ex", &reduce_ex_cuda);
 }
 
 }  // namespace ops

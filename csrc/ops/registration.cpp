@@ -22,6 +22,10 @@ TORCH_LIBRARY(cupipe, m) {
   m.def(
       "reduce(Tensor x, str op=\"sum\", int[1]? dim=None, bool keepdim=False, *, "
       "ScalarType? dtype=None, str mechanism=\"auto\", int stages=0) -> Tensor");
+  // Not part of the public API: reduce with the stage size exposed (0: default), for the tile sweep.
+  m.def(
+      "_reduce_ex(Tensor x, str op, int[1]? dim, bool keepdim, str mechanism, int stages, "
+      "int tile_bytes) -> Tensor");
 }
 
 namespace {

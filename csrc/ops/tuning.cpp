@@ -40,7 +40,7 @@ CopyConfig resolve_stencil(const DeviceInfo& /*dev*/, MechanismArg mech, int64_t
   return apply_explicit(best, mech, stages, 0);
 }
 
-// Long rows reduced along the innermost dim (a whole tensor, or rows of 8192+ elements: the
+// Long rows reduced along the innermost dim (a whole tensor, or rows of 16384+ elements: the
 // kernel splits them into parts streamed by one block each) on sm_90: in the sum-all 2^28 fp32
 // sweep on an H200 (BENCHMARKS.md, second run of 2026-11-22) tma/2 took 0.277 ms against
 // primitives/4's 0.306 (specialized/2 0.269 and barrier/2 0.272 were faster still, but both are
