@@ -300,10 +300,6 @@ _TABLE_REASONS = {
                             "with 1-2 stages was fastest for 2^28 fp32 (0.92-0.93x of "
                             "y.copy_(x)), every other mechanism within 0.88-0.91x; with the whole "
                             "device occupied plain loads already keep enough bytes in flight"),
-    ("reduce", True): (("tma", 2), "long rows along the innermost dim (a whole tensor, or rows of "
-                       "16384+ elements) on sm_90: tma with 2 stages took 0.277 ms for a 2^28 fp32 "
-                       "sum on an H200 against primitives/4's 0.306 (BENCHMARKS.md, second run of "
-                       "2026-11-22)"),
     ("stream_copy", False): (("primitives", 4), "before sm_90 the table takes the LDGSTS path "
                              "(primitives, 4 stages), which needs no Hopper instructions"),
     ("stencil1d", None): (("primitives", 2), "the table uses primitives (guaranteed LDGSTS, "
@@ -312,13 +308,17 @@ _TABLE_REASONS = {
     ("stencil2d", None): (("primitives", 2), "the table uses primitives (guaranteed LDGSTS, "
                           "zero-fill tails) with 2 stages for every stencil shape (not yet tuned "
                           "per shape)"),
-    ("reduce", None): (("primitives", 4), "the table uses primitives with 4 stages for every "
-                       "reduction shape (not yet tuned per shape)"),
+    ("reduce", None): (("primitives", 2), "along the innermost dim (a whole tensor, short or long "
+                       "rows) primitives with 2 stages of 32 KiB led or tied every case of the "
+                       "H200 sweep (sum all 0.263 ms, BENCHMARKS.md, third run of 2026-11-22)"),
+    ("reduce", "cols"): (("primitives", 4), "over a non-innermost dim (columns) primitives with 4 "
+                         "stages of 16 KiB ran fastest in the H200 sweep (BENCHMARKS.md, third run "
+                         "of 2026-11-22)"),
 }
 
 
 def _table_reason(op: str, sm: int, mechanism: str, stages: int) -> str:
-    for key in ((op, sm >= 90), (op, None)):
+    for key in ((op, sm >= 90), (op, "cols"), (op, None)):
         if key in _TABLE_REASONS and _TABLE_REASONS[key][0] == (mechanism, stages):
             return _TABLE_REASONS[key][1]
     return "the shipped table's choice for this op and GPU (see the comments in csrc/ops/tuning.cpp)"

@@ -60,8 +60,8 @@ done
 if nvcc -std=c++17 -arch=sm_$(python3 -c "import torch; a,b=torch.cuda.get_device_capability(); print(f'{a}{b}')") \
      -o /tmp/probe_pipeline scripts/probe_pipeline_synccheck.cu >/dev/null 2>&1; then
   # barrier_ring args: stages tile_bytes blocks tiles-per-block (the shape of cupipe's barrier ring)
-  for probe in "pipeline" "barrier" "barrier_ring 1 8192 20 1" "barrier_ring 2 8192 20 1" \
-               "barrier_ring 2 8192 20 3" "barrier_ring 2 1024 1 8" "barrier_ring 3 8192 4 6"; do
+  for probe in "pipeline" "barrier" "barrier_ring 2 8192 20 3" "barrier_ring4 1 8192 20 1" \
+               "barrier_ring4 2 8192 20 3"; do
     name=$(echo $probe | tr ' ' '_')
     compute-sanitizer --tool synccheck /tmp/probe_pipeline $probe >"$LOG/sanitizer_synccheck_probe_$name.log" 2>&1
     note "synccheck, bare probe '$probe' (no cupipe code): $(grep -E 'ERROR SUMMARY' "$LOG/sanitizer_synccheck_probe_$name.log" | head -1) $(grep -m1 -o 'Barrier error detected.*' "$LOG/sanitizer_synccheck_probe_$name.log")"

@@ -3,7 +3,8 @@
 //   pipeline: cuda::pipeline<thread_scope_block>, unified producer/consumer, 2 stages, every
 //             acquire committed, every wait released;
 //   barrier:  cuda::memcpy_async(block, ..., barrier) + barrier.arrive_and_wait() per tile;
-//   barrier_ring [stages tile_bytes blocks tiles]: the same shaped like cupipe's barrier ring.
+//   barrier_ring [stages tile_bytes blocks tiles]: the same shaped like cupipe's barrier ring;
+//   barrier_ring4 [...]: the same with 4-byte alignment (libcu++'s LDGSTS path).
 // Build and run:
 //   nvcc -std=c++17 -arch=sm_90 -o /tmp/probe scripts/probe_pipeline_synccheck.cu
 //   compute-sanitizer --tool synccheck /tmp/probe pipeline      (or: barrier, barrier_ring 2 8192 20 1)
@@ -55,7 +56,10 @@ __global__ void probe_barrier(const float* in, float* out, int ntiles) {
 // dynamic shared memory, `tile_bytes` per stage, tile k+S-1 issued after the wait for tile k,
 // `tiles` tiles in each of `blocks` blocks. Differences from probe_barrier narrow down what
 // synccheck reports.
-template <int S>
+// Align = 16 takes libcu++'s bulk-copy path on sm_90 (one thread, complete_tx); Align = 4 its
+// LDGSTS path (every thread copies, then cp.async.mbarrier.arrive), which cupipe's barrier ring
+// takes for 4- and 8-byte copy widths.
+template <int S, int Align>
 __global__ void probe_barrier_ring(const char* in, char* out, int tiles, int tile_bytes) {
   extern __shared__ __align__(128) char stages[];
   __shared__ cuda::barrier<cuda::thread_scope_block> bar[S];
@@ -67,7 +71,7 @@ __global__ void probe_barrier_ring(const char* in, char* out, int tiles, int til
   char* dst = out + static_cast<size_t>(blockIdx.x) * tiles * tile_bytes;
   auto produce = [&](int k) {
     cuda::memcpy_async(block, stages + (k % S) * tile_bytes, src + static_cast<size_t>(k) * tile_bytes,
-                       cuda::aligned_size_t<16>(tile_bytes), bar[k % S]);
+                       cuda::aligned_size_t<Align>(tile_bytes), bar[k % S]);
   };
   int fetched = 0;
   for (; fetched < S - 1 && fetched < tiles; ++fetched) produce(fetched);
@@ -94,15 +98,16 @@ int main(int argc, char** argv) {
   cudaMemset(in, 0, n);
   if (std::strcmp(mode, "barrier") == 0) {
     probe_barrier<<<1, 256>>>(reinterpret_cast<float*>(in), reinterpret_cast<float*>(out), 8);
-  } else if (std::strcmp(mode, "barrier_ring") == 0) {
+  } else if (std::strncmp(mode, "barrier_ring", 12) == 0) {  // barrier_ring (16-byte) or barrier_ring4
     const size_t smem = static_cast<size_t>(stages) * tile;
     auto go = [&](auto kernel) {
       cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem));
       kernel<<<blocks, 256, smem>>>(in, out, tiles, tile);
     };
-    if (stages == 1) go(probe_barrier_ring<1>);
-    else if (stages == 2) go(probe_barrier_ring<2>);
-    else go(probe_barrier_ring<3>);
+    const bool ldgsts = std::strcmp(mode, "barrier_ring4") == 0;
+    if (stages == 1) ldgsts ? go(probe_barrier_ring<1, 4>) : go(probe_barrier_ring<1, 16>);
+    else if (stages == 2) ldgsts ? go(probe_barrier_ring<2, 4>) : go(probe_barrier_ring<2, 16>);
+    else ldgsts ? go(probe_barrier_ring<3, 4>) : go(probe_barrier_ring<3, 16>);
   } else {
     probe<<<1, 256>>>(reinterpret_cast<float*>(in), reinterpret_cast<float*>(out), 8);
   }

@@ -286,15 +286,17 @@ def test_explain_on_a_gpu_table_and_cache(fake_gpu, monkeypatch):
 
 @needs_table
 def test_reduce_table_depends_on_the_reduced_view(fake_gpu, monkeypatch):
-    """Long innermost rows on sm_90 resolve to tma/2 (measured); other layouts and older GPUs to
-    primitives/4; explain derives the (outer, r, inner) view like the op does."""
+    """Reductions along the innermost dim resolve to primitives/2, over columns to primitives/4
+    (both measured); explicit arguments win; explain derives the (outer, r, inner) view like the
+    op does."""
     rc = cupipe._C.resolve_config
-    assert rc("reduce", 90, "auto", 0, 0, outer=1, r=1 << 28, inner=1)[:2] == ("tma", 2)
-    assert rc("reduce", 90, "auto", 0, 0, outer=8192, r=32768, inner=1)[:2] == ("tma", 2)
-    assert rc("reduce", 90, "auto", 0, 0, outer=4194304, r=64, inner=1)[:2] == ("primitives", 4)
+    assert rc("reduce", 90, "auto", 0, 0, outer=1, r=1 << 28, inner=1)[:2] == ("primitives", 2)
+    assert rc("reduce", 90, "auto", 0, 0, outer=8192, r=32768, inner=1)[:2] == ("primitives", 2)
+    assert rc("reduce", 90, "auto", 0, 0, outer=4194304, r=64, inner=1)[:2] == ("primitives", 2)
     assert rc("reduce", 90, "auto", 0, 0, outer=1, r=32768, inner=8192)[:2] == ("primitives", 4)
-    assert rc("reduce", 80, "auto", 0, 0, outer=1, r=1 << 28, inner=1)[:2] == ("primitives", 4)
-    assert rc("reduce", 90, "auto", 3, 0, outer=1, r=1 << 28, inner=1)[:2] == ("tma", 3)
+    assert rc("reduce", 80, "auto", 0, 0, outer=1, r=1 << 28, inner=1)[:2] == ("primitives", 2)
+    assert rc("reduce", 90, "auto", 3, 0, outer=1, r=1 << 28, inner=1)[:2] == ("primitives", 3)
+    assert rc("reduce", 90, "tma", 0, 0, outer=1, r=1 << 28, inner=1)[:2] == ("tma", 2)
 
     shape = tuning._table_shape
     x = torch.empty(4, 5, 6)
@@ -306,9 +308,9 @@ def test_reduce_table_depends_on_the_reduced_view(fake_gpu, monkeypatch):
 
     monkeypatch.setattr(cupipe._C, "cuda_device_info", lambda index: {"sm": 90})
     e = cupipe.explain("reduce", torch.empty(1 << 20, device="cuda"), "sum")
-    assert (e.mechanism, e.stages) == ("tma", 2) and "0.277 ms" in e.reason
+    assert (e.mechanism, e.stages) == ("primitives", 2) and "0.263 ms" in e.reason
     e = cupipe.explain("reduce", torch.empty(64, 1024, device="cuda"), "sum", 0)
-    assert (e.mechanism, e.stages) == ("primitives", 4)
+    assert (e.mechanism, e.stages) == ("primitives", 4) and "columns" in e.reason
 
 
 def test_tune_on_cpu_raises_a_clear_error(cache):

@@ -361,7 +361,7 @@ struct Ring<Mechanism::Specialized, Stages, V> : RingBase<Stages>,
 // ---- tma: sm_90 bulk copies (UBLKCP) completing on an mbarrier with expected transaction bytes --
 // Thread 0 issues the bulk copies; "full" barriers (every thread arrives, plus the tx bytes)
 // publish a stage, so any thread may also fill it with plain stores (heads, tails, halos) before
-// its commit; "empty" barriers (all threads arrive) hand it back. Thread 0 waits on `empty` with
+// its commit; "empty" barriers (all threads arrive) hand it back. Producers wait on `empty` with
 // the opposite parity, so the first lap passes at once. Bulk copies need 16-byte alignment: V = 16.
 template <int Stages, int V>
 struct Ring<Mechanism::Tma, Stages, V> : RingBase<Stages>, CollectiveCopies<Ring<Mechanism::Tma, Stages, V>, V> {
@@ -381,8 +381,10 @@ struct Ring<Mechanism::Tma, Stages, V> : RingBase<Stages>, CollectiveCopies<Ring
     }
     __syncthreads();
   }
+  // Every thread waits: any of them may write the stage with plain stores (the wait for tile k
+  // is no block barrier, so a fast thread could otherwise overwrite a stage others still read).
   template <class St> CUPIPE_DEVICE void producer_acquire(const St& st) {
-    if (threadIdx.x == 0) sm90::mbarrier_wait_parity(&ss.empty[st.index], st.phase ^ 1u);
+    sm90::mbarrier_wait_parity(&ss.empty[st.index], st.phase ^ 1u);
   }
   // Thread 0 raises the phase's transaction count before its own arrival (in producer_commit),
   // so the phase cannot complete before the copy's bytes are counted.

@@ -25,8 +25,12 @@ namespace kernels {
 constexpr int kReduceThreads = 256;
 // Bytes per stage unless ReduceParams::tile_bytes says otherwise. The per-tile costs (the copy's
 // split, the ring's wait and barrier, the consumer's set-up) are paid per stage, so wider stages
-// amortise them over more elements per thread.
-constexpr int kReduceTileBytes = 16384;
+// amortise them over more elements per thread. Measured on an H200 (BENCHMARKS.md, 2026-11-22,
+// third run): rows 32 KiB stages (sum all 0.263 ms at 2 stages, against 0.306 with 8 KiB), columns
+// 16 KiB (32 rows of a 512-byte chunk; 32 KiB was no faster). Rows take the widest stage that
+// fits the stage count into shared memory.
+constexpr int kReduceRowsTileBytes = 32768;
+constexpr int kReduceColsTileBytes = 16384;
 constexpr int kColVecs = 32;            // cols: 16-byte column vectors per tile row (one per lane)
 constexpr int kColChunkBytes = kColVecs * 16;
 constexpr int kMaxBlocksPerSm = 2048 / kReduceThreads;
@@ -127,7 +131,13 @@ struct RowsPlan {
   int tile_elems;      // elements per stage
 };
 
-inline int reduce_tile_bytes(const ReduceParams& p) { return p.tile_bytes > 0 ? p.tile_bytes : kReduceTileBytes; }
+inline int rows_tile_bytes(const ReduceParams& p, const DeviceInfo& dev) {
+  if (p.tile_bytes > 0) return p.tile_bytes;
+  int t = kReduceRowsTileBytes;
+  while (t > 4096 && static_cast<int64_t>(p.stages) * (t + 32) + 1024 > dev.max_smem_optin) t /= 2;
+  return t;
+}
+inline int cols_tile_bytes(const ReduceParams& p) { return p.tile_bytes > 0 ? p.tile_bytes : kReduceColsTileBytes; }
 
 // ---------------------------------------------------------------------------------- rows
 template <engine::Mechanism M, int S, typename T>
@@ -379,11 +389,11 @@ inline int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
 // Plans take the number of blocks that fill the device (SMs x resident blocks per SM): split
 // reductions cut their rows into just enough parts to give every resident block one, so the
 // grid is one full wave. The workspace is sized with the largest possible target.
-inline RowsPlan make_rows_plan(const ReduceParams& p, int esz, int64_t target_blocks) {
+inline RowsPlan make_rows_plan(const ReduceParams& p, int esz, int tile_bytes, int64_t target_blocks) {
   RowsPlan pl{};
   pl.outer = p.outer;
   pl.r = p.r;
-  pl.tile_elems = reduce_tile_bytes(p) / esz;
+  pl.tile_elems = tile_bytes / esz;
   if (p.r <= pl.tile_elems) {
     pl.rows_per_tile = static_cast<int>(p.r > 0 ? pl.tile_elems / p.r : pl.tile_elems);
     const int64_t vecs = ceil_div(std::max<int64_t>(p.r, 1), 16 / esz);  // 16-byte vectors per row
@@ -400,7 +410,7 @@ inline RowsPlan make_rows_plan(const ReduceParams& p, int esz, int64_t target_bl
     pl.parts = 1;
   } else {
     pl.rows_per_tile = 0;
-    int64_t parts = ceil_div(target_blocks, p.outer);
+    int64_t parts = target_blocks / p.outer;  // rounded down: no second, nearly empty wave
     parts = std::min(parts, std::max<int64_t>(1, ceil_div(p.r, 4 * static_cast<int64_t>(pl.tile_elems))));
     pl.parts = std::max<int64_t>(parts, 1);
     pl.part_len = ceil_div(ceil_div(p.r, pl.parts), pl.tile_elems) * pl.tile_elems;
@@ -416,9 +426,11 @@ inline ColsPlan make_cols_plan(const ReduceParams& p, int esz, int64_t target_bl
   pl.inner = p.inner;
   pl.chunk_cols = kColChunkBytes / esz;
   pl.col_chunks = ceil_div(p.inner, pl.chunk_cols);
-  pl.tile_rows = std::max(1, reduce_tile_bytes(p) / kColChunkBytes);
+  pl.tile_rows = std::max(1, cols_tile_bytes(p) / kColChunkBytes);
   const int64_t work = p.outer * pl.col_chunks;
-  int64_t parts = ceil_div(target_blocks, work);
+  // Rounded down: a part more than the resident blocks hold would start a second, nearly empty
+  // wave (448 blocks for 396 resident in the (32768, 8192) sum).
+  int64_t parts = target_blocks / work;
   parts = std::min(parts, std::max<int64_t>(1, ceil_div(p.r, 4 * pl.tile_rows)));
   parts = std::max<int64_t>(parts, 1);
   pl.part_rows = std::max<int64_t>(1, ceil_div(ceil_div(p.r, parts), pl.tile_rows)) * pl.tile_rows;
@@ -436,7 +448,7 @@ inline int64_t max_target_blocks(const DeviceInfo& dev) { return static_cast<int
 inline int64_t partial_count(const ReduceParams& p, const DeviceInfo& dev) {
   const int esz = dtype_size(p.in_dtype);
   if (p.inner == 1) {
-    const RowsPlan pl = make_rows_plan(p, esz, max_target_blocks(dev));
+    const RowsPlan pl = make_rows_plan(p, esz, rows_tile_bytes(p, dev), max_target_blocks(dev));
     return pl.rows_per_tile == 0 && pl.parts > 1 ? p.outer * pl.parts : 0;
   }
   const ColsPlan pl = make_cols_plan(p, esz, max_target_blocks(dev));
@@ -453,10 +465,11 @@ void launch_reduce_typed(const ReduceParams& p) {
   int64_t nout = p.outer * p.inner, parts = 1, stride_out = 1, stride_part = 1;
   if (p.inner == 1) {
     auto kernel = reduce_rows_kernel<M, S, T>;
-    const size_t smem = static_cast<size_t>(S) * (reduce_tile_bytes(p) + 32);
+    const int tile_bytes = rows_tile_bytes(p, dev);
+    const size_t smem = static_cast<size_t>(S) * (tile_bytes + 32);
     prepare_smem(kernel, smem, "reduce");
     const int64_t resident = static_cast<int64_t>(dev.num_sms) * blocks_per_sm(kernel, kReduceThreads, smem);
-    const RowsPlan pl = make_rows_plan(p, esz, resident);
+    const RowsPlan pl = make_rows_plan(p, esz, tile_bytes, resident);
     int64_t grid;
     if (pl.rows_per_tile > 0) {
       grid = std::min<int64_t>(ceil_div(p.outer, pl.rows_per_tile), resident);

@@ -48,8 +48,7 @@ constexpr int kStencilMaxTileRows = 64;  // tall tiles for narrow planes stop he
 // 5: no tap slot wasted, and no partial chunk to compile), or Box9 for every wider one (9x9
 // exact; others run several chunks, the last one partial); taller stencils run several passes.
 // Row is a kernel of its own (light, inlined consumer: occupancy for streaming 1-D signals); the
-// narrow Boxes (1, 3, 5) share a kernel with the register budget of three blocks per SM, and Box9
-// has one of its own with the budget of two (see stencil_min_blocks).
+// Boxes share one kernel that calls the one the tile needs.
 enum class StencilBlocking : int { Row = 0, Box1 = 1, Box3 = 2, Box5 = 3, Box9 = 4 };
 
 template <int TH_, int DY_, int CK_, bool AnyWidth_>
@@ -440,8 +439,8 @@ __device__ __forceinline__ void consume_tile(const char* stage, const acc_t<T>* 
 }
 
 // A Box consumer out of line: it does not depend on the mechanism or the stage count, so cicc
-// compiles it once per translation unit and element type, and the narrow-Box kernel carries
-// three widths at the cost of one call per tile. Shared memory comes as 32-bit shared addresses (the
+// compiles it once per translation unit and element type, and the Box kernel carries all four
+// widths at the cost of one call per tile. Shared memory comes as 32-bit shared addresses (the
 // loads stay LDS).
 template <typename T, int CK>
 __device__ __noinline__ void consume_box_tile(uint32_t stage, uint32_t w_s, ConsumerGeom g, T* out, int rank,
@@ -452,20 +451,14 @@ __device__ __noinline__ void consume_box_tile(uint32_t stage, uint32_t w_s, Cons
 
 // --------------------------------------------------------------------------------------- kernel
 
-// The three stencil kernels: Row, the narrow Boxes (1, 3, 5 wide) and Box9.
-enum StencilKernelKind : int { kRowKernel = 0, kNarrowBoxKernel = 1, kWideBoxKernel = 2 };
+// Register budgets: Row kernels 85 (three blocks per SM: 1-D signals stream); Box kernels 128
+// (two blocks: a 9-wide pass keeps 27 weights and up to 8 x 4 accumulators live), fp64 Box
+// kernels all they need (one block; their 9-wide passes would spill at 128).
+template <typename T, bool Box>
+constexpr int stencil_min_blocks() { return !Box ? 3 : sizeof(T) == 8 ? 1 : 2; }
 
-// Register budgets: Row and narrow-Box kernels 85 (three blocks per SM: the Box tiles' 2 stages
-// of ~36 KiB allow three, and a 3- or 5-wide pass keeps at most 15 weights next to 8 x 4
-// accumulators); Box9 128 (two blocks: a 9-wide pass keeps 27 weights live); fp64 Boxes all they
-// need at half the blocks (their 9-wide passes would spill at 128).
-template <typename T, int Kind>
-constexpr int stencil_min_blocks() {
-  return Kind == kRowKernel ? 3 : (Kind == kNarrowBoxKernel ? 3 : 2) / (sizeof(T) == 8 ? 2 : 1);
-}
-
-template <engine::Mechanism M, int S, typename T, int Kind>
-__global__ void __launch_bounds__(kStencilThreads, stencil_min_blocks<T, Kind>())
+template <engine::Mechanism M, int S, typename T, bool Box>
+__global__ void __launch_bounds__(kStencilThreads, stencil_min_blocks<T, Box>())
     stencil_kernel(const T* __restrict__ x, T* __restrict__ out, const acc_t<T>* __restrict__ weights,
                    StencilGeom g, Boundary boundary) {
   using A = acc_t<T>;
@@ -524,19 +517,16 @@ __global__ void __launch_bounds__(kStencilThreads, stencil_min_blocks<T, Kind>()
 
   const ConsumerGeom cg{g.ny, g.nx, kh, kw, g.kw_pad, g.pitch, g.hdr_bytes, g.items, g.cols_log2};
   auto consume = [&](const char* stage, int64_t, engine::Team team) {
-    if constexpr (Kind == kRowKernel) {
+    if constexpr (!Box) {
       consume_tile<T, RowBlocking>(stage, w_s, cg, out, team.rank, team.size);
     } else {
       const uint32_t st = static_cast<uint32_t>(__cvta_generic_to_shared(stage));
       const uint32_t ws = static_cast<uint32_t>(__cvta_generic_to_shared(w_s));
-      if constexpr (Kind == kWideBoxKernel) {
-        consume_box_tile<T, 9>(st, ws, cg, out, team.rank, team.size);
-        return;
-      }
       switch (g.blocking) {
         case StencilBlocking::Box1: consume_box_tile<T, 1>(st, ws, cg, out, team.rank, team.size); break;
         case StencilBlocking::Box3: consume_box_tile<T, 3>(st, ws, cg, out, team.rank, team.size); break;
-        default: consume_box_tile<T, 5>(st, ws, cg, out, team.rank, team.size); break;
+        case StencilBlocking::Box5: consume_box_tile<T, 5>(st, ws, cg, out, team.rank, team.size); break;
+        default: consume_box_tile<T, 9>(st, ws, cg, out, team.rank, team.size); break;
       }
     }
   };
@@ -569,9 +559,8 @@ void launch_stencil_mechanism(const StencilParams& p) {
             static_cast<const T*>(p.x), static_cast<T*>(p.out), static_cast<const A*>(p.weights), g, p.boundary);
         CUPIPE_LAUNCH_CHECK();
       };
-      if (g.blocking == StencilBlocking::Row) launch(stencil_kernel<M, S, T, kRowKernel>);
-      else if (g.blocking == StencilBlocking::Box9) launch(stencil_kernel<M, S, T, kWideBoxKernel>);
-      else launch(stencil_kernel<M, S, T, kNarrowBoxKernel>);
+      if (g.blocking == StencilBlocking::Row) launch(stencil_kernel<M, S, T, false>);
+      else launch(stencil_kernel<M, S, T, true>);
     });
   });
 }

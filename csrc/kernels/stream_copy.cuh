@@ -12,7 +12,18 @@ namespace cupipe {
 namespace kernels {
 
 constexpr int kCopyThreads = 256;
-constexpr int kCopyTileBytes = 8192;
+
+// Default bytes per stage, from the tile sweep on an H200 (BENCHMARKS.md, 2026-11-22, third run):
+// sync peaks at 8 KiB (wider stages cost it occupancy: its copies hold registers, not bytes in
+// flight), the asynchronous mechanisms at 16-32 KiB (0.90-0.92x of copy_ against 0.88-0.90x at
+// 8 KiB). The widest stage that fits the stage count in shared memory.
+template <engine::Mechanism M>
+int default_copy_tile(int stages, const DeviceInfo& dev) {
+  if (M == engine::Mechanism::Sync) return 8192;
+  int t = 32768;
+  while (t > 4096 && static_cast<int64_t>(stages) * t + 1024 > dev.max_smem_optin) t /= 2;
+  return t;
+}
 
 // dst + head is 16-byte aligned; (src - dst) is a multiple of V (the launcher narrows V until it
 // is), so every tile's source agrees with its 16-aligned stage buffer modulo V.
@@ -76,10 +87,10 @@ void launch_stream_copy_mechanism(const StreamCopyParams& p, int head) {
     auto go = [&](auto v) {
       constexpr int V = decltype(v)::value;
       auto kernel = stream_copy_kernel<M, S, V>;
-      const int tile = p.tile_bytes > 0 ? p.tile_bytes : kCopyTileBytes;
+      const DeviceInfo dev = device_info(current_device());
+      const int tile = p.tile_bytes > 0 ? p.tile_bytes : default_copy_tile<M>(S, dev);
       const size_t smem = static_cast<size_t>(S) * tile;
       prepare_smem(kernel, smem, "stream_copy");
-      const DeviceInfo dev = device_info(current_device());
       const int64_t body = p.bytes - head;
       const int64_t ntiles = (body + tile - 1) / tile;
       int64_t grid = static_cast<int64_t>(dev.num_sms) * blocks_per_sm(kernel, kCopyThreads, smem);

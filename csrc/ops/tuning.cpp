@@ -40,21 +40,16 @@ CopyConfig resolve_stencil(const DeviceInfo& /*dev*/, MechanismArg mech, int64_t
   return apply_explicit(best, mech, stages, 0);
 }
 
-// Long rows reduced along the innermost dim (a whole tensor, or rows of 16384+ elements: the
-// kernel splits them into parts streamed by one block each) on sm_90: in the sum-all 2^28 fp32
-// sweep on an H200 (BENCHMARKS.md, second run of 2026-11-22) tma/2 took 0.277 ms against
-// primitives/4's 0.306 (specialized/2 0.269 and barrier/2 0.272 were faster still, but both are
-// reported by synccheck; tma is clean). Every other layout keeps primitives/4 until measured.
-CopyConfig resolve_reduce(const DeviceInfo& dev, MechanismArg mech, int64_t stages, int64_t /*outer*/,
-                          int64_t r, int64_t inner) {
+// Reductions on an H200 (BENCHMARKS.md, 2026-11-22, third run; the stage-size sweep of
+// scripts/profile_cases.py): along the innermost dim (whole tensor, short or long rows)
+// primitives with 2 stages of 32 KiB led or tied every case (sum all 0.263 ms, rows (4194304, 64)
+// 0.283, rows (8192, 32768) 0.257); columns ran fastest with primitives, 4 stages of 16 KiB
+// (0.391 ms). Older GPUs take the same LDGSTS path (sm_80+), not yet measured there.
+CopyConfig resolve_reduce(const DeviceInfo& /*dev*/, MechanismArg mech, int64_t stages, int64_t /*outer*/,
+                          int64_t /*r*/, int64_t inner) {
   CopyConfig best;
-  if (dev.sm >= 90 && inner == 1 && r >= kLongRow) {
-    best.mechanism = engine::Mechanism::Tma;
-    best.stages = 2;
-  } else {
-    best.mechanism = engine::Mechanism::Primitives;
-    best.stages = 4;
-  }
+  best.mechanism = engine::Mechanism::Primitives;
+  best.stages = inner == 1 ? 2 : 4;
   return apply_explicit(best, mech, stages, 0);
 }
 
