@@ -78,6 +78,30 @@ def test_stencil1d_matches_reference(device, shape, dim, r, boundary, dtype):
     assert torch.equal(y2, cupipe.stencil1d(x, w, dim=dim, boundary=boundary))
 
 
+def test_stencil_free_sms(device):
+    """The private _stencil1d_ex/_stencil2d_ex leave SMs free (cupipe.distributed's overlap):
+    fewer blocks, more tiles each, the same results; nearly all SMs left free still runs (on
+    one SM), and a negative count is an error that names the argument."""
+    if device != "cuda":
+        pytest.skip("the _ex stencils are CUDA-only")
+    x2 = make_input((3, 300, 517), torch.float32, device, seed=70)
+    x1 = make_input((4, 20001), torch.float32, device, seed=71)
+    w2 = make_weights((3, 5), torch.float32, device, seed=72)
+    w1 = make_weights((7,), torch.float32, device, seed=73)
+    sms = torch.cuda.get_device_properties(device).multi_processor_count
+    m1d = "tma" if torch.cuda.get_device_capability() >= (9, 0) else "cg"
+    for free in (0, 2, sms - 1, sms + 5):
+        for boundary in ("zero", "reflect"):
+            y = torch.ops.cupipe._stencil2d_ex(x2, w2, boundary, "primitives", 2, free)
+            assert_close(y, _ref2d(x2, w2, boundary), atol=1e-4 * w2.numel(), rtol=1e-4,
+                         what=f"2d free_sms={free} {boundary}")
+            y = torch.ops.cupipe._stencil1d_ex(x1, w1, -1, boundary, m1d, 3, free)
+            assert_close(y, _ref1d(x1, w1, -1, boundary), atol=1e-3, rtol=1e-4,
+                         what=f"1d free_sms={free} {boundary}")
+    with pytest.raises(ValueError, match="free_sms"):
+        torch.ops.cupipe._stencil2d_ex(x2, w2, "zero", "auto", 0, -1)
+
+
 @pytest.mark.parametrize("boundary", ["zero", "replicate", "circular"])
 @pytest.mark.parametrize("n", [1, 2, 3])
 @pytest.mark.parametrize("r", [4, 6])

@@ -59,6 +59,7 @@ struct StencilParams {
   Boundary boundary = Boundary::Zero;
   engine::Mechanism mechanism = engine::Mechanism::Sync;
   int stages = 2;
+  int free_sms = 0;  // SMs the launch leaves to other streams' kernels (0: the whole device)
   Stream stream = nullptr;
 };
 

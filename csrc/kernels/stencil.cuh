@@ -552,7 +552,10 @@ void launch_stencil_mechanism(const StencilParams& p) {
       auto launch = [&](auto kernel) {
         const size_t smem = static_cast<size_t>(S) * g.stage_bytes + g.weight_bytes;
         prepare_smem(kernel, smem, "stencil");
-        int64_t grid = static_cast<int64_t>(dev.num_sms) * blocks_per_sm(kernel, kStencilThreads, smem);
+        // One wave of persistent blocks; free_sms leaves SMs for another stream's kernels (the
+        // halo exchange of cupipe.distributed's overlap), which could not start before it ends.
+        const int sms = std::max(1, dev.num_sms - std::max(0, p.free_sms));
+        int64_t grid = static_cast<int64_t>(sms) * blocks_per_sm(kernel, kStencilThreads, smem);
         if (grid > g.ntiles) grid = g.ntiles;
         if (grid < 1) grid = 1;
         kernel<<<static_cast<unsigned>(grid), kStencilThreads, smem, reinterpret_cast<cudaStream_t>(p.stream)>>>(

@@ -77,7 +77,8 @@ at::Tensor stream_copy_ex_cuda(const at::Tensor& x, c10::string_view mechanism, 
 }
 
 at::Tensor stencil_cuda(const char* op, const at::Tensor& x, const at::Tensor& weights,
-                        const StencilGeometry& g, Boundary boundary, MechanismArg mech, int64_t stages) {
+                        const StencilGeometry& g, Boundary boundary, MechanismArg mech, int64_t stages,
+                        int64_t free_sms = 0) {
   c10::cuda::CUDAGuard guard(x.device());
   const DeviceInfo dev = device_info(x.get_device());
   const at::Tensor xc = x.contiguous();
@@ -95,6 +96,7 @@ at::Tensor stencil_cuda(const char* op, const at::Tensor& x, const at::Tensor& w
   check_mechanism_supported(op, cfg.mechanism, dev);
   p.mechanism = cfg.mechanism;
   p.stages = cfg.stages;
+  p.free_sms = static_cast<int>(free_sms);
   p.stream = current_stream();
   run_launcher(op, [&] { launch_stencil(p); });
   return out;
@@ -116,6 +118,32 @@ at::Tensor stencil2d_cuda(const at::Tensor& x, const at::Tensor& weights, c10::s
   check_stages("stencil2d", stages);
   const StencilGeometry g = check_stencil2d(x, weights, b);
   return stencil_cuda("stencil2d", x, weights, g, b, mech, stages);
+}
+
+void check_free_sms(const char* op, int64_t free_sms) {
+  TORCH_CHECK_VALUE(free_sms >= 0 && free_sms < (1 << 16), "cupipe.", op, ": free_sms must be in [0, 65535], got ",
+                    free_sms);
+}
+
+at::Tensor stencil1d_ex_cuda(const at::Tensor& x, const at::Tensor& weights, int64_t dim,
+                             c10::string_view boundary, c10::string_view mechanism, int64_t stages,
+                             int64_t free_sms) {
+  check_free_sms("_stencil1d_ex", free_sms);
+  const Boundary b = parse_boundary("stencil1d", boundary);
+  const MechanismArg mech = parse_mechanism("stencil1d", mechanism);
+  check_stages("stencil1d", stages);
+  const StencilGeometry g = check_stencil1d(x, weights, dim, b);
+  return stencil_cuda("stencil1d", x, weights, g, b, mech, stages, free_sms);
+}
+
+at::Tensor stencil2d_ex_cuda(const at::Tensor& x, const at::Tensor& weights, c10::string_view boundary,
+                             c10::string_view mechanism, int64_t stages, int64_t free_sms) {
+  check_free_sms("_stencil2d_ex", free_sms);
+  const Boundary b = parse_boundary("stencil2d", boundary);
+  const MechanismArg mech = parse_mechanism("stencil2d", mechanism);
+  check_stages("stencil2d", stages);
+  const StencilGeometry g = check_stencil2d(x, weights, b);
+  return stencil_cuda("stencil2d", x, weights, g, b, mech, stages, free_sms);
 }
 
 at::Tensor reduce_impl(const at::Tensor& x, c10::string_view op, at::OptionalIntArrayRef dim,
@@ -180,6 +208,8 @@ TORCH_LIBRARY_IMPL(cupipe, CUDA, m) {
   m.impl("_stream_copy_ex", &stream_copy_ex_cuda);
   m.impl("stencil1d", &stencil1d_cuda);
   m.impl("stencil2d", &stencil2d_cuda);
+  m.impl("_stencil1d_ex", &stencil1d_ex_cuda);
+  m.impl("_stencil2d_ex", &stencil2d_ex_cuda);
   m.impl("reduce", &reduce_cuda);
   m.impl("_reduce_ex", &reduce_ex_cuda);
 }

@@ -19,6 +19,14 @@ TORCH_LIBRARY(cupipe, m) {
   m.def(
       "_stream_copy_ex(Tensor x, str mechanism, int stages, int vec_bytes, int tile_bytes, "
       "int max_blocks) -> Tensor");
+  // Not part of the public API: the stencils leaving `free_sms` SMs to other streams (the halo
+  // exchange that cupipe.distributed overlaps with the interior).
+  m.def(
+      "_stencil1d_ex(Tensor x, Tensor weights, int dim, str boundary, str mechanism, int stages, "
+      "int free_sms) -> Tensor");
+  m.def(
+      "_stencil2d_ex(Tensor x, Tensor weights, str boundary, str mechanism, int stages, "
+      "int free_sms) -> Tensor");
   m.def(
       "reduce(Tensor x, str op=\"sum\", int[1]? dim=None, bool keepdim=False, *, "
       "ScalarType? dtype=None, str mechanism=\"auto\", int stages=0) -> Tensor");
