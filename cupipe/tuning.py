@@ -297,17 +297,24 @@ def _geometry(op: str, a: Dict[str, object]) -> Dict[str, object]:
 # reason names the choice it explains, and is only given when the table still makes that choice.
 _TABLE_REASONS = {
     ("stream_copy", True): (("sync", 2), "measured on an H200 (BENCHMARKS.md, 2026-11-22): sync "
-                            "with 1-2 stages was fastest for 2^28 fp32 (0.92-0.93x of "
-                            "y.copy_(x)), every other mechanism within 0.88-0.91x; with the whole "
-                            "device occupied plain loads already keep enough bytes in flight"),
+                            "with 1-2 stages was fastest for 2^28 fp32 (0.94-0.95x of "
+                            "y.copy_(x) in the third run), every other mechanism's best within "
+                            "0.92-0.94x; with the whole device occupied plain loads already keep "
+                            "enough bytes in flight"),
     ("stream_copy", False): (("primitives", 4), "before sm_90 the table takes the LDGSTS path "
                              "(primitives, 4 stages), which needs no Hopper instructions"),
-    ("stencil1d", None): (("primitives", 2), "the table uses primitives (guaranteed LDGSTS, "
-                          "zero-fill tails) with 2 stages for every stencil shape (not yet tuned "
-                          "per shape)"),
-    ("stencil2d", None): (("primitives", 2), "the table uses primitives (guaranteed LDGSTS, "
-                          "zero-fill tails) with 2 stages for every stencil shape (not yet tuned "
-                          "per shape)"),
+    ("stencil1d", True): (("barrier", 2), "along the last dim on sm_90: barrier with 2 stages ran "
+                          "a 2^28 fp32 r=4 signal in 0.641-0.670 ms against primitives/2's "
+                          "0.778-0.781 in two H200 runs (BENCHMARKS.md, 2026-11-22)"),
+    ("stencil1d", None): (("primitives", 2), "off the last dim, or before sm_90: primitives "
+                          "(guaranteed LDGSTS, zero-fill tails) with 2 stages, the fastest of the "
+                          "2-D sweeps (not tuned per shape)"),
+    ("stencil2d", True): (("barrier", 2), "a 1 x k window (ry = 0) runs the 1-D kernel, where "
+                          "barrier with 2 stages was fastest on sm_90 (0.641-0.670 ms against "
+                          "primitives/2's 0.778-0.781 for r=4, two H200 runs)"),
+    ("stencil2d", None): (("primitives", 2), "primitives (guaranteed LDGSTS, zero-fill tails) "
+                          "with 2 stages: the fastest in the 2-D sweeps (5-point 8192^2 fp32 "
+                          "0.212 ms on an H200, BENCHMARKS.md)"),
     ("reduce", None): (("primitives", 2), "along the innermost dim (a whole tensor, short or long "
                        "rows) primitives with 2 stages of 32 KiB led or tied every case of the "
                        "H200 sweep (sum all 0.263 ms, BENCHMARKS.md, third run of 2026-11-22)"),
@@ -326,7 +333,15 @@ def _table_reason(op: str, sm: int, mechanism: str, stages: int) -> str:
 
 def _table_shape(op: str, x: torch.Tensor, a: Dict[str, object]) -> Dict[str, int]:
     """The shape arguments of _C.resolve_config: for reduce, the (outer, r, inner) view the op
-    reduces (as reduce_canonical_view in csrc/ops/args.cpp builds it); nothing for the others."""
+    reduces (as reduce_canonical_view in csrc/ops/args.cpp builds it); for the stencils the radii
+    (ry along the rows, rx along the last dim, as the kernels see them); nothing for stream_copy."""
+    if op == "stencil1d":
+        r = (a["weights"].shape[0] - 1) // 2
+        last = x.dim() == 0 or int(a["dim"]) % max(x.dim(), 1) == x.dim() - 1
+        return {"ry": 0, "rx": r} if last else {"ry": r, "rx": 0}
+    if op == "stencil2d":
+        w = a["weights"]
+        return {"ry": (w.shape[0] - 1) // 2, "rx": (w.shape[1] - 1) // 2}
     if op != "reduce":
         return {}
     nd, sizes = x.dim(), list(x.shape)

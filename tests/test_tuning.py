@@ -285,6 +285,35 @@ def test_explain_on_a_gpu_table_and_cache(fake_gpu, monkeypatch):
 
 
 @needs_table
+def test_stencil_table_depends_on_the_radii(fake_gpu, monkeypatch):
+    """Stencils along the last dim only (ry = 0) resolve to barrier/2 on sm_90 (measured), every
+    other stencil and older GPUs to primitives/2; explain derives (ry, rx) like the kernels."""
+    rc = cupipe._C.resolve_config
+    assert rc("stencil1d", 90, "auto", 0, 0, ry=0, rx=4)[:2] == ("barrier", 2)
+    assert rc("stencil1d", 90, "auto", 0, 0, ry=4, rx=0)[:2] == ("primitives", 2)
+    assert rc("stencil1d", 80, "auto", 0, 0, ry=0, rx=4)[:2] == ("primitives", 2)
+    assert rc("stencil2d", 90, "auto", 0, 0, ry=1, rx=1)[:2] == ("primitives", 2)
+    assert rc("stencil2d", 90, "auto", 0, 0, ry=0, rx=2)[:2] == ("barrier", 2)
+    assert rc("stencil1d", 90, "auto", 3, 0, ry=0, rx=4)[:2] == ("barrier", 3)
+    assert rc("stencil1d", 90, "cg", 0, 0, ry=0, rx=4)[:2] == ("cg", 2)
+
+    shape = tuning._table_shape
+    x = torch.empty(4, 5, 6)
+    w9 = torch.empty(9)
+    assert shape("stencil1d", x, {"weights": w9, "dim": -1}) == {"ry": 0, "rx": 4}
+    assert shape("stencil1d", x, {"weights": w9, "dim": 2}) == {"ry": 0, "rx": 4}
+    assert shape("stencil1d", x, {"weights": w9, "dim": 1}) == {"ry": 4, "rx": 0}
+    assert shape("stencil2d", x, {"weights": torch.empty(3, 5)}) == {"ry": 1, "rx": 2}
+
+    monkeypatch.setattr(cupipe._C, "cuda_device_info", lambda index: {"sm": 90})
+    sig = torch.empty(1 << 20, device="cuda")
+    e = cupipe.explain("stencil1d", sig, torch.empty(9, device="cuda"))
+    assert (e.mechanism, e.stages) == ("barrier", 2) and "0.641" in e.reason
+    e = cupipe.explain("stencil1d", torch.empty(64, 64, device="cuda"), torch.empty(9, device="cuda"), dim=0)
+    assert (e.mechanism, e.stages) == ("primitives", 2)
+
+
+@needs_table
 def test_reduce_table_depends_on_the_reduced_view(fake_gpu, monkeypatch):
     """Reductions along the innermost dim resolve to primitives/2, over columns to primitives/4
     (both measured); explicit arguments win; explain derives the (outer, r, inner) view like the
@@ -304,7 +333,7 @@ def test_reduce_table_depends_on_the_reduced_view(fake_gpu, monkeypatch):
     assert shape("reduce", x, {"dim": 1}) == {"outer": 4, "r": 5, "inner": 6}
     assert shape("reduce", x, {"dim": [-1, -2]}) == {"outer": 4, "r": 30, "inner": 1}
     assert shape("reduce", x, {"dim": [0, 2]}) == {"outer": 5, "r": 24, "inner": 1}
-    assert shape("stencil2d", x, {}) == {}
+    assert shape("stream_copy", x, {}) == {}
 
     monkeypatch.setattr(cupipe._C, "cuda_device_info", lambda index: {"sm": 90})
     e = cupipe.explain("reduce", torch.empty(1 << 20, device="cuda"), "sum")
