@@ -66,7 +66,10 @@ def main() -> int:
                     help="compare with a single-process run when rows*cols <= this")
     ap.add_argument("--no-check", action="store_true")
     ap.add_argument("--cpu", action="store_true", help="use gloo on the CPU even with GPUs")
+    ap.add_argument("--free-sms", type=int, default=cd.OVERLAP_FREE_SMS,
+                    help="with --overlap on CUDA: SMs the interior stencil leaves to NCCL")
     args = ap.parse_args()
+    cd.OVERLAP_FREE_SMS = args.free_sms
 
     use_cuda = not args.cpu and torch.cuda.is_available() and cupipe.cuda_available()
     local_rank = int(os.environ.get("LOCAL_RANK", "0"))
@@ -108,7 +111,8 @@ def main() -> int:
             cells = rows * args.cols
             print(f"{world} rank(s), backend {dist.get_backend()}, device {device.type}; grid "
                   f"{rows} x {args.cols} {args.dtype} (rows per rank {sizes}); boundary "
-                  f"{args.boundary}, halo_width {args.halo_width}, overlap {args.overlap}")
+                  f"{args.boundary}, halo_width {args.halo_width}, overlap {args.overlap}"
+                  + (f" (free SMs {args.free_sms})" if args.overlap and use_cuda else ""))
             print(f"per-step time: {per_step * 1e3:.3f} ms (median of {args.reps} runs of "
                   f"{args.steps} steps; {cells / per_step / 1e9:.2f} Gcell/s)")
 

@@ -38,5 +38,11 @@ for n in 1 $NGPU; do
     note "weak scaling ${N}x${N} per GPU, $n GPU(s) ${opts:-(halo 1, no overlap)}: $(grep -i "per-step" "$LOG/weak_${n}_${opts// /_}.log" | tail -1)"
   done
 done
+# How many SMs the overlapped interior should leave to NCCL (cupipe.distributed.OVERLAP_FREE_SMS).
+for f in 4 8 16; do
+  timeout 120 torchrun --standalone --nproc-per-node=$NGPU examples/distributed_heat.py --rows-per-rank $N \
+    --cols $N --steps 50 --reps 5 --no-check --overlap --free-sms $f >"$LOG/weak_${NGPU}_free_sms_$f.log" 2>&1
+  note "weak scaling ${N}x${N} per GPU, $NGPU GPUs --overlap --free-sms $f: $(grep -i "per-step" "$LOG/weak_${NGPU}_free_sms_$f.log" | tail -1)"
+done
 echo; echo "==================== multi_gpu_check summary ===================="
 printf '%s\n' "${summary[@]}"
