@@ -84,6 +84,7 @@ fi
 if has profile; then
 # Timings of the key cases (+ stream_copy tile sweep), then Nsight Compute metrics per kernel.
 python3 scripts/profile_cases.py 2>&1 | tee "$LOG/profile_times.txt"
+python3 scripts/stencil_extras.py 2>&1 | tee "$LOG/stencil_extras.txt"  # 9x9 vs FP32 rate, fp16/bf16, training step
 ncu --csv --page raw -k regex:"reduce|stencil|stream_copy|elementwise|copy" --launch-count 14 \
   --metrics gpu__time_duration.sum,dram__throughput.avg.pct_of_peak_sustained_elapsed,sm__throughput.avg.pct_of_peak_sustained_elapsed,l1tex__data_pipe_lsu_wavefronts_mem_shared.sum,smsp__inst_executed.sum,sm__warps_active.avg.pct_of_peak_sustained_active,launch__registers_per_thread,launch__grid_size,launch__occupancy_limit_shared_mem \
   python3 scripts/profile_cases.py --once >"$LOG/ncu.csv" 2>"$LOG/ncu.err"

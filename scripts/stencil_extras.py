@@ -1,0 +1,75 @@
+"""The stencil measurements that the benchmark suite does not make (scripts/gpu_check.sh step
+`profile` runs this after profile_cases.py):
+
+  1. the 9x9 box (81 multiply-adds per point), fp32 8192^2, against the device's FP32 arithmetic
+     rate measured in the same run (an 8192^3 fp32 matmul with TF32 off);
+  2. half-precision stencils (fp16, bf16; fp32 accumulation) against copy bandwidth;
+  3. a training step: forward + backward of stencil2d with weights that require grad, next to
+     the forward alone and to F.conv2d's forward + backward on the same data.
+
+    python scripts/stencil_extras.py
+"""
+import torch
+import torch.nn.functional as F
+
+import cupipe
+from cupipe.timing import time_ms
+
+torch.manual_seed(0)
+dev = "cuda"
+H = W = 8192
+img = torch.randn(H, W, device=dev)
+buf = torch.empty_like(img)
+copy_ms = time_ms(lambda: buf.copy_(img), reps=50)
+copy_gbs = 2 * img.nbytes / copy_ms / 1e6
+print(f"copy_ 8192^2 fp32: {copy_ms:.3f} ms, {copy_gbs:.0f} GB/s")
+
+# 1. The 9x9 box against the FP32 arithmetic rate (CUDA cores: TF32 off).
+torch.backends.cuda.matmul.allow_tf32 = False
+a = torch.randn(8192, 8192, device=dev)
+mm_ms = time_ms(lambda: a @ a, reps=10)
+flops_rate = 2 * 8192 ** 3 / (mm_ms * 1e-3)
+w9 = torch.randn(9, 9, device=dev)
+ms9 = time_ms(lambda: cupipe.stencil2d(img, w9), reps=30)
+floor9 = 81 * 2 * H * W / flops_rate * 1e3  # ms at the measured fp32 rate
+print(f"fp32 matmul 8192^3 (TF32 off): {mm_ms:.3f} ms = {flops_rate / 1e12:.1f} TFLOP/s")
+print(f"stencil2d 9x9 box 8192^2 fp32: {ms9:.3f} ms; arithmetic floor at that rate {floor9:.3f} ms "
+      f"({floor9 / ms9:.2f}x of the limit); memory floor {2 * img.nbytes / copy_gbs / 1e6:.3f} ms")
+
+# 2. Half precision: effective bandwidth (2-byte elements read and written once).
+for dt in (torch.float16, torch.bfloat16):
+    x = img.to(dt)
+    sig = torch.randn(1 << 28, device=dev, dtype=dt)
+    for name, fn, nbytes in [
+        ("stencil2d 5-point", lambda: cupipe.stencil2d(x, torch.tensor([[0., 1, 0], [1, -4, 1], [0, 1, 0]], device=dev)),
+         2 * x.nbytes),
+        ("stencil2d 3x3", lambda: cupipe.stencil2d(x, torch.ones(3, 3, device=dev) / 9), 2 * x.nbytes),
+        ("stencil2d 5x5", lambda: cupipe.stencil2d(x, torch.ones(5, 5, device=dev) / 25), 2 * x.nbytes),
+        ("stencil1d r=4 2^28", lambda: cupipe.stencil1d(sig, torch.ones(9, device=dev) / 9), 2 * sig.nbytes),
+    ]:
+        ms = time_ms(fn, reps=30)
+        gbs = nbytes / ms / 1e6
+        print(f"{name} {str(dt).replace('torch.', '')}: {ms:.3f} ms, {gbs:.0f} GB/s, {gbs / copy_gbs:.2f}x copy_")
+    del x, sig
+
+# 3. Training step: gradients for x and for the weights.
+g = torch.randn(H, W, device=dev)
+for shape in [(3, 3), (5, 5)]:
+    w = torch.randn(*shape, device=dev)
+    xr = img.clone().requires_grad_(True)
+    wr = w.clone().requires_grad_(True)
+
+    def step_ours():
+        (cupipe.stencil2d(xr, wr) * g).sum().backward()
+
+    def step_conv():
+        (F.conv2d(xr[None, None], wr[None, None], padding=(shape[0] // 2, shape[1] // 2))[0, 0] * g).sum().backward()
+
+    fwd = time_ms(lambda: cupipe.stencil2d(img, w), reps=30)
+    ours = time_ms(step_ours, reps=20)
+    conv = time_ms(step_conv, reps=10)
+    wonly = wr.detach().clone().requires_grad_(True)
+    ms_w = time_ms(lambda: (cupipe.stencil2d(img, wonly) * g).sum().backward(), reps=20)
+    print(f"training step {shape[0]}x{shape[1]} 8192^2 fp32: forward {fwd:.3f} ms; fwd+bwd (x and w) "
+          f"{ours:.3f} ms ({ours / fwd:.1f}x forward); fwd+bwd (w only) {ms_w:.3f} ms; "
+          f"F.conv2d fwd+bwd {conv:.3f} ms ({conv / ours:.1f}x ours)")
