@@ -78,7 +78,7 @@ at::Tensor stream_copy_ex_cuda(const at::Tensor& x, c10::string_view mechanism, 
 
 at::Tensor stencil_cuda(const char* op, const at::Tensor& x, const at::Tensor& weights,
                         const StencilGeometry& g, Boundary boundary, MechanismArg mech, int64_t stages,
-                        int64_t free_sms) {
+                        int64_t free_sms = 0) {
   c10::cuda::CUDAGuard guard(x.device());
   const DeviceInfo dev = device_info(x.get_device());
   const at::Tensor xc = x.contiguous();
@@ -102,11 +102,33 @@ at::Tensor stencil_cuda(const char* op, const at::Tensor& x, const at::Tensor& w
   return out;
 }
 
+at::Tensor stencil1d_cuda(const at::Tensor& x, const at::Tensor& weights, int64_t dim,
+                          c10::string_view boundary, c10::string_view mechanism, int64_t stages) {
+  const Boundary b = parse_boundary("stencil1d", boundary);
+  const MechanismArg mech = parse_mechanism("stencil1d", mechanism);
+  check_stages("stencil1d", stages);
+  const StencilGeometry g = check_stencil1d(x, weights, dim, b);
+  return stencil_cuda("stencil1d", x, weights, g, b, mech, stages);
+}
+
+at::Tensor stencil2d_cuda(const at::Tensor& x, const at::Tensor& weights, c10::string_view boundary,
+                          c10::string_view mechanism, int64_t stages) {
+  const Boundary b = parse_boundary("stencil2d", boundary);
+  const MechanismArg mech = parse_mechanism("stencil2d", mechanism);
+  check_stages("stencil2d", stages);
+  const StencilGeometry g = check_stencil2d(x, weights, b);
+  return stencil_cuda("stencil2d", x, weights, g, b, mech, stages);
+}
+
+void check_free_sms(const char* op, int64_t free_sms) {
+  TORCH_CHECK_VALUE(free_sms >= 0 && free_sms < (1 << 16), "cupipe.", op, ": free_sms must be in [0, 65535], got ",
+                    free_sms);
+}
+
 at::Tensor stencil1d_ex_cuda(const at::Tensor& x, const at::Tensor& weights, int64_t dim,
                              c10::string_view boundary, c10::string_view mechanism, int64_t stages,
                              int64_t free_sms) {
-  TORCH_CHECK_VALUE(free_sms >= 0 && free_sms < (1 << 16),
-                    "cupipe._stencil1d_ex: free_sms must be in [0, 65535], got ", free_sms);
+  check_free_sms("_stencil1d_ex", free_sms);
   const Boundary b = parse_boundary("stencil1d", boundary);
   const MechanismArg mech = parse_mechanism("stencil1d", mechanism);
   check_stages("stencil1d", stages);
@@ -116,24 +138,12 @@ at::Tensor stencil1d_ex_cuda(const at::Tensor& x, const at::Tensor& weights, int
 
 at::Tensor stencil2d_ex_cuda(const at::Tensor& x, const at::Tensor& weights, c10::string_view boundary,
                              c10::string_view mechanism, int64_t stages, int64_t free_sms) {
-  TORCH_CHECK_VALUE(free_sms >= 0 && free_sms < (1 << 16),
-                    "cupipe._stencil2d_ex: free_sms must be in [0, 65535], got ", free_sms);
+  check_free_sms("_stencil2d_ex", free_sms);
   const Boundary b = parse_boundary("stencil2d", boundary);
   const MechanismArg mech = parse_mechanism("stencil2d", mechanism);
   check_stages("stencil2d", stages);
   const StencilGeometry g = check_stencil2d(x, weights, b);
   return stencil_cuda("stencil2d", x, weights, g, b, mech, stages, free_sms);
-}
-
-// The public ops: the whole device.
-at::Tensor stencil1d_cuda(const at::Tensor& x, const at::Tensor& weights, int64_t dim,
-                          c10::string_view boundary, c10::string_view mechanism, int64_t stages) {
-  return stencil1d_ex_cuda(x, weights, dim, boundary, mechanism, stages, 0);
-}
-
-at::Tensor stencil2d_cuda(const at::Tensor& x, const at::Tensor& weights, c10::string_view boundary,
-                          c10::string_view mechanism, int64_t stages) {
-  return stencil2d_ex_cuda(x, weights, boundary, mechanism, stages, 0);
 }
 
 at::Tensor reduce_impl(const at::Tensor& x, c10::string_view op, at::OptionalIntArrayRef dim,
