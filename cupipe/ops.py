@@ -110,6 +110,21 @@ def _stencil2d_fake(x, weights, *, boundary="zero", mechanism="auto", stages=0):
     return torch.empty(x.shape, dtype=x.dtype, device=x.device)
 
 
+def _wgrad_fake(x, grad, weights):
+    acc = torch.float64 if x.dtype == torch.float64 else torch.float32
+    return torch.empty(weights.shape, dtype=acc, device=x.device)
+
+
+@torch.library.register_fake("cupipe::_stencil1d_weight_grad")
+def _stencil1d_weight_grad_fake(x, grad, weights, dim, boundary):
+    return _wgrad_fake(x, grad, weights)
+
+
+@torch.library.register_fake("cupipe::_stencil2d_weight_grad")
+def _stencil2d_weight_grad_fake(x, grad, weights, boundary):
+    return _wgrad_fake(x, grad, weights)
+
+
 def _reduced_dims(ndim: int, dim: Optional[List[int]]) -> List[int]:
     if dim is None or len(dim) == 0:
         return list(range(ndim))
@@ -147,26 +162,9 @@ torch.library.register_autograd("cupipe::stream_copy", _stream_copy_backward,
                                 setup_context=_stream_copy_setup)
 
 
-def _boundary_index(n: int, lo: int, hi: int, boundary: str, device) -> torch.Tensor:
-    """Source index, for each padded position -lo .. n+hi-1, under ``boundary`` (-1 = zero)."""
-    i = torch.arange(-lo, n + hi, device=device)
-    inside = (i >= 0) & (i < n)
-    if boundary == "zero":
-        return torch.where(inside, i, torch.full_like(i, -1))
-    if boundary == "replicate":
-        return i.clamp(0, n - 1)
-    if boundary == "circular":
-        return torch.remainder(i, n)
-    # reflect: mirror without repeating the edge
-    if n == 1:
-        return torch.zeros_like(i)
-    period = 2 * (n - 1)
-    m = torch.remainder(i, period)
-    return torch.where(m < n, m, period - m)
-
-
 def _source_index(i: int, n: int, boundary: str) -> int:
-    """``_boundary_index`` for one out-of-range position ``i`` (boundary != zero)."""
+    """The source index of an out-of-range position ``i`` of a dim of size ``n`` under
+    ``boundary`` (not zero): F.pad's modes, reflect without repeating the edge."""
     if boundary == "replicate":
         return 0 if i < 0 else n - 1
     if boundary == "circular":
@@ -178,38 +176,14 @@ def _source_index(i: int, n: int, boundary: str) -> int:
     return m if m < n else period - m
 
 
-def _pad_along(t: torch.Tensor, dim: int, r: int, boundary: str) -> torch.Tensor:
-    """``t`` extended by ``r`` entries on both sides of ``dim`` as the boundary reads them."""
+def _zero_pad(t: torch.Tensor, dim: int, r: int) -> torch.Tensor:
+    """``t`` with ``r`` zeros on both sides of ``dim``."""
     if r == 0:
         return t
-    n = t.shape[dim]
-    idx = _boundary_index(n, r, r, boundary, t.device)
-    if boundary == "zero":
-        shape = list(t.shape)
-        shape[dim] = r
-        z = t.new_zeros(shape)
-        return torch.cat([z, t, z], dim=dim)
-    return t.index_select(dim, idx)
-
-
-def _fold_along(gp: torch.Tensor, dim: int, n: int, r: int, boundary: str) -> torch.Tensor:
-    """Adjoint of ``_pad_along``: fold the 2r padded entries of ``gp`` back onto the entries
-    they were read from (in a fixed order, so it is deterministic)."""
-    if r == 0:
-        return gp
-    out = gp.narrow(dim, r, n).clone()
-    if boundary == "zero":
-        return out
-    # Source indices from Python ints (not a tensor's .tolist()), so that tracing under
-    # torch.compile sees plain (or backed symbolic) sizes rather than data-dependent values.
-    for p in list(range(r)) + list(range(n + r, n + 2 * r)):
-        src = _source_index(p - r, n, boundary)
-        out.narrow(dim, src, 1).add_(gp.narrow(dim, p, 1))
-    return out
-
-
-def _acc_dtype(t: torch.Tensor) -> torch.dtype:
-    return torch.float64 if t.dtype == torch.float64 else torch.float32
+    shape = list(t.shape)
+    shape[dim] = r
+    z = t.new_zeros(shape)
+    return torch.cat([z, t, z], dim=dim)
 
 
 def _numel(shape) -> int:
@@ -227,6 +201,80 @@ def _empty_grads(ctx, grad, weights):
     return grad_x, grad_w
 
 
+# The stencils' gradients. With A the stencil's matrix for weights w under the boundary:
+#   grad_x = A^T g: the zero-boundary stencil of g with flipped weights (the adjoint of reading
+#            inside the plane), plus, for the other boundaries, what the outputs near the edges
+#            read from positions outside the plane, folded back onto the entries those positions
+#            map to. Those contributions come from thin strips of g (r rows/columns at each edge),
+#            so the whole gradient costs one full-size stencil pass.
+#   grad_w = the weight-gradient op (one pass over x and g on CUDA).
+# Both are written with differentiable ops, so double backward works.
+
+def _ext1d(strip, wf, dim, r, mechanism, stages):
+    """Full correlation of ``strip`` with ``wf`` on its zero-padded extension (r each side)."""
+    return stencil1d(_zero_pad(strip, dim, r), wf, dim=dim, boundary="zero",
+                     mechanism=mechanism, stages=stages)
+
+
+def _stencil1d_input_grad(g, weights, dim, boundary, mechanism="auto", stages=0):
+    r = (weights.shape[0] - 1) // 2
+    wf = weights.flip(0)
+    gx = stencil1d(g, wf, dim=dim, boundary="zero", mechanism=mechanism, stages=stages)
+    if boundary == "zero" or r == 0:
+        return gx
+    n = g.shape[dim]
+    k = min(n, r)  # positions outside the dim read only the first/last r entries
+    lo = _ext1d(g.narrow(dim, 0, k), wf, dim, r, mechanism, stages).narrow(dim, 0, r)
+    hi = _ext1d(g.narrow(dim, n - k, k), wf, dim, r, mechanism, stages).narrow(dim, k + r, r)
+    for p in range(r):
+        gx.narrow(dim, _source_index(p - r, n, boundary), 1).add_(lo.narrow(dim, p, 1))
+        gx.narrow(dim, _source_index(n + p, n, boundary), 1).add_(hi.narrow(dim, p, 1))
+    return gx
+
+
+def _ext2d(strip, wf, ry, rx, mechanism, stages):
+    nd = strip.dim()
+    sp = _zero_pad(_zero_pad(strip, nd - 2, ry), nd - 1, rx)
+    return stencil2d(sp, wf, boundary="zero", mechanism=mechanism, stages=stages)
+
+
+def _stencil2d_input_grad(g, weights, boundary, mechanism="auto", stages=0):
+    ry, rx = (weights.shape[0] - 1) // 2, (weights.shape[1] - 1) // 2
+    wf = weights.flip(0, 1)
+    gx = stencil2d(g, wf, boundary="zero", mechanism=mechanism, stages=stages)
+    if boundary == "zero" or (ry == 0 and rx == 0):
+        return gx
+    nd = g.dim()
+    H, W = nd - 2, nd - 1
+    ny, nx = g.shape[H], g.shape[W]
+    # The gradient at the positions outside the plane: left/right columns for the plane's rows,
+    # and top/bottom rows over the extended width (corners included).
+    left = right = None
+    if rx > 0:
+        k = min(nx, rx)
+        left = _ext2d(g.narrow(W, 0, k), wf, ry, rx, mechanism, stages)
+        left = left.narrow(H, ry, ny).narrow(W, 0, rx)
+        right = _ext2d(g.narrow(W, nx - k, k), wf, ry, rx, mechanism, stages)
+        right = right.narrow(H, ry, ny).narrow(W, k + rx, rx)
+    if ry > 0:
+        k = min(ny, ry)
+        top = _ext2d(g.narrow(H, 0, k), wf, ry, rx, mechanism, stages).narrow(H, 0, ry)
+        bot = _ext2d(g.narrow(H, ny - k, k), wf, ry, rx, mechanism, stages).narrow(H, k + ry, ry)
+        # Fold the outside rows onto their source rows: the middle onto gx, the ends onto the
+        # outside columns (folded in turn below).
+        for p in range(ry):
+            for row, pos in ((top.narrow(H, p, 1), p - ry), (bot.narrow(H, p, 1), ny + p)):
+                src = _source_index(pos, ny, boundary)
+                gx.narrow(H, src, 1).add_(row.narrow(W, rx, nx))
+                if rx > 0:
+                    left.narrow(H, src, 1).add_(row.narrow(W, 0, rx))
+                    right.narrow(H, src, 1).add_(row.narrow(W, rx + nx, rx))
+    for q in range(rx):
+        gx.narrow(W, _source_index(q - rx, nx, boundary), 1).add_(left.narrow(W, q, 1))
+        gx.narrow(W, _source_index(nx + q, nx, boundary), 1).add_(right.narrow(W, q, 1))
+    return gx
+
+
 def _stencil1d_setup(ctx, inputs, keyword_only_inputs, output):
     x, weights = inputs
     kw = keyword_only_inputs
@@ -239,24 +287,14 @@ def _stencil1d_setup(ctx, inputs, keyword_only_inputs, output):
 def _stencil1d_backward(ctx, grad):
     x, weights = ctx.saved_tensors
     dim = ctx.dim % len(ctx.x_shape)
-    r = (weights.shape[0] - 1) // 2
-    n = ctx.x_shape[dim]
     grad_x = grad_w = None
     if _numel(ctx.x_shape) == 0:
         # Nothing was read: the boundary index maps below are undefined for a size-0 dim.
         return _empty_grads(ctx, grad, weights)
     if ctx.needs_input_grad[0]:
-        # d/dx of a correlation is a correlation of the padded gradient with flipped weights,
-        # folded back through the boundary's padding (its adjoint).
-        gp = _pad_along(grad, dim, r, "zero")
-        gp = stencil1d(gp, weights.flip(0), dim=dim, boundary="zero", mechanism=ctx.mechanism,
-                       stages=ctx.stages)
-        grad_x = _fold_along(gp, dim, n, r, ctx.boundary)
+        grad_x = _stencil1d_input_grad(grad, weights, dim, ctx.boundary, ctx.mechanism, ctx.stages)
     if ctx.needs_input_grad[1]:
-        acc = _acc_dtype(x)
-        xp = _pad_along(x, dim, r, ctx.boundary).to(acc)
-        g = grad.to(acc)
-        grad_w = torch.stack([(g * xp.narrow(dim, k, n)).sum() for k in range(2 * r + 1)])
+        grad_w = _ops._stencil1d_weight_grad(x, grad.to(x.dtype), weights, dim, ctx.boundary)
         grad_w = grad_w.to(weights.dtype)
     return grad_x, grad_w
 
@@ -275,33 +313,60 @@ def _stencil2d_setup(ctx, inputs, keyword_only_inputs, output):
 
 def _stencil2d_backward(ctx, grad):
     x, weights = ctx.saved_tensors
-    ry, rx = (weights.shape[0] - 1) // 2, (weights.shape[1] - 1) // 2
-    ny, nx = ctx.x_shape[-2], ctx.x_shape[-1]
-    nd = len(ctx.x_shape)
     grad_x = grad_w = None
     if _numel(ctx.x_shape) == 0:
         return _empty_grads(ctx, grad, weights)
     if ctx.needs_input_grad[0]:
-        gp = _pad_along(_pad_along(grad, nd - 2, ry, "zero"), nd - 1, rx, "zero")
-        gp = stencil2d(gp, weights.flip(0, 1), boundary="zero", mechanism=ctx.mechanism,
-                       stages=ctx.stages)
-        grad_x = _fold_along(_fold_along(gp, nd - 2, ny, ry, ctx.boundary), nd - 1, nx, rx,
-                             ctx.boundary)
+        grad_x = _stencil2d_input_grad(grad, weights, ctx.boundary, ctx.mechanism, ctx.stages)
     if ctx.needs_input_grad[1]:
-        acc = _acc_dtype(x)
-        xp = _pad_along(_pad_along(x, nd - 2, ry, ctx.boundary), nd - 1, rx, ctx.boundary).to(acc)
-        g = grad.to(acc)
-        rows = []
-        for a in range(2 * ry + 1):
-            xa = xp.narrow(nd - 2, a, ny)
-            rows.append(torch.stack([(g * xa.narrow(nd - 1, c, nx)).sum()
-                                     for c in range(2 * rx + 1)]))
-        grad_w = torch.stack(rows).to(weights.dtype)
+        grad_w = _ops._stencil2d_weight_grad(x, grad.to(x.dtype), weights, ctx.boundary)
+        grad_w = grad_w.to(weights.dtype)
     return grad_x, grad_w
 
 
 torch.library.register_autograd("cupipe::stencil2d", _stencil2d_backward,
                                 setup_context=_stencil2d_setup)
+
+
+# The weight-gradient ops are bilinear in (x, grad): with upstream gw (weights-shaped),
+#   d/dgrad = stencil(x, gw) under the boundary, d/dx = the stencil's input gradient of grad.
+
+def _wgrad1d_setup(ctx, inputs, output):
+    x, grad, weights, ctx.dim, ctx.boundary = inputs
+    ctx.save_for_backward(x, grad)
+
+
+def _wgrad1d_backward(ctx, gw):
+    x, grad = ctx.saved_tensors
+    dx = dg = None
+    if ctx.needs_input_grad[0]:
+        dx = _stencil1d_input_grad(grad, gw.to(x.dtype), ctx.dim, ctx.boundary)
+    if ctx.needs_input_grad[1]:
+        dg = stencil1d(x, gw, dim=ctx.dim, boundary=ctx.boundary)
+    return dx, dg, None, None, None
+
+
+torch.library.register_autograd("cupipe::_stencil1d_weight_grad", _wgrad1d_backward,
+                                setup_context=_wgrad1d_setup)
+
+
+def _wgrad2d_setup(ctx, inputs, output):
+    x, grad, weights, ctx.boundary = inputs
+    ctx.save_for_backward(x, grad)
+
+
+def _wgrad2d_backward(ctx, gw):
+    x, grad = ctx.saved_tensors
+    dx = dg = None
+    if ctx.needs_input_grad[0]:
+        dx = _stencil2d_input_grad(grad, gw.to(x.dtype), ctx.boundary)
+    if ctx.needs_input_grad[1]:
+        dg = stencil2d(x, gw, boundary=ctx.boundary)
+    return dx, dg, None, None
+
+
+torch.library.register_autograd("cupipe::_stencil2d_weight_grad", _wgrad2d_backward,
+                                setup_context=_wgrad2d_setup)
 
 
 def _reduce_setup(ctx, inputs, keyword_only_inputs, output):

@@ -68,6 +68,20 @@ for m in mechs:
                 y = cupipe.reduce(x, op, dim, mechanism=m, stages=s)
                 ref = getattr(torch, op)(x, dim)
                 check(torch.allclose(y, ref, rtol=1e-4, atol=1e-3), f"reduce {m} {s} {shape} {op}")
+# The weight-gradient kernel (one mechanism of its own: primitives, 2 stages): persistent
+# accumulators (3x3, 1-D), per-item warp flushes (9x9, 3x17), edge items (odd planes).
+if "primitives" in mechs:
+    for x, w in [(img, w3), (img16, w9), (img16, w_wide)]:
+        g = torch.randn_like(x)
+        for b in ["zero", "reflect"]:
+            wd = w.double().requires_grad_(True)
+            ref, = torch.autograd.grad(ref2d(x.double(), wd, b), wd, g.double())
+            got = torch.ops.cupipe._stencil2d_weight_grad(x, g, w, b)
+            check(torch.allclose(got.double(), ref, rtol=1e-4, atol=1e-2), f"weight grad {tuple(w.shape)} {b}")
+    g = torch.randn_like(sig)
+    got = torch.ops.cupipe._stencil1d_weight_grad(sig, g, w5, -1, "circular")
+    ref = torch.stack([(g * sig.roll(2 - k, -1)).sum() for k in range(5)])
+    check(torch.allclose(got, ref, rtol=1e-4, atol=1e-2), "weight grad 1-D circular")
 torch.cuda.synchronize()
 print(f"sanitize_cases: {','.join(mechs)} x stages {stages}: {'OK' if bad == 0 else f'{bad} MISMATCHES'}")
 sys.exit(1 if bad else 0)

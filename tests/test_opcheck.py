@@ -49,6 +49,17 @@ def _samples(device):
          dict(boundary="replicate")),
         ("s2d-f32", OPS.stencil2d.default, (x1((8, 9)), x1((3, 3), f32, 1)), {}),
     ]
+    # the stencils' weight gradients (what their autograd calls)
+    s += [
+        ("wg1d-reflect", OPS._stencil1d_weight_grad.default,
+         (x1((5, 17), f64), x1((5, 17), f64, 2), x1((3,), f64, 1), -1, "reflect"), {}),
+        ("wg1d-dim0-f32", OPS._stencil1d_weight_grad.default,
+         (x1((9, 4)), x1((9, 4), f32, 2), x1((5,), f32, 1), 0, "zero"), {}),
+        ("wg2d-circular", OPS._stencil2d_weight_grad.default,
+         (x1((2, 6, 7), f64), x1((2, 6, 7), f64, 2), x1((3, 5), f64, 1), "circular"), {}),
+        ("wg2d-f16", OPS._stencil2d_weight_grad.default,
+         (x1((8, 9), f16), x1((8, 9), f16, 2), x1((3, 3), f32, 1), "replicate"), {}),
+    ]
     # reduce
     perm = lambda shape: (torch.randperm(torch.Size(shape).numel(),  # noqa: E731
                                          generator=torch.Generator().manual_seed(3))

@@ -493,3 +493,93 @@ def test_stencil2d_gradcheck(device, boundary):
         w = make_weights(wshape, torch.float64, device).requires_grad_()
         assert torch.autograd.gradcheck(lambda a, b: cupipe.stencil2d(a, b, boundary=boundary),
                                         (x, w))
+
+
+# ----------------------------------------------------------------------------- weight gradients
+
+def _wgrad_ref(x, g, w_shape, boundary, one_d_dim=None):
+    """float64 grad_w of the reference stencil, and the same for |x|, |g| (the scale that bounds
+    the accumulation error of each tap)."""
+    def grad_w(a, b):
+        w = torch.zeros(w_shape, dtype=torch.float64, device=a.device, requires_grad=True)
+        if one_d_dim is None:
+            y = stencil2d_ref(a.double(), w, boundary)
+        else:
+            y = stencil1d_ref(a.double(), w, one_d_dim, boundary)
+        return torch.autograd.grad(y, w, b.double())[0]
+    return grad_w(x, g), grad_w(x.abs(), g.abs())
+
+
+def _check_wgrad(got, ref, scale, dtype, what):
+    assert got.dtype == (torch.float64 if dtype == torch.float64 else torch.float32), what
+    assert got.shape == ref.shape, what
+    # fp32 (fp64) accumulation of exactly representable products: the error of each tap is a
+    # small multiple of eps times the sum of the magnitudes of its products.
+    rel = 1e-12 if dtype == torch.float64 else 2e-5
+    err = (got.double().cpu() - ref.cpu()).abs()
+    bound = rel * scale.cpu() + 1e-30
+    assert bool((err <= bound).all()), f"{what}: max err {err.max().item():.3e}, " \
+                                       f"bound {bound.min().item():.3e}..{bound.max().item():.3e}"
+
+
+# Shapes that take each consumer blocking: Row (a 1-D signal, or planes under 8 rows), Box1, 3, 5
+# and 9 (one chunk, several chunks: kw 11 and 17), one pass and several (kh > 3), edge tiles.
+WGRAD_2D = [((67, 131), (3, 3)), ((2, 40, 70), (5, 5)), ((33, 257), (3, 5)), ((50, 77), (5, 1)),
+            ((19, 45), (1, 7)), ((70, 90), (9, 9)), ((41, 60), (7, 11)), ((30, 40), (17, 17)),
+            ((5, 300), (3, 3))]
+
+
+@pytest.mark.parametrize("dtype", FLOAT_DTYPES, ids=lambda d: DTYPE_IDS[d])
+@pytest.mark.parametrize("boundary", BOUNDARIES)
+@pytest.mark.parametrize("shape,wshape", WGRAD_2D, ids=[f"{s}-{w}" for s, w in WGRAD_2D])
+def test_stencil2d_weight_grad_op(device, shape, wshape, boundary, dtype):
+    x = make_input(shape, dtype, device, seed=21)
+    g = make_input(shape, dtype, device, seed=22)
+    w = make_weights(wshape, dtype, device)
+    got = torch.ops.cupipe._stencil2d_weight_grad(x, g, w, boundary)
+    ref, scale = _wgrad_ref(x, g, wshape, boundary)
+    _check_wgrad(got, ref, scale, dtype, f"{shape} {wshape} {boundary}")
+
+
+WGRAD_1D = [((1000,), 0, 4), ((3, 517), -1, 2), ((40, 9, 33), 1, 3), ((6, 5000), -1, 1),
+            ((12, 7), 0, 2)]
+
+
+@pytest.mark.parametrize("dtype", FLOAT_DTYPES, ids=lambda d: DTYPE_IDS[d])
+@pytest.mark.parametrize("boundary", BOUNDARIES)
+@pytest.mark.parametrize("shape,dim,r", WGRAD_1D, ids=[f"{s}-d{d}-r{r}" for s, d, r in WGRAD_1D])
+def test_stencil1d_weight_grad_op(device, shape, dim, r, boundary, dtype):
+    x = make_input(shape, dtype, device, seed=23)
+    g = make_input(shape, dtype, device, seed=24)
+    w = make_weights((2 * r + 1,), dtype, device)
+    got = torch.ops.cupipe._stencil1d_weight_grad(x, g, w, dim, boundary)
+    ref, scale = _wgrad_ref(x, g, (2 * r + 1,), boundary, one_d_dim=dim)
+    _check_wgrad(got, ref, scale, dtype, f"{shape} dim={dim} r={r} {boundary}")
+
+
+def test_stencil_weight_grad_deterministic_and_strided(device):
+    """Many tiles per block: the same bits on every run; a non-contiguous (expanded) upstream
+    gradient, as autograd hands over from a .sum(), gives the contiguous one's result."""
+    x = make_input((3, 300, 520), torch.float32, device, seed=25)
+    g = make_input((3, 300, 520), torch.float32, device, seed=26)
+    w = make_weights((5, 5), torch.float32, device)
+    a = torch.ops.cupipe._stencil2d_weight_grad(x, g, w, "reflect")
+    b = torch.ops.cupipe._stencil2d_weight_grad(x, g, w, "reflect")
+    assert torch.equal(a, b)
+    ref, scale = _wgrad_ref(x, g, (5, 5), "reflect")
+    _check_wgrad(a, ref, scale, torch.float32, "many tiles")
+    ones = torch.ones((), device=device).expand(3, 300, 520)
+    e = torch.ops.cupipe._stencil2d_weight_grad(x, ones, w, "zero")
+    f = torch.ops.cupipe._stencil2d_weight_grad(x, ones.contiguous(), w, "zero")
+    assert torch.equal(e, f)
+
+
+def test_stencil_weight_grad_errors(device):
+    x = make_input((6, 7), torch.float32, device)
+    w = make_weights((3, 3), torch.float32, device)
+    with pytest.raises(ValueError, match="grad must have x's shape"):
+        torch.ops.cupipe._stencil2d_weight_grad(x, x[:5], w, "zero")
+    with pytest.raises(TypeError, match="grad must have x's dtype"):
+        torch.ops.cupipe._stencil2d_weight_grad(x, x.double(), w, "zero")
+    with pytest.raises(ValueError, match="boundary"):
+        torch.ops.cupipe._stencil1d_weight_grad(x, x, w[0], -1, "wrap")

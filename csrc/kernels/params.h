@@ -63,6 +63,23 @@ struct StencilParams {
   Stream stream = nullptr;
 };
 
+// The weight gradient of that stencil: grad_w[a, c] = sum over outputs (b, i, j) of
+// grad[b, i, j] * x[b, map_y(i + a - ry), map_x(j + c - rx)]. The launcher writes one row of
+// (2ry+1)*(2rx+1) partial sums (accumulation type) per block into `partials` and returns the
+// number of blocks; the caller sums the rows (a fixed order: deterministic).
+struct StencilWeightGradParams {
+  const void* x = nullptr;     // contiguous (batch, ny, nx)
+  const void* grad = nullptr;  // the upstream gradient, same shape, contiguous
+  void* partials = nullptr;    // max_blocks rows
+  int64_t max_blocks = 0;      // kMaxBlocksPerSm * SMs is always enough
+  DType dtype = DType::F32;
+  int64_t batch = 0, ny = 0, nx = 0;
+  int ry = 0, rx = 0;
+  Boundary boundary = Boundary::Zero;
+  Stream stream = nullptr;
+};
+constexpr int kMaxBlocksPerSm = 8;  // of the 256-thread stencil kernels (2048 threads per SM)
+
 // A reduction of a contiguous (outer, r, inner) view over its middle dim into (outer, inner).
 struct ReduceParams {
   const void* x = nullptr;
@@ -84,6 +101,7 @@ struct ReduceParams {
 // message on failure (bad configuration for the device, CUDA error at launch).
 void launch_stream_copy(const StreamCopyParams& p);
 void launch_stencil(const StencilParams& p);
+int64_t launch_stencil_weight_grad(const StencilWeightGradParams& p);
 int64_t reduce_workspace_bytes(const ReduceParams& p);
 void launch_reduce(const ReduceParams& p);
 

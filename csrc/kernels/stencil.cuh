@@ -270,6 +270,48 @@ __device__ __noinline__ void fill_stage(uint32_t stage_smem, const T* plane, Til
   }
 }
 
+// Fills the stage behind the ring's write handle `w` with tile `tile`'s window: the rows inside
+// the plane as async copies (one box when they share a shift), boundary rows from their mapped
+// source rows, and the store team's plain stores (header, zero rows, halo columns).
+template <typename T, class W>
+__device__ __forceinline__ void load_stencil_tile(const W& w, const T* x, const StencilGeom& g, Boundary boundary,
+                                                  int64_t tile) {
+  constexpr int64_t esz = sizeof(T);
+  // Rows of a multiple of 16 bytes: every row of a plane has the same shift.
+  const bool uniform_rows = g.nx * esz % 16 == 0;
+  TileWindow tw;
+  tw.t = tile_origin(tile, g);
+  tw.yw = tw.t.y0 - g.ry;
+  tw.xw = tw.t.x0 - g.rx;
+  tw.c_lo = max(tw.xw, int64_t(0));
+  tw.c_hi = min(tw.xw + g.win_w, g.nx);
+  tw.i_lo = static_cast<int>(min(max(-tw.yw, int64_t(0)), int64_t(g.win_h)));
+  tw.i_hi = static_cast<int>(min(max(g.ny - tw.yw, int64_t(tw.i_lo)), int64_t(g.win_h)));
+  const T* plane = x + tw.t.b * g.ny * g.nx;
+  const int64_t seg_off = (tw.c_lo - tw.xw) * esz, seg_bytes = (tw.c_hi - tw.c_lo) * esz;
+  // Halo columns stored directly right of the segment must not be zero-filled over.
+  const auto tail = tw.xw + g.win_w > g.nx ? engine::TailMode::Exact : engine::TailMode::MayOverwrite;
+  auto seg_at = [&](int i, int64_t src_row) {  // the segment of window row i, from source row src_row
+    return g.hdr_bytes + static_cast<int64_t>(i) * g.pitch + row_shift(plane, src_row, g.nx, tw.xw) + seg_off;
+  };
+  // The rows inside the plane move as one box when they share a shift; every other row with
+  // a source row (boundary rows, and all rows of planes whose rows disagree mod 16) alone.
+  const int box_lo = tw.i_lo, box_n = uniform_rows ? tw.i_hi - tw.i_lo : 0;
+  if (box_n > 0)
+    w.copy_rows(seg_at(box_lo, tw.yw + box_lo), g.pitch, plane + (tw.yw + box_lo) * g.nx + tw.c_lo, g.nx * esz,
+                seg_bytes, box_n, tail);
+  for (int j = 0; j < g.win_h - box_n; ++j) {
+    const int i = j < box_lo ? j : j + box_n;
+    const int64_t src = map_index_dev(tw.yw + i, g.ny, boundary);
+    if (src >= 0) w.copy(seg_at(i, src), plane + src * g.nx + tw.c_lo, seg_bytes, tail);
+  }
+  const engine::Team st = w.store_team();
+  if (st.rank >= 0) {
+    const FillGeom fg{g.ny, g.nx, g.win_h, g.win_w, g.pitch, g.hdr_bytes, boundary};
+    fill_stage<T>(static_cast<uint32_t>(__cvta_generic_to_shared(w.stage)), plane, tw, fg, st.rank, st.size);
+  }
+}
+
 // -------------------------------------------------------------------------------- consumer side
 
 // Element E of the shared-memory words w[], in the accumulation type.
@@ -463,7 +505,6 @@ __global__ void __launch_bounds__(kStencilThreads, stencil_min_blocks<T, Box>())
                    StencilGeom g, Boundary boundary) {
   using A = acc_t<T>;
   using Ring = engine::Ring<M, S, 16>;
-  constexpr int64_t esz = sizeof(T);
   extern __shared__ __align__(engine::kStageAlign) char smem[];
   __shared__ engine::RawShared<typename Ring::SharedState> ss;
   const int kh = 2 * g.ry + 1, kw = 2 * g.rx + 1;
@@ -479,41 +520,7 @@ __global__ void __launch_bounds__(kStencilThreads, stencil_min_blocks<T, Box>())
   Ring ring(ss.get(), smem, static_cast<int>(g.stage_bytes));
 
   const int64_t mine = blockIdx.x < g.ntiles ? (g.ntiles - blockIdx.x + gridDim.x - 1) / gridDim.x : 0;
-  // Rows of a multiple of 16 bytes: every row of a plane has the same shift.
-  const bool uniform_rows = g.nx * esz % 16 == 0;
-
-  const FillGeom fg{g.ny, g.nx, g.win_h, g.win_w, g.pitch, g.hdr_bytes, boundary};
-  auto load = [&](const auto& w, int64_t k) {
-    TileWindow tw;
-    tw.t = tile_origin(blockIdx.x + k * gridDim.x, g);
-    tw.yw = tw.t.y0 - g.ry;
-    tw.xw = tw.t.x0 - g.rx;
-    tw.c_lo = max(tw.xw, int64_t(0));
-    tw.c_hi = min(tw.xw + g.win_w, g.nx);
-    tw.i_lo = static_cast<int>(min(max(-tw.yw, int64_t(0)), int64_t(g.win_h)));
-    tw.i_hi = static_cast<int>(min(max(g.ny - tw.yw, int64_t(tw.i_lo)), int64_t(g.win_h)));
-    const T* plane = x + tw.t.b * g.ny * g.nx;
-    const int64_t seg_off = (tw.c_lo - tw.xw) * esz, seg_bytes = (tw.c_hi - tw.c_lo) * esz;
-    // Halo columns stored directly right of the segment must not be zero-filled over.
-    const auto tail = tw.xw + g.win_w > g.nx ? engine::TailMode::Exact : engine::TailMode::MayOverwrite;
-    auto seg_at = [&](int i, int64_t src_row) {  // the segment of window row i, from source row src_row
-      return g.hdr_bytes + static_cast<int64_t>(i) * g.pitch + row_shift(plane, src_row, g.nx, tw.xw) + seg_off;
-    };
-    // The rows inside the plane move as one box when they share a shift; every other row with
-    // a source row (boundary rows, and all rows of planes whose rows disagree mod 16) alone.
-    const int box_lo = tw.i_lo, box_n = uniform_rows ? tw.i_hi - tw.i_lo : 0;
-    if (box_n > 0)
-      w.copy_rows(seg_at(box_lo, tw.yw + box_lo), g.pitch, plane + (tw.yw + box_lo) * g.nx + tw.c_lo, g.nx * esz,
-                  seg_bytes, box_n, tail);
-    for (int j = 0; j < g.win_h - box_n; ++j) {
-      const int i = j < box_lo ? j : j + box_n;
-      const int64_t src = map_index_dev(tw.yw + i, g.ny, boundary);
-      if (src >= 0) w.copy(seg_at(i, src), plane + src * g.nx + tw.c_lo, seg_bytes, tail);
-    }
-    const engine::Team st = w.store_team();
-    if (st.rank >= 0)
-      fill_stage<T>(static_cast<uint32_t>(__cvta_generic_to_shared(w.stage)), plane, tw, fg, st.rank, st.size);
-  };
+  auto load = [&](const auto& w, int64_t k) { load_stencil_tile<T>(w, x, g, boundary, blockIdx.x + k * gridDim.x); };
 
   const ConsumerGeom cg{g.ny, g.nx, kh, kw, g.kw_pad, g.pitch, g.hdr_bytes, g.items, g.cols_log2};
   auto consume = [&](const char* stage, int64_t, engine::Team team) {

@@ -142,6 +142,15 @@ StencilGeometry check_stencil2d(const at::Tensor& x, const at::Tensor& weights, 
   return g;
 }
 
+void check_stencil_grad(const char* op, const at::Tensor& x, const at::Tensor& grad) {
+  TORCH_CHECK_VALUE(grad.sizes() == x.sizes(), "cupipe.", op, ": grad must have x's shape ", x.sizes(),
+                    ", got ", grad.sizes());
+  TORCH_CHECK_TYPE(grad.scalar_type() == x.scalar_type(), "cupipe.", op, ": grad must have x's dtype ",
+                   x.scalar_type(), ", got ", grad.scalar_type());
+  TORCH_CHECK_VALUE(grad.device() == x.device(), "cupipe.", op, ": grad must be on x's device ", x.device(),
+                    ", got ", grad.device());
+}
+
 at::Tensor weights_for_kernel(const at::Tensor& x, const at::Tensor& weights) {
   const auto acc = x.scalar_type() == at::kDouble ? at::kDouble : at::kFloat;
   return weights.to(acc).contiguous();

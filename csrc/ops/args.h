@@ -42,6 +42,9 @@ StencilGeometry check_stencil1d(const at::Tensor& x, const at::Tensor& weights, 
                                 Boundary boundary);
 StencilGeometry check_stencil2d(const at::Tensor& x, const at::Tensor& weights, Boundary boundary);
 
+// The upstream gradient of a stencil's weight-gradient op: x's shape, dtype and device.
+void check_stencil_grad(const char* op, const at::Tensor& x, const at::Tensor& grad);
+
 // Weights converted to the kernels' accumulation type (float, or double for fp64 x), contiguous.
 at::Tensor weights_for_kernel(const at::Tensor& x, const at::Tensor& weights);
 

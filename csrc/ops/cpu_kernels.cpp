@@ -9,6 +9,7 @@
 #include <cmath>
 #include <cstring>
 #include <limits>
+#include <vector>
 
 #include "ops/args.h"
 #include "ops/boundary.h"
@@ -91,6 +92,72 @@ at::Tensor stencil2d_cpu(const at::Tensor& x, const at::Tensor& weights, c10::st
   check_stages("stencil2d", stages);
   const StencilGeometry g = check_stencil2d(x, weights, b);
   return stencil_cpu(x, weights, g, b);
+}
+
+// Weight gradient: grad_w[a][c] = sum over outputs of grad * the input the tap read. Rows go in
+// fixed chunks, each with its own partial sums, added in chunk order: the result does not depend
+// on the thread count.
+template <typename T, typename Acc>
+void stencil_weight_grad_cpu_impl(const T* x, const T* grad, Acc* out, const StencilGeometry& g, Boundary b) {
+  const int64_t ny = g.ny, nx = g.nx, rows = g.batch * ny;
+  const int kh = 2 * g.ry + 1, kw = 2 * g.rx + 1, taps = kh * kw;
+  constexpr int64_t kChunk = 16;
+  const int64_t nchunks = (rows + kChunk - 1) / kChunk;
+  std::vector<Acc> part(static_cast<size_t>(nchunks * taps), Acc(0));
+  at::parallel_for(0, nchunks, 1, [&](int64_t c0, int64_t c1) {
+    for (int64_t ci = c0; ci < c1; ++ci) {
+      Acc* acc = part.data() + ci * taps;
+      for (int64_t row = ci * kChunk; row < std::min(rows, (ci + 1) * kChunk); ++row) {
+        const int64_t bi = row / ny, i = row % ny;
+        const T* plane = x + bi * ny * nx;
+        for (int64_t j = 0; j < nx; ++j) {
+          const Acc gv = static_cast<Acc>(grad[row * nx + j]);
+          for (int a = 0; a < kh; ++a) {
+            const int64_t yi = map_index(i + a - g.ry, ny, b);
+            if (yi < 0) continue;
+            for (int c = 0; c < kw; ++c) {
+              const int64_t xj = map_index(j + c - g.rx, nx, b);
+              if (xj >= 0) acc[a * kw + c] += gv * static_cast<Acc>(plane[yi * nx + xj]);
+            }
+          }
+        }
+      }
+    }
+  });
+  for (int t = 0; t < taps; ++t) {
+    Acc s = 0;
+    for (int64_t ci = 0; ci < nchunks; ++ci) s += part[static_cast<size_t>(ci * taps + t)];
+    out[t] = s;
+  }
+}
+
+at::Tensor stencil_weight_grad_cpu(const char* op, const at::Tensor& x, const at::Tensor& grad,
+                                   const at::Tensor& weights, const StencilGeometry& g, Boundary boundary) {
+  check_stencil_grad(op, x, grad);
+  const auto acc = x.scalar_type() == at::kDouble ? at::kDouble : at::kFloat;
+  at::Tensor out = at::zeros(weights.sizes(), x.options().dtype(acc));
+  if (x.numel() == 0) return out;
+  const at::Tensor xc = x.contiguous(), gc = grad.contiguous();
+  AT_DISPATCH_FLOATING_TYPES_AND2(at::kHalf, at::kBFloat16, x.scalar_type(), "stencil_weight_grad_cpu", [&] {
+    using Acc = std::conditional_t<std::is_same_v<scalar_t, double>, double, float>;
+    stencil_weight_grad_cpu_impl<scalar_t, Acc>(xc.const_data_ptr<scalar_t>(), gc.const_data_ptr<scalar_t>(),
+                                                out.mutable_data_ptr<Acc>(), g, boundary);
+  });
+  return out;
+}
+
+at::Tensor stencil1d_weight_grad_cpu(const at::Tensor& x, const at::Tensor& grad, const at::Tensor& weights,
+                                     int64_t dim, c10::string_view boundary) {
+  const Boundary b = parse_boundary("_stencil1d_weight_grad", boundary);
+  const StencilGeometry g = check_stencil1d(x, weights, dim, b);
+  return stencil_weight_grad_cpu("_stencil1d_weight_grad", x, grad, weights, g, b);
+}
+
+at::Tensor stencil2d_weight_grad_cpu(const at::Tensor& x, const at::Tensor& grad, const at::Tensor& weights,
+                                     c10::string_view boundary) {
+  const Boundary b = parse_boundary("_stencil2d_weight_grad", boundary);
+  const StencilGeometry g = check_stencil2d(x, weights, b);
+  return stencil_weight_grad_cpu("_stencil2d_weight_grad", x, grad, weights, g, b);
 }
 
 template <typename Acc>
@@ -179,6 +246,8 @@ TORCH_LIBRARY_IMPL(cupipe, CPU, m) {
   m.impl("stream_copy", &stream_copy_cpu);
   m.impl("stencil1d", &stencil1d_cpu);
   m.impl("stencil2d", &stencil2d_cpu);
+  m.impl("_stencil1d_weight_grad", &stencil1d_weight_grad_cpu);
+  m.impl("_stencil2d_weight_grad", &stencil2d_weight_grad_cpu);
   m.impl("reduce", &reduce_cpu);
 }
 

@@ -146,6 +146,45 @@ at::Tensor stencil2d_ex_cuda(const at::Tensor& x, const at::Tensor& weights, c10
   return stencil_cuda("stencil2d", x, weights, g, b, mech, stages, free_sms);
 }
 
+at::Tensor stencil_weight_grad_cuda(const char* op, const at::Tensor& x, const at::Tensor& grad,
+                                    const at::Tensor& weights, const StencilGeometry& g, Boundary boundary) {
+  check_stencil_grad(op, x, grad);
+  c10::cuda::CUDAGuard guard(x.device());
+  const auto acc = x.scalar_type() == at::kDouble ? at::kDouble : at::kFloat;
+  if (x.numel() == 0) return at::zeros(weights.sizes(), x.options().dtype(acc));
+  const DeviceInfo dev = device_info(x.get_device());
+  const at::Tensor xc = x.contiguous(), gc = grad.contiguous();
+  const int64_t taps = (2 * int64_t(g.ry) + 1) * (2 * int64_t(g.rx) + 1);
+  at::Tensor partials = at::empty({int64_t(dev.num_sms) * kMaxBlocksPerSm, taps}, x.options().dtype(acc));
+  StencilWeightGradParams p;
+  p.x = xc.data_ptr();
+  p.grad = gc.data_ptr();
+  p.partials = partials.data_ptr();
+  p.max_blocks = partials.size(0);
+  p.dtype = to_kernel_dtype(x.scalar_type());
+  p.batch = g.batch; p.ny = g.ny; p.nx = g.nx; p.ry = g.ry; p.rx = g.rx;
+  p.boundary = boundary;
+  p.stream = current_stream();
+  int64_t blocks = 0;
+  run_launcher(op, [&] { blocks = launch_stencil_weight_grad(p); });
+  // The blocks' rows added in a fixed order (deterministic).
+  return partials.narrow(0, 0, blocks).sum(0).view(weights.sizes());
+}
+
+at::Tensor stencil1d_weight_grad_cuda(const at::Tensor& x, const at::Tensor& grad, const at::Tensor& weights,
+                                      int64_t dim, c10::string_view boundary) {
+  const Boundary b = parse_boundary("_stencil1d_weight_grad", boundary);
+  const StencilGeometry g = check_stencil1d(x, weights, dim, b);
+  return stencil_weight_grad_cuda("_stencil1d_weight_grad", x, grad, weights, g, b);
+}
+
+at::Tensor stencil2d_weight_grad_cuda(const at::Tensor& x, const at::Tensor& grad, const at::Tensor& weights,
+                                      c10::string_view boundary) {
+  const Boundary b = parse_boundary("_stencil2d_weight_grad", boundary);
+  const StencilGeometry g = check_stencil2d(x, weights, b);
+  return stencil_weight_grad_cuda("_stencil2d_weight_grad", x, grad, weights, g, b);
+}
+
 at::Tensor reduce_impl(const at::Tensor& x, c10::string_view op, at::OptionalIntArrayRef dim,
                        bool keepdim, std::optional<at::ScalarType> dtype, c10::string_view mechanism,
                        int64_t stages, int64_t tile_bytes) {
@@ -210,6 +249,8 @@ TORCH_LIBRARY_IMPL(cupipe, CUDA, m) {
   m.impl("stencil2d", &stencil2d_cuda);
   m.impl("_stencil1d_ex", &stencil1d_ex_cuda);
   m.impl("_stencil2d_ex", &stencil2d_ex_cuda);
+  m.impl("_stencil1d_weight_grad", &stencil1d_weight_grad_cuda);
+  m.impl("_stencil2d_weight_grad", &stencil2d_weight_grad_cuda);
   m.impl("reduce", &reduce_cuda);
   m.impl("_reduce_ex", &reduce_ex_cuda);
 }

@@ -27,6 +27,10 @@ TORCH_LIBRARY(cupipe, m) {
   m.def(
       "_stencil2d_ex(Tensor x, Tensor weights, str boundary, str mechanism, int stages, "
       "int free_sms) -> Tensor");
+  // Not part of the public API: the stencils' weight gradients (their autograd calls them), in the
+  // accumulation dtype (float32; float64 for float64 x), with the weights' shape.
+  m.def("_stencil1d_weight_grad(Tensor x, Tensor grad, Tensor weights, int dim, str boundary) -> Tensor");
+  m.def("_stencil2d_weight_grad(Tensor x, Tensor grad, Tensor weights, str boundary) -> Tensor");
   m.def(
       "reduce(Tensor x, str op=\"sum\", int[1]? dim=None, bool keepdim=False, *, "
       "ScalarType? dtype=None, str mechanism=\"auto\", int stages=0) -> Tensor");
