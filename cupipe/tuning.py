@@ -295,53 +295,58 @@ def _geometry(op: str, a: Dict[str, object]) -> Dict[str, object]:
 
 # Why the shipped table picks what it picks (mirrors the comments in csrc/ops/tuning.cpp). Each
 # reason names the choice it explains, and is only given when the table still makes that choice.
+# Why the shipped table (csrc/ops/tuning.cpp) chose what it chose, by (op, mechanism, stages).
+_STENCIL_REASONS = {
+    ("barrier", 2): "along the last dim on sm_90 (4- and 8-byte types): barrier with 2 stages ran "
+                    "a 2^28 fp32 r=4 signal in 0.621-0.681 ms against specialized/2's 0.661-0.701 "
+                    "and primitives/2's 0.764-0.815 (H200, BENCHMARKS.md, fourth run)",
+    ("specialized", 2): "on sm_90, 2-D fp32/fp64 boxes and 2-byte 1-D signals: specialized (one "
+                        "producer warp, the other warps consume) with 2 stages; 5-point 8192^2 fp32 "
+                        "0.178-0.181 ms against primitives/2's 0.199-0.202, fp16 2^28 r=4 "
+                        "0.406-0.430 against barrier/2's 0.462-0.537 (H200, BENCHMARKS.md, fourth "
+                        "run)",
+    ("primitives", 2): "primitives (guaranteed LDGSTS, zero-fill tails) with 2 stages: 2-byte 2-D "
+                       "boxes on sm_90 (fp16 3x3 8192^2 0.183 ms against specialized/2's 0.261, "
+                       "H200, BENCHMARKS.md, fourth run), stencils along a strided dim, and GPUs "
+                       "before sm_90 (not measured per shape there)",
+}
 _TABLE_REASONS = {
-    ("stream_copy", True): (("sync", 2), "measured on an H200 (BENCHMARKS.md, 2026-11-22): sync "
-                            "with 1-2 stages was fastest for 2^28 fp32 (0.94-0.95x of "
-                            "y.copy_(x) in the third run), every other mechanism's best within "
-                            "0.92-0.94x; with the whole device occupied plain loads already keep "
-                            "enough bytes in flight"),
-    ("stream_copy", False): (("primitives", 4), "before sm_90 the table takes the LDGSTS path "
-                             "(primitives, 4 stages), which needs no Hopper instructions"),
-    ("stencil1d", True): (("barrier", 2), "along the last dim on sm_90: barrier with 2 stages ran "
-                          "a 2^28 fp32 r=4 signal in 0.641-0.670 ms against primitives/2's "
-                          "0.778-0.781 in two H200 runs (BENCHMARKS.md, 2026-11-22)"),
-    ("stencil1d", None): (("primitives", 2), "off the last dim, or before sm_90: primitives "
-                          "(guaranteed LDGSTS, zero-fill tails) with 2 stages, the fastest of the "
-                          "2-D sweeps (not tuned per shape)"),
-    ("stencil2d", True): (("barrier", 2), "a 1 x k window (ry = 0) runs the 1-D kernel, where "
-                          "barrier with 2 stages was fastest on sm_90 (0.641-0.670 ms against "
-                          "primitives/2's 0.778-0.781 for r=4, two H200 runs)"),
-    ("stencil2d", None): (("primitives", 2), "primitives (guaranteed LDGSTS, zero-fill tails) "
-                          "with 2 stages: the fastest in the 2-D sweeps (5-point 8192^2 fp32 "
-                          "0.212 ms on an H200, BENCHMARKS.md)"),
-    ("reduce", None): (("primitives", 2), "along the innermost dim (a whole tensor, short or long "
-                       "rows) primitives with 2 stages of 32 KiB led or tied every case of the "
-                       "H200 sweep (sum all 0.263 ms, BENCHMARKS.md, third run of 2026-11-22)"),
-    ("reduce", "cols"): (("primitives", 4), "over a non-innermost dim (columns) primitives with 4 "
-                         "stages of 16 KiB ran fastest in the H200 sweep (BENCHMARKS.md, third run "
-                         "of 2026-11-22)"),
+    ("stream_copy", "sync", 2): "measured on an H200 (BENCHMARKS.md, 2026-11-22): sync with 1-2 "
+                                "stages was fastest for 2^28 fp32 (0.94-0.95x of y.copy_(x) in the "
+                                "third run), every other mechanism's best within 0.92-0.94x; with "
+                                "the whole device occupied plain loads already keep enough bytes in "
+                                "flight",
+    ("stream_copy", "primitives", 4): "before sm_90 the table takes the LDGSTS path (primitives, 4 "
+                                      "stages), which needs no Hopper instructions",
+    **{(op, m, s): why for op in ("stencil1d", "stencil2d") for (m, s), why in _STENCIL_REASONS.items()},
+    ("reduce", "primitives", 2): "along the innermost dim (a whole tensor, short or long rows) "
+                                 "primitives with 2 stages of 32 KiB led or tied every case of the "
+                                 "H200 sweep (sum all 0.263 ms, BENCHMARKS.md, third run of "
+                                 "2026-11-22)",
+    ("reduce", "primitives", 4): "over a non-innermost dim (columns) primitives with 4 stages of 16 "
+                                 "KiB ran fastest in the H200 sweep (BENCHMARKS.md, third run of "
+                                 "2026-11-22)",
 }
 
 
-def _table_reason(op: str, sm: int, mechanism: str, stages: int) -> str:
-    for key in ((op, sm >= 90), (op, "cols"), (op, None)):
-        if key in _TABLE_REASONS and _TABLE_REASONS[key][0] == (mechanism, stages):
-            return _TABLE_REASONS[key][1]
-    return "the shipped table's choice for this op and GPU (see the comments in csrc/ops/tuning.cpp)"
+def _table_reason(op: str, mechanism: str, stages: int) -> str:
+    return _TABLE_REASONS.get((op, mechanism, stages),
+                              "the shipped table's choice for this op and GPU (see the comments in "
+                              "csrc/ops/tuning.cpp)")
 
 
 def _table_shape(op: str, x: torch.Tensor, a: Dict[str, object]) -> Dict[str, int]:
     """The shape arguments of _C.resolve_config: for reduce, the (outer, r, inner) view the op
     reduces (as reduce_canonical_view in csrc/ops/args.cpp builds it); for the stencils the radii
-    (ry along the rows, rx along the last dim, as the kernels see them); nothing for stream_copy."""
+    (ry along the rows, rx along the last dim, as the kernels see them) and the element size;
+    nothing for stream_copy."""
     if op == "stencil1d":
         r = (a["weights"].shape[0] - 1) // 2
         last = x.dim() == 0 or int(a["dim"]) % max(x.dim(), 1) == x.dim() - 1
-        return {"ry": 0, "rx": r} if last else {"ry": r, "rx": 0}
+        return {"ry": 0, "rx": r, "esz": x.element_size()} if last else {"ry": r, "rx": 0, "esz": x.element_size()}
     if op == "stencil2d":
         w = a["weights"]
-        return {"ry": (w.shape[0] - 1) // 2, "rx": (w.shape[1] - 1) // 2}
+        return {"ry": (w.shape[0] - 1) // 2, "rx": (w.shape[1] - 1) // 2, "esz": x.element_size()}
     if op != "reduce":
         return {}
     nd, sizes = x.dim(), list(x.shape)
@@ -435,7 +440,7 @@ def explain(op: str, x: torch.Tensor, *args, **kwargs) -> Explanation:
     shape = _table_shape(op, x, a)
     m, s, v = _C.resolve_config(op, sm, mech, stages, vec, **shape)
     tm, ts, _ = _C.resolve_config(op, sm, "auto", 0, 0, **shape)  # the table's own full choice
-    why = _table_reason(op, sm, tm, ts)
+    why = _table_reason(op, tm, ts)
     if stages > 0:
         why += f"; stages={stages} given explicitly"
     if op == "stream_copy" and vec > 0:

@@ -9,7 +9,8 @@ import torch
 
 import cupipe
 from conftest import (BOUNDARIES, FLOAT_DTYPES, assert_close, make_input, make_weights,
-                      stencil1d_loop_ref, stencil1d_ref, stencil2d_loop_ref, stencil2d_ref, tol)
+                      poison_allocator, stencil1d_loop_ref, stencil1d_ref, stencil2d_loop_ref,
+                      stencil2d_ref, tol)
 
 RADII = [0, 1, 2, 3, 4, 6]
 DTYPE_IDS = {torch.float32: "f32", torch.float16: "f16", torch.bfloat16: "bf16",
@@ -203,6 +204,42 @@ def test_stencil2d_odd_planes(device, shape, boundary, dtype):
         _check2d(x, make_weights(wshape, dtype, device, seed=23), boundary, what=f"w={wshape}")
 
 
+# The CUDA kernel's fixed consumers (StencilFixed in csrc/kernels/stencil.cuh): 3x3 and 5x5
+# boxes, and 1-D rows of radius 1..4 along the last dim, run a compile-time consumer when the
+# plane's rows are a multiple of 16 bytes and the data pointer is aligned; otherwise (an odd
+# storage offset) the general consumer. Both must agree with the reference, on planes with
+# partial items (rows not a multiple of 8, columns not a multiple of a tile) and on planes
+# shorter or narrower than one tile. Outputs come from poisoned memory.
+FIXED_PLANES = [(37, 96), (2, 70, 200), (8, 128), (3, 1, 1024)]
+FIXED_WEIGHTS = [(3, 3), (5, 5)]
+
+
+@pytest.mark.parametrize("dtype", FLOAT_DTYPES, ids=lambda d: DTYPE_IDS[d])
+@pytest.mark.parametrize("boundary", BOUNDARIES)
+@pytest.mark.parametrize("offset", [0, 1], ids=["aligned", "offset"])
+def test_stencil_fixed_consumers(device, boundary, dtype, offset):
+    for shape in FIXED_PLANES:
+        n = 1
+        for s in shape:
+            n *= s
+        base = make_input((n + offset,), dtype, device, seed=26)
+        x = base[offset:].view(shape)  # contiguous; data pointer off by one element when offset
+        for wshape in FIXED_WEIGHTS:
+            ry, rx = (wshape[0] - 1) // 2, (wshape[1] - 1) // 2
+            if boundary == "reflect" and (shape[-2] <= ry or shape[-1] <= rx):
+                continue
+            if device == "cuda":
+                poison_allocator(x.numel() * x.element_size())
+            _check2d(x, make_weights(wshape, dtype, device, seed=27), boundary, what=f"offset={offset}")
+        for r in (1, 2, 3, 4):
+            if boundary == "reflect" and shape[-1] <= r:
+                continue
+            if device == "cuda":
+                poison_allocator(x.numel() * x.element_size())
+            _check1d(x, make_weights((2 * r + 1,), dtype, device, seed=28), -1, boundary,
+                     what=f"offset={offset}")
+
+
 @pytest.mark.parametrize("dtype", FLOAT_DTYPES, ids=lambda d: DTYPE_IDS[d])
 @pytest.mark.parametrize("boundary", BOUNDARIES)
 def test_stencil1d_long_signal(device, boundary, dtype):
@@ -392,6 +429,7 @@ def test_stencil_mechanisms(device, mechanism):
     w1 = make_weights((7,), torch.float32, device)
     w2 = make_weights((5, 5), torch.float32, device)
     w3 = make_weights((9, 13), torch.float32, device)
+    w4 = make_weights((3, 3), torch.float32, device)
     for stages in (0, 1, 2, 3, 4, 8):
         for boundary in BOUNDARIES:
             for dim in (-1, 1):
@@ -399,7 +437,12 @@ def test_stencil_mechanisms(device, mechanism):
                                      stages=stages)
                 assert_close(y, _ref1d(x, w1, dim, boundary), atol=1e-4, rtol=1e-4,
                              what=f"1d {mechanism} {stages} {boundary} dim={dim}")
-            for xx, w in [(x, w2), (xb, w2), (xb, w3)]:
+            # xb's rows are whole 16-byte multiples: 1-D along them and the 3x3/5x5 boxes run
+            # the fixed consumers, behind every mechanism's loader.
+            y = cupipe.stencil1d(xb, w1, dim=-1, boundary=boundary, mechanism=mechanism, stages=stages)
+            assert_close(y, _ref1d(xb, w1, -1, boundary), atol=1e-4, rtol=1e-4,
+                         what=f"1d {mechanism} {stages} {boundary} x={tuple(xb.shape)}")
+            for xx, w in [(x, w2), (xb, w2), (xb, w4), (xb, w3)]:
                 y = cupipe.stencil2d(xx, w, boundary=boundary, mechanism=mechanism, stages=stages)
                 assert_close(y, _ref2d(xx, w, boundary), atol=1e-4, rtol=1e-4,
                              what=f"2d {mechanism} {stages} {boundary} x={tuple(xx.shape)} "

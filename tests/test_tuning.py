@@ -285,14 +285,19 @@ def test_explain_on_a_gpu_table_and_cache(fake_gpu, monkeypatch):
 
 
 @needs_table
-def test_stencil_table_depends_on_the_radii(fake_gpu, monkeypatch):
-    """Stencils along the last dim only (ry = 0) resolve to barrier/2 on sm_90 (measured), every
-    other stencil and older GPUs to primitives/2; explain derives (ry, rx) like the kernels."""
+def test_stencil_table_depends_on_the_radii_and_dtype(fake_gpu, monkeypatch):
+    """On sm_90 (measured): along the last dim only (ry = 0) barrier/2, or specialized/2 for 2-byte
+    types; 2-D boxes specialized/2, or primitives/2 for 2-byte types; along a strided dim and on
+    older GPUs primitives/2. explain derives (ry, rx, esz) like the kernels."""
     rc = cupipe._C.resolve_config
     assert rc("stencil1d", 90, "auto", 0, 0, ry=0, rx=4)[:2] == ("barrier", 2)
+    assert rc("stencil1d", 90, "auto", 0, 0, ry=0, rx=4, esz=8)[:2] == ("barrier", 2)
+    assert rc("stencil1d", 90, "auto", 0, 0, ry=0, rx=4, esz=2)[:2] == ("specialized", 2)
     assert rc("stencil1d", 90, "auto", 0, 0, ry=4, rx=0)[:2] == ("primitives", 2)
     assert rc("stencil1d", 80, "auto", 0, 0, ry=0, rx=4)[:2] == ("primitives", 2)
-    assert rc("stencil2d", 90, "auto", 0, 0, ry=1, rx=1)[:2] == ("primitives", 2)
+    assert rc("stencil2d", 90, "auto", 0, 0, ry=1, rx=1)[:2] == ("specialized", 2)
+    assert rc("stencil2d", 90, "auto", 0, 0, ry=1, rx=1, esz=2)[:2] == ("primitives", 2)
+    assert rc("stencil2d", 80, "auto", 0, 0, ry=1, rx=1)[:2] == ("primitives", 2)
     assert rc("stencil2d", 90, "auto", 0, 0, ry=0, rx=2)[:2] == ("barrier", 2)
     assert rc("stencil1d", 90, "auto", 3, 0, ry=0, rx=4)[:2] == ("barrier", 3)
     assert rc("stencil1d", 90, "cg", 0, 0, ry=0, rx=4)[:2] == ("cg", 2)
@@ -300,17 +305,21 @@ def test_stencil_table_depends_on_the_radii(fake_gpu, monkeypatch):
     shape = tuning._table_shape
     x = torch.empty(4, 5, 6)
     w9 = torch.empty(9)
-    assert shape("stencil1d", x, {"weights": w9, "dim": -1}) == {"ry": 0, "rx": 4}
-    assert shape("stencil1d", x, {"weights": w9, "dim": 2}) == {"ry": 0, "rx": 4}
-    assert shape("stencil1d", x, {"weights": w9, "dim": 1}) == {"ry": 4, "rx": 0}
-    assert shape("stencil2d", x, {"weights": torch.empty(3, 5)}) == {"ry": 1, "rx": 2}
+    assert shape("stencil1d", x, {"weights": w9, "dim": -1}) == {"ry": 0, "rx": 4, "esz": 4}
+    assert shape("stencil1d", x, {"weights": w9, "dim": 2}) == {"ry": 0, "rx": 4, "esz": 4}
+    assert shape("stencil1d", x, {"weights": w9, "dim": 1}) == {"ry": 4, "rx": 0, "esz": 4}
+    assert shape("stencil2d", x.half(), {"weights": torch.empty(3, 5)}) == {"ry": 1, "rx": 2, "esz": 2}
 
     monkeypatch.setattr(cupipe._C, "cuda_device_info", lambda index: {"sm": 90})
     sig = torch.empty(1 << 20, device="cuda")
     e = cupipe.explain("stencil1d", sig, torch.empty(9, device="cuda"))
-    assert (e.mechanism, e.stages) == ("barrier", 2) and "0.641" in e.reason
+    assert (e.mechanism, e.stages) == ("barrier", 2) and "0.621" in e.reason
+    e = cupipe.explain("stencil1d", sig.half(), torch.empty(9, device="cuda"))
+    assert (e.mechanism, e.stages) == ("specialized", 2) and "fp16" in e.reason
+    e = cupipe.explain("stencil2d", torch.empty(64, 64, device="cuda"), torch.empty(3, 3, device="cuda"))
+    assert (e.mechanism, e.stages) == ("specialized", 2) and "5-point" in e.reason
     e = cupipe.explain("stencil1d", torch.empty(64, 64, device="cuda"), torch.empty(9, device="cuda"), dim=0)
-    assert (e.mechanism, e.stages) == ("primitives", 2)
+    assert (e.mechanism, e.stages) == ("primitives", 2) and "strided" in e.reason
 
 
 @needs_table
@@ -368,7 +377,7 @@ def test_tune_search_logic_on_cpu(cache, monkeypatch):
                      timer=timer, mechanisms=["sync", "cg", "tma"], stage_counts=(1, 2),
                      vec_widths=(16,), save=True, verbose=False)
     assert (r["mechanism"], r["stages"], r["ms"], r["table_ms"]) == ("cg", 1, 1.5, 5.0)
-    assert r["table_config"] == "primitives/2"
+    assert r["table_config"] == "specialized/2"  # the sm_90 table for a 2-D fp32 box
     bad = [c for c in r["results"] if c["ms"] is None]
     assert [(c["mechanism"], c["stages"]) for c in bad] == [("cg", 2)]
     key = _key("stencil2d", (16, 16), radius=(1, 1))

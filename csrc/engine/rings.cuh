@@ -41,13 +41,14 @@ namespace cg = cooperative_groups;
 
 enum class TailMode { Exact, MayOverwrite };
 
-// Copies one segment with `nthreads` threads of rank `rank`: the synchronous head and tail, and
-// the body as V-byte chunks handed to `chunk(dst, src)`; `tail(dst, src, n)` moves the tail.
-template <int V, class Chunk, class Tail>
+// Copies one segment with `nthreads` threads of rank `rank`: the body as V-byte chunks handed to
+// `chunk(dst, src)`, the head (up to V - 1 bytes before the first V-aligned byte) to
+// `head(dst, src, n)` and the tail to `tail(dst, src, n)`.
+template <int V, class Chunk, class Head, class Tail>
 CUPIPE_DEVICE void copy_segment(char* dst, const char* src, int64_t nbytes, int rank, int nthreads,
-                                Chunk&& chunk, Tail&& tail) {
+                                Chunk&& chunk, Head&& head, Tail&& tail) {
   const Segment s = split_segment<V>(src, nbytes);
-  if (rank == 0) copy_bytes(dst, src, s.head);
+  if (rank == 0 && s.head > 0) head(dst, src, s.head);
   char* d = dst + s.head;
   const char* g = src + s.head;
   const int64_t nchunks = s.body / V;
@@ -58,34 +59,48 @@ CUPIPE_DEVICE void copy_segment(char* dst, const char* src, int64_t nbytes, int 
 // Copies `nrows` rows of `row_bytes` (row i: src + i*src_pitch -> dst + i*dst_pitch) with
 // `nthreads` threads. When both pitches are multiples of V every row splits like the first, and
 // the rows' V-byte chunks are dealt out to all threads as one (row, chunk) sequence, so a tile of
-// short rows keeps every thread busy; otherwise each row is a segment of its own.
-template <int V, class Chunk, class Tail>
+// short rows keeps every thread busy; otherwise each row is a segment of its own. A box lies in
+// one stage, so its chunk count fits 32 bits; the walk keeps row pointers and steps them.
+template <int V, class Chunk, class Head, class Tail>
 CUPIPE_DEVICE void copy_box(char* dst, int64_t dst_pitch, const char* src, int64_t src_pitch, int64_t row_bytes,
-                            int nrows, int rank, int nthreads, Chunk&& chunk, Tail&& tail) {
+                            int nrows, int rank, int nthreads, Chunk&& chunk, Head&& head, Tail&& tail) {
   if (dst_pitch % V != 0 || src_pitch % V != 0) {
     for (int i = 0; i < nrows; ++i)
-      copy_segment<V>(dst + i * dst_pitch, src + i * src_pitch, row_bytes, rank, nthreads, chunk, tail);
+      copy_segment<V>(dst + i * dst_pitch, src + i * src_pitch, row_bytes, rank, nthreads, chunk, head, tail);
     return;
   }
   const Segment s = split_segment<V>(src, row_bytes);
   if (s.head > 0 || s.tail > 0) {
     for (int i = rank; i < nrows; i += nthreads) {
-      copy_bytes(dst + i * dst_pitch, src + i * src_pitch, s.head);
+      if (s.head > 0) head(dst + i * dst_pitch, src + i * src_pitch, s.head);
       if (s.tail > 0) tail(dst + i * dst_pitch + s.head + s.body, src + i * src_pitch + s.head + s.body, s.tail);
     }
   }
-  const int64_t nch = s.body / V;
+  const int nch = static_cast<int>(s.body / V);
   if (nch == 0 || rank >= nthreads) return;
-  const int64_t total = nch * nrows;
-  int64_t r = rank / nch, c = rank % nch;
-  const int64_t dr = nthreads / nch, dc = nthreads % nch;
-  for (int64_t idx = rank; idx < total; idx += nthreads) {
-    chunk(dst + r * dst_pitch + s.head + c * V, src + r * src_pitch + s.head + c * V);
+  if (nthreads % nch == 0) {  // every thread keeps one chunk column and steps down the rows
+    const int c = rank % nch, dr = nthreads / nch;
+    char* d = dst + (rank / nch) * dst_pitch + s.head + c * V;
+    const char* g = src + (rank / nch) * src_pitch + s.head + c * V;
+    const int64_t d_step = dr * dst_pitch, g_step = dr * src_pitch;
+    for (int r = rank / nch; r < nrows; r += dr, d += d_step, g += g_step) chunk(d, g);
+    return;
+  }
+  const int total = nch * nrows;
+  int r = rank / nch, c = rank % nch;
+  const int dr = nthreads / nch, dc = nthreads % nch;
+  char* d = dst + r * dst_pitch + s.head;
+  const char* g = src + r * src_pitch + s.head;
+  const int64_t d_step = dr * dst_pitch, g_step = dr * src_pitch;
+  for (int idx = rank; idx < total; idx += nthreads) {
+    chunk(d + c * V, g + c * V);
     c += dc;
-    r += dr;
+    d += d_step;
+    g += g_step;
     if (c >= nch) {
       c -= nch;
-      ++r;
+      d += dst_pitch;
+      g += src_pitch;
     }
   }
 }
@@ -111,6 +126,7 @@ struct RingBase {
   // cuda::pipeline advances its consumer position in consumer_release, so its rings release
   // every tile; the others skip releases that no producer will acquire (see stage_ring.cuh).
   static constexpr bool kReleaseEveryTile = false;
+  static constexpr bool kNarrowAsync = false;  // see PerThreadCopies::narrow
   char* buffers;
   int stage_bytes;
   CUPIPE_DEVICE RingBase(char* b, int sb) : buffers(b), stage_bytes(sb) {}
@@ -127,6 +143,9 @@ struct RingBase {
 // The two ways a ring moves a segment or a box of rows. Per-thread rings (every copying thread
 // issues its own V-byte chunks) provide chunk(dst, src), tail(dst, src, n, mode) and
 // copy_team(); block-collective rings provide copy() and get copy_rows() as one copy per row.
+// Per-thread rings that can issue 4- and 8-byte async copies (kNarrowAsync, narrow_chunk<W>)
+// move heads and tails that way when the addresses and length allow (a stencil window's row
+// starts rx elements before an aligned column); the others copy them with plain loads and stores.
 template <class Derived, int V>
 struct PerThreadCopies {
   template <class St>
@@ -134,6 +153,7 @@ struct PerThreadCopies {
     auto& self = static_cast<Derived&>(*this);
     const Team t = Derived::copy_team();
     copy_segment<V>(dst, src, n, t.rank, t.size, [&](char* d, const char* g) { self.chunk(d, g); },
+                    [&](char* d, const char* g, int hn) { self.narrow(d, g, hn); },
                     [&](char* d, const char* g, int tn) { self.tail(d, g, tn, mode); });
   }
   template <class St>
@@ -143,9 +163,26 @@ struct PerThreadCopies {
     const Team t = Derived::copy_team();
     copy_box<V>(dst, dst_pitch, src, src_pitch, row_bytes, nrows, t.rank, t.size,
                 [&](char* d, const char* g) { self.chunk(d, g); },
+                [&](char* d, const char* g, int hn) { self.narrow(d, g, hn); },
                 [&](char* d, const char* g, int tn) { self.tail(d, g, tn, mode); });
   }
-  CUPIPE_DEVICE void tail(char* d, const char* g, int n, TailMode) { copy_bytes(d, g, n); }
+  // n bytes (fewer than V) that dst and src hold at equal alignment.
+  CUPIPE_DEVICE void narrow(char* d, const char* g, int n) {
+    if constexpr (Derived::kNarrowAsync) {
+      auto& self = static_cast<Derived&>(*this);
+      const uintptr_t a = reinterpret_cast<uintptr_t>(d) | reinterpret_cast<uintptr_t>(g) | static_cast<uintptr_t>(n);
+      if (V > 8 && (a & 7) == 0) {
+        for (int k = 0; k < n; k += 8) self.template narrow_chunk<8>(d + k, g + k);
+        return;
+      }
+      if (V > 4 && (a & 3) == 0) {
+        for (int k = 0; k < n; k += 4) self.template narrow_chunk<4>(d + k, g + k);
+        return;
+      }
+    }
+    copy_bytes(d, g, n);
+  }
+  CUPIPE_DEVICE void tail(char* d, const char* g, int n, TailMode) { static_cast<Derived&>(*this).narrow(d, g, n); }
   CUPIPE_DEVICE static Team copy_team() { return Team{static_cast<int>(threadIdx.x), static_cast<int>(blockDim.x)}; }
 };
 
@@ -214,6 +251,9 @@ struct Ring<Mechanism::Pipeline, Stages, V> : RingBase<Stages>, PerThreadCopies<
       : RingBase<Stages>(b, sb), pipe(cuda::make_pipeline(cg::this_thread_block(), &ss.state)) {}
   template <class St> CUPIPE_DEVICE void producer_acquire(const St&) { pipe.producer_acquire(); }
   CUPIPE_DEVICE void chunk(char* d, const char* g) { cuda::memcpy_async(d, g, cuda::aligned_size_t<V>(V), pipe); }
+  static constexpr bool kNarrowAsync = true;
+  template <int W>
+  CUPIPE_DEVICE void narrow_chunk(char* d, const char* g) { cuda::memcpy_async(d, g, cuda::aligned_size_t<W>(W), pipe); }
   template <class St> CUPIPE_DEVICE void producer_commit(const St&) { pipe.producer_commit(); }
   template <class St> CUPIPE_DEVICE void consumer_wait(const St&, int) { pipe.consumer_wait(); }
   template <class St> CUPIPE_DEVICE void consumer_release(const St&) { pipe.consumer_release(); }
@@ -228,6 +268,9 @@ struct Ring<Mechanism::PipelineThread, Stages, V> : RingBase<Stages>,
   CUPIPE_DEVICE Ring(SharedState&, char* b, int sb) : RingBase<Stages>(b, sb), pipe(cuda::make_pipeline()) {}
   template <class St> CUPIPE_DEVICE void producer_acquire(const St&) { pipe.producer_acquire(); }
   CUPIPE_DEVICE void chunk(char* d, const char* g) { cuda::memcpy_async(d, g, cuda::aligned_size_t<V>(V), pipe); }
+  static constexpr bool kNarrowAsync = true;
+  template <int W>
+  CUPIPE_DEVICE void narrow_chunk(char* d, const char* g) { cuda::memcpy_async(d, g, cuda::aligned_size_t<W>(W), pipe); }
   template <class St> CUPIPE_DEVICE void producer_commit(const St&) { pipe.producer_commit(); }
   template <class St> CUPIPE_DEVICE void consumer_wait(const St&, int) {
     pipe.consumer_wait();  // this thread's copies have landed ...
@@ -247,11 +290,14 @@ struct Ring<Mechanism::Primitives, Stages, V> : RingBase<Stages>,
   CUPIPE_DEVICE Ring(SharedState&, char* b, int sb) : RingBase<Stages>(b, sb) {}
   template <class St> CUPIPE_DEVICE void producer_acquire(const St&) {}
   CUPIPE_DEVICE void chunk(char* d, const char* g) { __pipeline_memcpy_async(d, g, V); }
+  static constexpr bool kNarrowAsync = true;
+  template <int W>
+  CUPIPE_DEVICE void narrow_chunk(char* d, const char* g) { __pipeline_memcpy_async(d, g, W); }
   CUPIPE_DEVICE void tail(char* d, const char* g, int n, TailMode mode) {
     if (mode == TailMode::MayOverwrite)
       __pipeline_memcpy_async(d, g, V, V - n);  // reads n bytes, zero-fills the rest of the chunk
     else
-      copy_bytes(d, g, n);
+      this->narrow(d, g, n);
   }
   template <class St> CUPIPE_DEVICE void producer_commit(const St&) { __pipeline_commit(); }
   template <class St> CUPIPE_DEVICE void consumer_wait(const St&, int pending) {
@@ -353,6 +399,9 @@ struct Ring<Mechanism::Specialized, Stages, V> : RingBase<Stages>,
   CUPIPE_DEVICE static Team copy_team() { return Team{static_cast<int>(threadIdx.x), kProducerThreads}; }
   template <class St> CUPIPE_DEVICE void producer_acquire(const St&) { pipe.producer_acquire(); }
   CUPIPE_DEVICE void chunk(char* d, const char* g) { cuda::memcpy_async(d, g, cuda::aligned_size_t<V>(V), pipe); }
+  static constexpr bool kNarrowAsync = true;
+  template <int W>
+  CUPIPE_DEVICE void narrow_chunk(char* d, const char* g) { cuda::memcpy_async(d, g, cuda::aligned_size_t<W>(W), pipe); }
   template <class St> CUPIPE_DEVICE void producer_commit(const St&) { pipe.producer_commit(); }
   template <class St> CUPIPE_DEVICE void consumer_wait(const St&, int) { pipe.consumer_wait(); }
   template <class St> CUPIPE_DEVICE void consumer_release(const St&) { pipe.consumer_release(); }

@@ -60,6 +60,14 @@ using RowBlocking = Blocking<1, 1, 9, true>;
 template <int CK>
 using BoxBlocking = Blocking<8, 3, CK, CK == 9>;
 
+// The consumer shapes that have a fully compile-time consumer (consume_tile_fixed): every size
+// known, one pass, weights loaded once per tile, window rows read as whole aligned vectors. The
+// launcher picks one when the tile rows all share one shift and that shift puts the first tap of
+// every item at the offset the shape expects (an input whose plane rows are whole 16-byte
+// multiples and whose data pointer is vector-aligned: the common case); otherwise the general
+// consumer runs.
+enum class StencilFixed : int { None = 0, Row3, Row5, Row7, Row9, Box3x3, Box5x5 };
+
 struct BlockingShape {
   int th, dy, ck;
 };
@@ -94,6 +102,7 @@ struct StencilGeom {
   int64_t batch, ny, nx;
   int ry, rx;
   StencilBlocking blocking;
+  StencilFixed fixed;      // None unless the launcher finds a fixed consumer for the input
   int tile_h, tile_w;      // outputs per tile: (tile_h / TH) x (tile_w / TW) work items
   int cols_log2;           // log2(tile_w / TW): items per row block, a power of two
   int items;
@@ -108,14 +117,17 @@ struct StencilGeom {
 
 // Tile shape for `consumers` consuming threads, shrunk until `stages` stages and the weights fit
 // `smem_budget` bytes. Box tiles start at one item per thread: 32 items (a warp) across, one
-// 8-row block per warp down (64 x 128 outputs for fp32); Row tiles are 1024 items of one row, 4
-// per thread, so that a 1-D signal moves in 16 KiB stages (8 for 2-byte types). Narrow planes
+// 8-row block per warp down (64 x 128 outputs for fp32); Row tiles are 2048 items of one row, 8
+// per thread, so that a 1-D signal moves in 32 KiB stages (16 for 2-byte types): a tile's fixed
+// cost (its origin, window and copy setup, the ring's wait) is spread over more outputs than at
+// 1024 items (2^28 fp32 r = 4 on the H200: BENCHMARKS.md, fourth run). Narrow planes
 // trade columns for rows (up to kStencilMaxTileRows), short planes drop rows; when even the
 // smallest Box tile does not fit (huge radii), Row's shorter window is tried.
 inline StencilGeom make_stencil_geom(const StencilParams& p, int esz, int acc_size, int consumers,
                                      int64_t smem_budget) {
   StencilGeom g;
   g.batch = p.batch; g.ny = p.ny; g.nx = p.nx; g.ry = p.ry; g.rx = p.rx;
+  g.fixed = StencilFixed::None;
   const int tw = esz == 8 ? 2 : 4;  // kTW
   const int64_t kh = 2 * int64_t(p.ry) + 1, kw = 2 * int64_t(p.rx) + 1;
   g.blocking = p.ry == 0 || p.ny < 8 ? StencilBlocking::Row
@@ -131,9 +143,9 @@ inline StencilGeom make_stencil_geom(const StencilParams& p, int esz, int acc_si
     g.kh_pad = static_cast<int>(kh_pad);
     g.kw_pad = static_cast<int>(kw_pad);
     g.weight_bytes = engine::align_up(kh_pad * kw_pad * acc_size, 16);
-    int cols = b.th == 1 ? 1024 : 32;
+    int cols = b.th == 1 ? 2048 : 32;
     while (cols > 1 && (cols / 2) * int64_t(tw) >= p.nx) cols /= 2;
-    int rb = static_cast<int>(std::max<int64_t>(1, std::min<int64_t>({(b.th == 1 ? 4 * consumers : consumers) / cols,
+    int rb = static_cast<int>(std::max<int64_t>(1, std::min<int64_t>({(b.th == 1 ? 8 * consumers : consumers) / cols,
                                                                       kStencilMaxTileRows / b.th,
                                                                       (p.ny + b.th - 1) / b.th})));
     auto layout = [&] {
@@ -149,7 +161,9 @@ inline StencilGeom make_stencil_geom(const StencilParams& p, int esz, int acc_si
       g.win_w = static_cast<int>(win_w);
       g.pitch = static_cast<int>(pitch);
       g.hdr_bytes = static_cast<int>(hdr);
-      g.stage_bytes = hdr + win_h * pitch;
+      // 16 bytes of slack: the fixed consumer's last vector of the last row may reach past it,
+      // and must not touch the next stage (which the ring may be filling).
+      g.stage_bytes = hdr + win_h * pitch + 16;
       return p.stages * g.stage_bytes + g.weight_bytes <= smem_budget;
     };
     bool fits = layout();
@@ -334,6 +348,12 @@ __device__ __forceinline__ void unpack(const uint32_t (&w)[NW], acc_t<T> (&x)[N]
   ((x[K] = word_elem<T, K>(w)), ...);
 }
 
+// x[k] = element Off + k of the words w[].
+template <typename T, int Off, int N, int NW, int... K>
+__device__ __forceinline__ void unpack_from(const uint32_t (&w)[NW], acc_t<T> (&x)[N], std::integer_sequence<int, K...>) {
+  ((x[K] = word_elem<T, Off + K>(w)), ...);
+}
+
 // x[k] = element k from p on, read with V-byte vectors (p is V-aligned; reads round up to whole
 // vectors, which the row pitch leaves room for).
 template <typename T, int V, int N>
@@ -491,6 +511,112 @@ __device__ __noinline__ void consume_box_tile(uint32_t stage, uint32_t w_s, Cons
                                    static_cast<const acc_t<T>*>(__cvta_shared_to_generic(w_s)), g, out, rank, size);
 }
 
+// The fixed consumer: a KH x KW stencil in one pass over items of TH x TW outputs, every size a
+// compile-time constant. Preconditions (the launcher's StencilFixed choice): all rows of the tile
+// share the shift in the header's first slot, and window column 0 then lies M elements past a
+// V-byte boundary, where M = (-rx) mod (V / sizeof(T)) -- so every item's first tap column sits M
+// elements into an aligned vector (items start at multiples of TW elements, TW elements = V
+// bytes). Each window row is then NV aligned V-byte loads (no narrow loads, no bank conflicts:
+// the lanes of a warp read consecutive vectors) and the elements are picked at compile-time
+// offsets. The weights are loaded into registers once per tile, not once per item. The vectors
+// read up to V - 1 bytes past the row's last tap, which the pitch and the stage's slack cover.
+template <typename T, int TH, int KH, int KW>
+__device__ __noinline__ void consume_tile_fixed(uint32_t stage_s, uint32_t w_s, ConsumerGeom g, T* out, int rank,
+                                                int size) {
+  using A = acc_t<T>;
+  constexpr int esz = sizeof(T), TW = kTW<T>, V = kVecBytes<T>, kPerVec = V / esz;
+  constexpr int M = (kPerVec - (KW / 2) % kPerVec) % kPerVec;
+  constexpr int NX = TW + KW - 1;                    // window elements an item row needs
+  constexpr int NV = (M + NX + kPerVec - 1) / kPerVec;  // aligned vectors that hold them
+  const char* stage = static_cast<const char*>(__cvta_shared_to_generic(stage_s));
+  const A* w = static_cast<const A*>(__cvta_shared_to_generic(w_s));
+  A wr[KH][KW];
+#pragma unroll
+  for (int k = 0; k < KH; ++k)
+#pragma unroll
+    for (int c = 0; c < KW; ++c) wr[k][c] = w[k * g.kw_pad + c];
+  const TileHeader t = *reinterpret_cast<const TileHeader*>(stage);
+  const int shift = *reinterpret_cast<const int*>(stage + sizeof(TileHeader));
+  const char* rows = stage + g.hdr_bytes + shift - M * esz;  // V-aligned
+  T* oplane = out + t.b * g.ny * g.nx;
+  for (int p = rank; p < g.items; p += size) {
+    const int j0 = (p & ((1 << g.cols_log2) - 1)) * TW, o0 = (p >> g.cols_log2) * TH;
+    const int64_t oy = t.y0 + o0, ox = t.x0 + j0;
+    if (oy >= g.ny || ox >= g.nx) continue;  // past the plane: nothing to compute
+    const char* item = rows + o0 * g.pitch + j0 * esz;
+    A acc[TH][TW] = {};
+#pragma unroll
+    for (int r = 0; r < TH + KH - 1; ++r) {
+      uint32_t words[NV * V / 4];
+#pragma unroll
+      for (int i = 0; i < NV; ++i) {
+        const engine::vec_t<V> u = reinterpret_cast<const engine::vec_t<V>*>(item + r * g.pitch)[i];
+        if constexpr (V == 16) {
+          words[4 * i] = u.x; words[4 * i + 1] = u.y; words[4 * i + 2] = u.z; words[4 * i + 3] = u.w;
+        } else {
+          words[2 * i] = u.x; words[2 * i + 1] = u.y;
+        }
+      }
+      A x[NX];
+      unpack_from<T, M>(words, x, std::make_integer_sequence<int, NX>{});
+#pragma unroll
+      for (int k = 0; k < KH; ++k) {
+        const int o = r - k;  // window row r feeds output row r - k through tap row k
+        if (o < 0 || o >= TH) continue;
+#pragma unroll
+        for (int c = 0; c < KW; ++c)
+#pragma unroll
+          for (int tt = 0; tt < TW; ++tt) acc[o][tt] = fma(wr[k][c], x[tt + c], acc[o][tt]);
+      }
+    }
+#pragma unroll
+    for (int o = 0; o < TH; ++o) {
+      if (oy + o >= g.ny) break;
+      store_outputs<T>(oplane + (oy + o) * g.nx + ox, g.nx - ox, acc[o]);
+    }
+  }
+}
+
+// Runs the fixed consumer the launcher chose (see StencilFixed): the Row shapes in the Row kernel,
+// the Box shapes in the Box kernel (each compiled under its kernel's register budget).
+template <typename T, bool Box>
+__device__ __forceinline__ void consume_fixed(StencilFixed f, uint32_t st, uint32_t ws, const ConsumerGeom& cg, T* out,
+                                              int rank, int size) {
+  if constexpr (Box) {
+    if (f == StencilFixed::Box3x3) consume_tile_fixed<T, BoxBlocking<3>::TH, 3, 3>(st, ws, cg, out, rank, size);
+    else consume_tile_fixed<T, BoxBlocking<5>::TH, 5, 5>(st, ws, cg, out, rank, size);
+  } else {
+    switch (f) {
+      case StencilFixed::Row3: consume_tile_fixed<T, 1, 1, 3>(st, ws, cg, out, rank, size); break;
+      case StencilFixed::Row5: consume_tile_fixed<T, 1, 1, 5>(st, ws, cg, out, rank, size); break;
+      case StencilFixed::Row7: consume_tile_fixed<T, 1, 1, 7>(st, ws, cg, out, rank, size); break;
+      default: consume_tile_fixed<T, 1, 1, 9>(st, ws, cg, out, rank, size); break;
+    }
+  }
+}
+
+// The fixed consumer for this launch, or None (see StencilFixed): shapes with one, tiles whose
+// rows share one shift (rows of whole 16-byte multiples), and a data pointer aligned to the
+// consumer's vectors (then the shift puts the first taps where the consumer expects them).
+inline StencilFixed choose_fixed(const StencilGeom& g, const void* x, int esz) {
+  const int vec = esz == 8 ? 16 : 4 * esz;  // kVecBytes
+  if (g.nx * esz % 16 != 0 || reinterpret_cast<uintptr_t>(x) % vec != 0) return StencilFixed::None;
+  const int kh = 2 * g.ry + 1, kw = 2 * g.rx + 1;
+  if (g.blocking == StencilBlocking::Row) {
+    if (kh != 1) return StencilFixed::None;
+    switch (kw) {
+      case 3: return StencilFixed::Row3;
+      case 5: return StencilFixed::Row5;
+      case 7: return StencilFixed::Row7;
+      case 9: return StencilFixed::Row9;
+      default: return StencilFixed::None;
+    }
+  }
+  if (g.blocking == StencilBlocking::Box3 && kh == 3) return StencilFixed::Box3x3;
+  if (g.blocking == StencilBlocking::Box5 && kh == 5) return StencilFixed::Box5x5;
+  return StencilFixed::None;
+}
+
 // --------------------------------------------------------------------------------------- kernel
 
 // Register budgets: Row kernels 85 (three blocks per SM: 1-D signals stream); Box kernels 128
@@ -524,7 +650,10 @@ __global__ void __launch_bounds__(kStencilThreads, stencil_min_blocks<T, Box>())
 
   const ConsumerGeom cg{g.ny, g.nx, kh, kw, g.kw_pad, g.pitch, g.hdr_bytes, g.items, g.cols_log2};
   auto consume = [&](const char* stage, int64_t, engine::Team team) {
-    if constexpr (!Box) {
+    if (g.fixed != StencilFixed::None) {
+      consume_fixed<T, Box>(g.fixed, static_cast<uint32_t>(__cvta_generic_to_shared(stage)),
+                       static_cast<uint32_t>(__cvta_generic_to_shared(w_s)), cg, out, team.rank, team.size);
+    } else if constexpr (!Box) {
       consume_tile<T, RowBlocking>(stage, w_s, cg, out, team.rank, team.size);
     } else {
       const uint32_t st = static_cast<uint32_t>(__cvta_generic_to_shared(stage));
@@ -554,8 +683,9 @@ void launch_stencil_mechanism(const StencilParams& p) {
       using T = decltype(tv);
       using A = acc_t<T>;
       const DeviceInfo dev = device_info(current_device());
-      const StencilGeom g = make_stencil_geom(p, sizeof(T), sizeof(A), stencil_consumers<engine::Ring<M, S, 16>>(),
-                                              dev.max_smem_optin - 1024);
+      StencilGeom g = make_stencil_geom(p, sizeof(T), sizeof(A), stencil_consumers<engine::Ring<M, S, 16>>(),
+                                        dev.max_smem_optin - 1024);
+      g.fixed = choose_fixed(g, p.x, sizeof(T));
       auto launch = [&](auto kernel) {
         const size_t smem = static_cast<size_t>(S) * g.stage_bytes + g.weight_bytes;
         prepare_smem(kernel, smem, "stencil");

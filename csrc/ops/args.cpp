@@ -108,6 +108,7 @@ StencilGeometry check_stencil1d(const at::Tensor& x, const at::Tensor& weights, 
   const int r = static_cast<int>((k - 1) / 2);
   check_reflect(op, boundary, x.size(dim), r, "dim");
   StencilGeometry g;
+  g.esz = static_cast<int>(x.element_size());
   int64_t outer = 1, inner = 1;
   for (int64_t d = 0; d < dim; ++d) outer *= x.size(d);
   for (int64_t d = dim + 1; d < nd; ++d) inner *= x.size(d);
@@ -131,6 +132,7 @@ StencilGeometry check_stencil2d(const at::Tensor& x, const at::Tensor& weights, 
   TORCH_CHECK_VALUE(x.dim() >= 2, "cupipe.stencil2d: x must have at least 2 dims (..., H, W), got ",
                     x.dim(), "-D");
   StencilGeometry g;
+  g.esz = static_cast<int>(x.element_size());
   g.ry = static_cast<int>((weights.size(0) - 1) / 2);
   g.rx = static_cast<int>((weights.size(1) - 1) / 2);
   g.ny = x.size(-2);

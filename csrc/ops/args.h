@@ -34,6 +34,7 @@ void check_float_input(const char* op, const char* arg, const at::Tensor& t);
 struct StencilGeometry {
   int64_t batch = 1, ny = 1, nx = 1;
   int ry = 0, rx = 0;
+  int esz = 4;  // bytes per element of x (the tuning table depends on it)
 };
 
 // Validates x/weights/boundary for stencil1d and returns the geometry along `dim`

@@ -59,7 +59,8 @@ pybind11::dict cuda_device_info(int device) {
 // `sm` (10*major + minor): the same table the CUDA kernels use (csrc/ops/tuning.cpp). Explicit
 // arguments pass through. Returns (mechanism, stages, vec_bytes).
 pybind11::tuple resolve_config(const std::string& op, int sm, const std::string& mechanism, int64_t stages,
-                               int64_t vec_bytes, int64_t outer, int64_t r, int64_t inner, int ry, int rx) {
+                               int64_t vec_bytes, int64_t outer, int64_t r, int64_t inner, int ry, int rx,
+                               int esz) {
   using namespace cupipe::ops;
   const MechanismArg mech = parse_mechanism(op.c_str(), mechanism);
   check_stages(op.c_str(), stages);
@@ -73,6 +74,7 @@ pybind11::tuple resolve_config(const std::string& op, int sm, const std::string&
     StencilGeometry g;
     g.ry = ry;
     g.rx = rx;
+    g.esz = esz;
     cfg = resolve_stencil(dev, mech, stages, g);
   } else if (op == "reduce") {
     cfg = resolve_reduce(dev, mech, stages, outer, r, inner);
@@ -91,10 +93,12 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   m.attr("with_cuda") = static_cast<bool>(CUPIPE_WITH_CUDA);
   m.def("cuda_device_info", &cuda_device_info, "sm version, SM count, opt-in shared memory");
   m.def("resolve_config", &resolve_config,
-        "what auto resolves to: (op, sm, mechanism, stages, vec_bytes[, outer, r, inner, ry, rx]); "
+        "what auto resolves to: (op, sm, mechanism, stages, vec_bytes[, outer, r, inner, ry, rx, esz]); "
         "reduce's table depends on its canonical (outer, r, inner) view, the stencils' on the "
-        "radii (ry along the rows, rx along the last dim; stencil1d along the last dim is ry = 0)",
+        "radii (ry along the rows, rx along the last dim; stencil1d along the last dim is ry = 0) "
+        "and the element size in bytes",
         pybind11::arg("op"), pybind11::arg("sm"), pybind11::arg("mechanism"), pybind11::arg("stages"),
         pybind11::arg("vec_bytes"), pybind11::arg("outer") = 1, pybind11::arg("r") = 1,
-        pybind11::arg("inner") = 1, pybind11::arg("ry") = 0, pybind11::arg("rx") = 0);
+        pybind11::arg("inner") = 1, pybind11::arg("ry") = 0, pybind11::arg("rx") = 0,
+        pybind11::arg("esz") = 4);
 }

@@ -33,15 +33,29 @@ CopyConfig resolve_stream_copy(const DeviceInfo& dev, MechanismArg mech, int64_t
   return apply_explicit(best, mech, stages, vec_bytes);
 }
 
-// Stencils along the last dim only (ry == 0: 1-D signals, 1 x k windows; the Row kernel) on sm_90:
-// barrier with 2 stages ran the 2^28 fp32 r=4 signal in 0.641 ms (second run) and 0.670 ms
-// (third run) against primitives/2's 0.778 and 0.781 in the same runs (BENCHMARKS.md). Its rows
-// are 16-byte aligned copies, libcu++'s bulk path (synccheck-clean). Every other stencil:
-// primitives, 2 stages (the 2-D sweeps' fastest: 5-point 8192^2 0.212 ms).
+// Stencils on sm_90, from the H200 sweeps of scripts/stencil_sweep.py with the fixed consumers
+// (BENCHMARKS.md, fourth run, 2026-11-23; two sweeps in one run, ms):
+//   along the last dim only (ry == 0: 1-D signals, 1 x k windows; the Row kernel):
+//     fp32 2^28 r=4: barrier/2 0.681, 0.621; specialized/2 0.701, 0.661; primitives/2 0.815, 0.764
+//     fp16 2^28 r=4: specialized/2 0.430, 0.406; barrier/2 0.537, 0.462; primitives/2 0.561, 0.517
+//   2-D boxes (both radii > 0), fp32 8192^2, specialized/2 against primitives/2:
+//     5-point 0.181, 0.178 vs 0.202, 0.199; 5x5 0.233, 0.226 vs 0.278, 0.249; 9x9 0.431, 0.427
+//     vs 0.466, 0.448; 3x3 0.229, 0.200 vs 0.217, 0.219 (a tie)
+//   2-D fp16 3x3: primitives/2 0.183, 0.183 vs specialized/2 0.261, 0.261 (the 2-byte window is
+//   half the bytes for the same consumer work, and one producer warp's copies do not keep up).
+// barrier's rows are 16-byte aligned copies here, libcu++'s bulk path (synccheck-clean). fp64
+// follows fp32 (4- and 8-byte types share the 16-byte consumer vectors). Stencils along a strided
+// dim (rx == 0) and older GPUs: primitives, 2 stages (not measured per shape).
 CopyConfig resolve_stencil(const DeviceInfo& dev, MechanismArg mech, int64_t stages, const StencilGeometry& g) {
   CopyConfig best;
-  best.mechanism = dev.sm >= 90 && g.ry == 0 && g.rx > 0 ? engine::Mechanism::Barrier : engine::Mechanism::Primitives;
+  best.mechanism = engine::Mechanism::Primitives;
   best.stages = 2;
+  if (dev.sm >= 90 && g.rx > 0) {
+    if (g.ry == 0)
+      best.mechanism = g.esz == 2 ? engine::Mechanism::Specialized : engine::Mechanism::Barrier;
+    else if (g.esz != 2)
+      best.mechanism = engine::Mechanism::Specialized;
+  }
   return apply_explicit(best, mech, stages, 0);
 }
 

@@ -1,0 +1,55 @@
+"""Stencil timings for tuning the consumer: the 2-D and 1-D cases of the suite in fp32 and fp16,
+for a few mechanism x stage configurations, next to y.copy_(x) of the same bytes (one run).
+
+    python scripts/stencil_sweep.py [--configs primitives/2,tma/4,...] [--cases 3x3,1d] [--once]
+
+--cases keeps the cases whose name contains one of the words; --once launches each kept case once
+with its first configuration (for ncu's kernel filter) and prints nothing.
+"""
+import argparse
+
+import torch
+
+import cupipe
+from cupipe.timing import time_ms
+
+p = argparse.ArgumentParser()
+p.add_argument("--configs", default="auto/0,primitives/2,primitives/3,primitives/4,tma/2,tma/4,barrier/2")
+p.add_argument("--cases", default="", help="comma-separated substrings of the case names to keep")
+p.add_argument("--once", action="store_true")
+args = p.parse_args()
+configs = [(c.split("/")[0], int(c.split("/")[1])) for c in args.configs.split(",")]
+
+torch.manual_seed(0)
+dev = "cuda"
+img = torch.randn(8192, 8192, device=dev)
+sig = torch.randn(1 << 28, device=dev)
+star = torch.tensor([[0., 1, 0], [1, -4, 1], [0, 1, 0]], device=dev)
+cases = [
+    ("2d 3x3 f32", img, lambda x, m, s: cupipe.stencil2d(x, torch.ones(3, 3, device=dev) / 9, mechanism=m, stages=s)),
+    ("2d 5pt f32", img, lambda x, m, s: cupipe.stencil2d(x, star, mechanism=m, stages=s)),
+    ("2d 5x5 f32", img, lambda x, m, s: cupipe.stencil2d(x, torch.ones(5, 5, device=dev) / 25, mechanism=m, stages=s)),
+    ("2d 9x9 f32", img, lambda x, m, s: cupipe.stencil2d(x, torch.ones(9, 9, device=dev) / 81, mechanism=m, stages=s)),
+    ("2d 3x3 f16", img.half(), lambda x, m, s: cupipe.stencil2d(x, torch.ones(3, 3, device=dev) / 9, mechanism=m, stages=s)),
+    ("1d r4 f32", sig, lambda x, m, s: cupipe.stencil1d(x, torch.ones(9, device=dev) / 9, mechanism=m, stages=s)),
+    ("1d r4 f16", sig.half(), lambda x, m, s: cupipe.stencil1d(x, torch.ones(9, device=dev) / 9, mechanism=m, stages=s)),
+]
+if args.cases:
+    cases = [c for c in cases if any(w in c[0] for w in args.cases.split(","))]
+if args.once:
+    for name, x, fn in cases:
+        fn(x, *configs[0])
+    torch.cuda.synchronize()
+    raise SystemExit
+copy_ms = {}
+print("case | copy_ ms | " + " | ".join(f"{m}/{s}" for m, s in configs) + " | best x copy_")
+for name, x, fn in cases:
+    key = x.nbytes
+    if key not in copy_ms:
+        y = torch.empty_like(x)
+        copy_ms[key] = time_ms(lambda: y.copy_(x), reps=30)
+    row = []
+    for m, s in configs:
+        row.append(time_ms(lambda: fn(x, m, s), reps=20))
+    print(f"{name} | {copy_ms[key]:.3f} | " + " | ".join(f"{t:.3f}" for t in row)
+          + f" | {copy_ms[key] / min(row):.2f}")
