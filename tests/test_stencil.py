@@ -208,9 +208,11 @@ def test_stencil2d_odd_planes(device, shape, boundary, dtype):
 # boxes, and 1-D rows of radius 1..4 along the last dim, run a compile-time consumer when the
 # plane's rows are a multiple of 16 bytes and the data pointer is aligned; otherwise (an odd
 # storage offset) the general consumer. Both must agree with the reference, on planes with
-# partial items (rows not a multiple of 8, columns not a multiple of a tile) and on planes
-# shorter or narrower than one tile. Outputs come from poisoned memory.
-FIXED_PLANES = [(37, 96), (2, 70, 200), (8, 128), (3, 1, 1024)]
+# partial items (rows not a multiple of 8, columns not a multiple of a tile), on planes
+# shorter or narrower than one tile, and on planes with interior tiles (64 x 128 outputs for
+# fp32: (2, 150, 384) has them for 3x3 and 5x5). Outputs come from poisoned memory.
+FIXED_PLANES = [(37, 96), (2, 70, 200), (8, 128), (3, 1, 1024),
+                (2, 150, 384)]  # interior tiles (no boundary row or column in their window) too
 FIXED_WEIGHTS = [(3, 3), (5, 5)]
 
 
