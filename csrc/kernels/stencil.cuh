@@ -120,7 +120,8 @@ struct StencilGeom {
 // 8-row block per warp down (64 x 128 outputs for fp32); Row tiles are 2048 items of one row, 8
 // per thread, so that a 1-D signal moves in 32 KiB stages (16 for 2-byte types): a tile's fixed
 // cost (its origin, window and copy setup, the ring's wait) is spread over more outputs than at
-// 1024 items (2^28 fp32 r = 4 on the H200: BENCHMARKS.md, fourth run). Narrow planes
+// 1024 items (H200, 2^28 r = 4 with primitives/2: fp16 0.70 -> 0.52-0.56 ms, fp32 unchanged
+// within the runs' spread; BENCHMARKS.md, fourth run). Narrow planes
 // trade columns for rows (up to kStencilMaxTileRows), short planes drop rows; when even the
 // smallest Box tile does not fit (huge radii), Row's shorter window is tried.
 inline StencilGeom make_stencil_geom(const StencilParams& p, int esz, int acc_size, int consumers,
