@@ -293,9 +293,8 @@ def _geometry(op: str, a: Dict[str, object]) -> Dict[str, object]:
     return {}
 
 
-# Why the shipped table picks what it picks (mirrors the comments in csrc/ops/tuning.cpp). Each
-# reason names the choice it explains, and is only given when the table still makes that choice.
-# Why the shipped table (csrc/ops/tuning.cpp) chose what it chose, by (op, mechanism, stages).
+# Why the shipped table picks what it picks (mirrors the comments in csrc/ops/tuning.cpp), keyed
+# by (op, mechanism, stages): a reason is only given while the table still makes that choice.
 _STENCIL_REASONS = {
     ("barrier", 2): "along the last dim on sm_90 (4- and 8-byte types): barrier with 2 stages ran "
                     "a 2^28 fp32 r=4 signal in 0.621-0.681 ms against specialized/2's 0.661-0.701 "
@@ -343,7 +342,7 @@ def _table_shape(op: str, x: torch.Tensor, a: Dict[str, object]) -> Dict[str, in
     if op == "stencil1d":
         r = (a["weights"].shape[0] - 1) // 2
         last = x.dim() == 0 or int(a["dim"]) % max(x.dim(), 1) == x.dim() - 1
-        return {"ry": 0, "rx": r, "esz": x.element_size()} if last else {"ry": r, "rx": 0, "esz": x.element_size()}
+        return {"ry": 0 if last else r, "rx": r if last else 0, "esz": x.element_size()}
     if op == "stencil2d":
         w = a["weights"]
         return {"ry": (w.shape[0] - 1) // 2, "rx": (w.shape[1] - 1) // 2, "esz": x.element_size()}
