@@ -91,7 +91,7 @@ struct ReduceParams {
   ReduceOp op = ReduceOp::Sum;
   engine::Mechanism mechanism = engine::Mechanism::Sync;
   int stages = 2;
-  int tile_bytes = 0;            // bytes per stage (rows; columns: tile_bytes / 512 rows); 0 = default
+  int tile_bytes = 0;            // bytes per stage (columns: whole rows of a 512 B..4 KiB chunk); 0 = default
   void* workspace = nullptr;     // scratch for split reductions, see reduce_workspace_bytes
   int64_t workspace_bytes = 0;
   Stream stream = nullptr;

@@ -3,9 +3,10 @@
 //   rows  (inner == 1):  short rows are packed several to a tile and reduced by lane groups of
 //                        2..32 threads with shuffles; long rows are split into `parts`, one block
 //                        streaming each part's tiles through the ring.
-//   cols  (inner > 1):   a tile is tile_rows rows of a 512-byte chunk of contiguous columns,
-//                        moved as one 2-D box; lane v of each warp owns the chunk's v-th 16-byte
-//                        column vector, warps take interleaved rows and combine in smem.
+//   cols  (inner > 1):   a tile is tile_rows rows of a chunk of contiguous columns (32 to 256
+//                        16-byte vectors wide), moved as one 2-D box; thread t owns the chunk's
+//                        vector t % width, groups of threads take interleaved rows and combine
+//                        in smem.
 //
 // Determinism: every partial is combined in a fixed order (per-thread sequential, then fixed
 // shuffle / smem trees); a row split into several parts writes its partials to the workspace
@@ -27,12 +28,10 @@ constexpr int kReduceThreads = 256;
 // split, the ring's wait and barrier, the consumer's set-up) are paid per stage, so wider stages
 // amortise them over more elements per thread. Measured on an H200 (BENCHMARKS.md, 2026-11-22,
 // third run): rows 32 KiB stages (sum all 0.263 ms at 2 stages, against 0.306 with 8 KiB), columns
-// 16 KiB (32 rows of a 512-byte chunk; 32 KiB was no faster). Rows take the widest stage that
+// 16 KiB (then 32 rows of a 512-byte chunk; 32 KiB was no faster). Rows take the widest stage that
 // fits the stage count into shared memory.
 constexpr int kReduceRowsTileBytes = 32768;
 constexpr int kReduceColsTileBytes = 16384;
-constexpr int kColVecs = 32;            // cols: 16-byte column vectors per tile row (one per lane)
-constexpr int kColChunkBytes = kColVecs * 16;
 constexpr int kMaxBlocksPerSm = 2048 / kReduceThreads;
 
 // The combine of a run-time op (mean combines as a sum). The op is uniform across the grid, so
@@ -240,17 +239,22 @@ __global__ void __launch_bounds__(kReduceThreads)
 }
 
 // ---------------------------------------------------------------------------------- columns
-// A block owns one chunk of kColChunkBytes of contiguous columns of one `outer` slice and a
-// part of r; a tile is tile_rows rows of the chunk, moved as one copy_rows box. Lane `v` of
-// every consumer warp owns column vector v (16/esz columns) and warp g the rows g, g + nwarps,
-// ...; the warps' sums combine in smem in warp order.
+// A block owns one chunk of contiguous columns of one `outer` slice and a part of r; a tile is
+// tile_rows rows of the chunk, moved as one copy_rows box. A chunk is row_threads 16-byte column
+// vectors wide, as many as the row has (32 to 256, a power of two): consumer thread t owns vector
+// t % row_threads and the rows t / row_threads, + groups, ... of each tile; the groups' sums
+// combine in smem in group order. Wide chunks keep each row's run contiguous in DRAM: 4 KiB at
+// 256 lanes, where 32-lane chunks read 512 bytes per row (H200, (32768, 8192) fp32: 0.77x of
+// eager torch.sum with 512-byte chunks; see BENCHMARKS.md).
 struct ColsPlan {
   int64_t outer, r, inner;
   int64_t col_chunks;  // ceil(inner / chunk_cols)
-  int chunk_cols;      // columns per chunk: kColChunkBytes / esz
+  int chunk_cols;      // columns per chunk: row_threads * 16 / esz
+  int row_threads;     // consumer threads across a tile row (one 16-byte vector each)
+  int groups;          // consumer threads / row_threads: row groups (threads past them idle)
   int64_t parts;       // parts of r
   int64_t part_rows;   // rows per part (a multiple of tile_rows)
-  int tile_rows;       // rows per tile (tile bytes / 512)
+  int tile_rows;       // rows per tile (tile bytes / chunk bytes)
   int pitch;           // smem bytes per tile row
   bool aligned;        // rows 16-byte aligned (x aligned and inner * esz % 16 == 0): vector reads
 };
@@ -266,7 +270,7 @@ __global__ void __launch_bounds__(kReduceThreads, 3)
   constexpr int VE = 16 / esz;
   extern __shared__ __align__(engine::kStageAlign) char smem[];
   __shared__ engine::RawShared<typename Ring::SharedState> ss;
-  __shared__ A scratch[kReduceThreads / kColVecs][kColVecs * VE];
+  __shared__ A scratch[kReduceThreads * VE];  // [group][chunk column]
   Ring ring(ss.get(), smem, pl.tile_rows * pl.pitch);
   const Combine<A> comb{op};
 
@@ -288,9 +292,9 @@ __global__ void __launch_bounds__(kReduceThreads, 3)
   };
 
   const engine::Team team0{Ring::consumer_rank(), Ring::num_consumers()};
-  const int nwarps = team0.size / kColVecs;
-  const int vec = team0.rank % kColVecs, warp = team0.rank / kColVecs;
-  const int col = vec * VE;  // first column of this lane's vector
+  const int vec = team0.rank % pl.row_threads, grp = team0.rank / pl.row_threads;
+  const int col = vec * VE;  // first column of this thread's vector
+  const bool active = grp < pl.groups && col < ncols;
   A acc[VE];
 #pragma unroll
   for (int j = 0; j < VE; ++j) acc[j] = comb.init();
@@ -309,13 +313,14 @@ __global__ void __launch_bounds__(kReduceThreads, 3)
       }
     }
   };
-  auto consume = [&](const char* stage, int64_t k, engine::Team team) {
-    if (col >= ncols) return;
+  auto consume = [&](const char* stage, int64_t k, engine::Team) {
+    if (!active) return;
     const int rows = rows_in(k);
     const T* src = base + k * pl.tile_rows * pl.inner;
     if (pl.aligned && col + VE <= ncols) {
       with_static_combine<A>(op, [&](auto sc) {
-        for (int i = warp; i < rows; i += nwarps) {
+#pragma unroll 4
+        for (int i = grp; i < rows; i += pl.groups) {
           A e[VE];
           unpack16<T>(*reinterpret_cast<const uint4*>(stage + static_cast<int64_t>(i) * pl.pitch + col * esz), e);
 #pragma unroll
@@ -323,7 +328,7 @@ __global__ void __launch_bounds__(kReduceThreads, 3)
         }
       });
     } else {
-      for (int i = warp; i < rows; i += nwarps) {
+      for (int i = grp; i < rows; i += pl.groups) {
         const int shift = pl.aligned ? 0 : shift_of(src + i * pl.inner);
         const T* srow = reinterpret_cast<const T*>(stage + static_cast<int64_t>(i) * pl.pitch + shift);
 #pragma unroll
@@ -334,20 +339,32 @@ __global__ void __launch_bounds__(kReduceThreads, 3)
   };
   engine::run_ring(ring, ntiles, load, consume);
 
-  // Combine the warps' partial sums of each column in warp order.
   if (!Ring::is_consumer()) return;
+  // One group: each thread holds its columns' totals. Several: combine them in group order.
+  if (pl.groups > 1) {
+    if (grp < pl.groups) {
 #pragma unroll
-  for (int j = 0; j < VE; ++j) scratch[warp][col + j] = acc[j];
-  engine::team_sync(team0);
-  if (warp != 0) return;
-#pragma unroll 1  // cold code; unrolling it costs the compiler seconds per instantiation
+      for (int j = 0; j < VE; ++j) scratch[grp * pl.chunk_cols + col + j] = acc[j];
+    }
+    engine::team_sync(team0);
+    if (grp != 0) return;
+    // j unrolled (acc stays in registers), the group loop rolled (cold code).
+#pragma unroll
+    for (int j = 0; j < VE; ++j) {
+      A total = comb.init();
+#pragma unroll 1
+      for (int g = 0; g < pl.groups; ++g) total = comb(total, scratch[g * pl.chunk_cols + col + j]);
+      acc[j] = total;
+    }
+  } else if (grp != 0) {
+    return;
+  }
+#pragma unroll
   for (int j = 0; j < VE; ++j) {
     if (col + j >= ncols) continue;
-    A total = comb.init();
-    for (int g = 0; g < nwarps; ++g) total = comb(total, scratch[g][col + j]);
     const int64_t oi = o * pl.inner + c0 + col + j;
-    if (pl.parts == 1) store_out(out, od, oi, finalize(op, total, pl.r));
-    else partials[part * pl.outer * pl.inner + oi] = total;
+    if (pl.parts == 1) store_out(out, od, oi, finalize(op, acc[j], pl.r));
+    else partials[part * pl.outer * pl.inner + oi] = acc[j];
   }
 }
 
@@ -419,14 +436,29 @@ inline RowsPlan make_rows_plan(const ReduceParams& p, int esz, int tile_bytes, i
   return pl;
 }
 
+// Consumer threads of a reduce block under mechanism m (specialized gives a warp to the producer;
+// launch_reduce_typed checks this against the ring).
+constexpr int reduce_consumers(engine::Mechanism m) {
+  return m == engine::Mechanism::Specialized ? kReduceThreads - 32 : kReduceThreads;
+}
+
 inline ColsPlan make_cols_plan(const ReduceParams& p, int esz, int64_t target_blocks) {
   ColsPlan pl{};
   pl.outer = p.outer;
   pl.r = p.r;
   pl.inner = p.inner;
-  pl.chunk_cols = kColChunkBytes / esz;
+  // The narrowest power-of-two chunk of at least 32 vectors that spans the row, up to as many
+  // vectors as there are consumer threads.
+  const int consumers = reduce_consumers(p.mechanism);
+  const int64_t row_vecs = ceil_div(p.inner, 16 / esz);
+  int rt = 32;
+  while (rt * 2 <= consumers && rt < row_vecs) rt *= 2;
+  pl.row_threads = rt;
+  pl.groups = consumers / rt;
+  const int chunk_bytes = rt * 16;
+  pl.chunk_cols = chunk_bytes / esz;
   pl.col_chunks = ceil_div(p.inner, pl.chunk_cols);
-  pl.tile_rows = std::max(1, cols_tile_bytes(p) / kColChunkBytes);
+  pl.tile_rows = std::max(1, cols_tile_bytes(p) / chunk_bytes);
   const int64_t work = p.outer * pl.col_chunks;
   // Rounded down: a part more than the resident blocks hold would start a second, nearly empty
   // wave (448 blocks for 396 resident in the (32768, 8192) sum).
@@ -436,7 +468,7 @@ inline ColsPlan make_cols_plan(const ReduceParams& p, int esz, int64_t target_bl
   pl.part_rows = std::max<int64_t>(1, ceil_div(ceil_div(p.r, parts), pl.tile_rows)) * pl.tile_rows;
   pl.parts = std::max<int64_t>(1, ceil_div(p.r, pl.part_rows));
   // 32 bytes of slack: up to 15 for a row's shift, 16 for the zero-filled tail chunk.
-  pl.pitch = kColChunkBytes + 32;
+  pl.pitch = chunk_bytes + 32;
   pl.aligned = (reinterpret_cast<uintptr_t>(p.x) & 15u) == 0 && (p.inner * esz) % 16 == 0;
   return pl;
 }
@@ -483,6 +515,9 @@ void launch_reduce_typed(const ReduceParams& p) {
     CUPIPE_LAUNCH_CHECK();
   } else {
     auto kernel = reduce_cols_kernel<M, S, T>;
+    using Ring = engine::Ring<M, S, 16>;
+    if constexpr (Ring::kPartitioned)
+      static_assert(kReduceThreads - Ring::kProducerThreads == reduce_consumers(M), "the plan's consumer count");
     const ColsPlan shape = make_cols_plan(p, esz, 1);  // tile geometry; the split needs `resident`
     const size_t smem = static_cast<size_t>(S) * shape.tile_rows * shape.pitch;
     prepare_smem(kernel, smem, "reduce");

@@ -233,7 +233,7 @@ at::Tensor reduce_cuda(const at::Tensor& x, c10::string_view op, at::OptionalInt
 
 at::Tensor reduce_ex_cuda(const at::Tensor& x, c10::string_view op, at::OptionalIntArrayRef dim,
                           bool keepdim, c10::string_view mechanism, int64_t stages, int64_t tile_bytes) {
-  // Columns take tile_bytes / 512 rows of a 512-byte chunk per stage.
+  // Columns take tile_bytes / chunk bytes rows (at least one) of a 512-byte to 4 KiB chunk per stage.
   TORCH_CHECK_VALUE(tile_bytes == 0 || (tile_bytes >= 2048 && tile_bytes <= 65536 && tile_bytes % 512 == 0),
                     "cupipe._reduce_ex: tile_bytes must be 0 or a multiple of 512 in [2048, 65536], got ",
                     tile_bytes);
