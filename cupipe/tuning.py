@@ -299,15 +299,15 @@ _STENCIL_REASONS = {
     ("barrier", 2): "along the last dim on sm_90 (4- and 8-byte types): barrier with 2 stages ran "
                     "a 2^28 fp32 r=4 signal in 0.621-0.681 ms against specialized/2's 0.661-0.701 "
                     "and primitives/2's 0.764-0.815 (H200, BENCHMARKS.md, fourth run)",
-    ("specialized", 2): "on sm_90, 2-D fp32/fp64 boxes and 2-byte 1-D signals: specialized (one "
-                        "producer warp, the other warps consume) with 2 stages; 5-point 8192^2 fp32 "
-                        "0.178-0.181 ms against primitives/2's 0.199-0.202, fp16 2^28 r=4 "
-                        "0.406-0.430 against barrier/2's 0.462-0.537 (H200, BENCHMARKS.md, fourth "
-                        "run)",
-    ("primitives", 2): "primitives (guaranteed LDGSTS, zero-fill tails) with 2 stages: 2-byte 2-D "
-                       "boxes on sm_90 (fp16 3x3 8192^2 0.183 ms against specialized/2's 0.261, "
-                       "H200, BENCHMARKS.md, fourth run), stencils along a strided dim, and GPUs "
-                       "before sm_90 (not measured per shape there)",
+    ("specialized", 2): "on sm_90, 2-byte signals along the last dim: specialized (one producer "
+                        "warp, the other warps consume) with 2 stages; fp16 2^28 r=4 0.406-0.430 ms "
+                        "against barrier/2's 0.462-0.537 (H200, BENCHMARKS.md, fourth run; fifth "
+                        "run 0.334 against 0.379)",
+    ("primitives", 2): "primitives (guaranteed LDGSTS, zero-fill tails) with 2 stages: 2-D boxes on "
+                       "sm_90 (fp32 8192^2 3x3 0.157 ms against specialized/2's 0.169, 5x5 0.156 "
+                       "against 0.190; fp16 3x3 0.127 against 0.205; H200, BENCHMARKS.md, fifth "
+                       "run), stencils along a strided dim, and GPUs before sm_90 (not measured per "
+                       "shape there)",
 }
 _TABLE_REASONS = {
     ("stream_copy", "sync", 2): "measured on an H200 (BENCHMARKS.md, 2026-11-22): sync with 1-2 "
@@ -318,13 +318,11 @@ _TABLE_REASONS = {
     ("stream_copy", "primitives", 4): "before sm_90 the table takes the LDGSTS path (primitives, 4 "
                                       "stages), which needs no Hopper instructions",
     **{(op, m, s): why for op in ("stencil1d", "stencil2d") for (m, s), why in _STENCIL_REASONS.items()},
-    ("reduce", "primitives", 2): "along the innermost dim (a whole tensor, short or long rows) "
-                                 "primitives with 2 stages of 32 KiB led or tied every case of the "
-                                 "H200 sweep (sum all 0.263 ms, BENCHMARKS.md, third run of "
-                                 "2026-11-22)",
-    ("reduce", "primitives", 4): "over a non-innermost dim (columns) primitives with 4 stages of 16 "
-                                 "KiB ran fastest in the H200 sweep (BENCHMARKS.md, third run of "
-                                 "2026-11-22)",
+    ("reduce", "primitives", 2): "primitives with 2 stages of 32 KiB: along the innermost dim (a "
+                                 "whole tensor, short or long rows) it led or tied every case of "
+                                 "the H200 sweep (sum all 0.263 ms, BENCHMARKS.md, third run of "
+                                 "2026-11-22); over columns (chunks up to 4 KiB wide) 0.271-0.274 "
+                                 "ms against 4 stages' 0.285-0.286 (fifth run)",
 }
 
 

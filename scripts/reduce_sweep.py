@@ -3,6 +3,9 @@ both ways (queued: back-to-back calls, the GPU's time; synced: a synchronize aft
 which adds the host's dispatch time), then a mechanism x stages sweep of chosen cases.
 
     python scripts/reduce_sweep.py [--configs primitives/2,primitives/4,...] [--cases cols,all]
+                                   [--tiles 16384,32768]
+
+--tiles adds the swept cases at those stage sizes (bytes per stage, through _reduce_ex).
 """
 import argparse
 
@@ -14,6 +17,7 @@ from cupipe.timing import time_ms
 p = argparse.ArgumentParser()
 p.add_argument("--configs", default="primitives/2,primitives/3,primitives/4,pipeline_thread/4,barrier/4,tma/4")
 p.add_argument("--cases", default="cols", help="comma-separated substrings of the cases to sweep")
+p.add_argument("--tiles", default="", help="comma-separated stage sizes in bytes for the sweep")
 p.add_argument("--reps", type=int, default=50)
 args = p.parse_args()
 configs = [(c.split("/")[0], int(c.split("/")[1])) for c in args.configs.split(",")]
@@ -50,3 +54,12 @@ for name, v, a, ref in cases:
         continue
     row = [time_ms(ours(v, a, m, s), reps=args.reps) for m, s in configs]
     print(f"{name} | {time_ms(ref, reps=args.reps):.4f} | " + " | ".join(f"{t:.4f}" for t in row))
+    for tile in [int(t) for t in args.tiles.split(",") if t]:
+        op, dim, _ = a
+        row = []
+        for m, s in configs:
+            try:
+                row.append(f"{time_ms(lambda: torch.ops.cupipe._reduce_ex(v, op, dim, False, m, s, tile), reps=args.reps):.4f}")
+            except RuntimeError:  # the stages do not fit shared memory at this size
+                row.append("-")
+        print(f"  {name} at {tile} B per stage | | " + " | ".join(row))

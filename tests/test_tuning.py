@@ -287,15 +287,14 @@ def test_explain_on_a_gpu_table_and_cache(fake_gpu, monkeypatch):
 @needs_table
 def test_stencil_table_depends_on_the_radii_and_dtype(fake_gpu, monkeypatch):
     """On sm_90 (measured): along the last dim only (ry = 0) barrier/2, or specialized/2 for 2-byte
-    types; 2-D boxes specialized/2, or primitives/2 for 2-byte types; along a strided dim and on
-    older GPUs primitives/2. explain derives (ry, rx, esz) like the kernels."""
+    types; 2-D boxes, a strided dim and older GPUs primitives/2. explain derives (ry, rx, esz) like the kernels."""
     rc = cupipe._C.resolve_config
     assert rc("stencil1d", 90, "auto", 0, 0, ry=0, rx=4)[:2] == ("barrier", 2)
     assert rc("stencil1d", 90, "auto", 0, 0, ry=0, rx=4, esz=8)[:2] == ("barrier", 2)
     assert rc("stencil1d", 90, "auto", 0, 0, ry=0, rx=4, esz=2)[:2] == ("specialized", 2)
     assert rc("stencil1d", 90, "auto", 0, 0, ry=4, rx=0)[:2] == ("primitives", 2)
     assert rc("stencil1d", 80, "auto", 0, 0, ry=0, rx=4)[:2] == ("primitives", 2)
-    assert rc("stencil2d", 90, "auto", 0, 0, ry=1, rx=1)[:2] == ("specialized", 2)
+    assert rc("stencil2d", 90, "auto", 0, 0, ry=1, rx=1)[:2] == ("primitives", 2)
     assert rc("stencil2d", 90, "auto", 0, 0, ry=1, rx=1, esz=2)[:2] == ("primitives", 2)
     assert rc("stencil2d", 80, "auto", 0, 0, ry=1, rx=1)[:2] == ("primitives", 2)
     assert rc("stencil2d", 90, "auto", 0, 0, ry=0, rx=2)[:2] == ("barrier", 2)
@@ -317,21 +316,20 @@ def test_stencil_table_depends_on_the_radii_and_dtype(fake_gpu, monkeypatch):
     e = cupipe.explain("stencil1d", sig.half(), torch.empty(9, device="cuda"))
     assert (e.mechanism, e.stages) == ("specialized", 2) and "fp16" in e.reason
     e = cupipe.explain("stencil2d", torch.empty(64, 64, device="cuda"), torch.empty(3, 3, device="cuda"))
-    assert (e.mechanism, e.stages) == ("specialized", 2) and "5-point" in e.reason
+    assert (e.mechanism, e.stages) == ("primitives", 2) and "3x3" in e.reason
     e = cupipe.explain("stencil1d", torch.empty(64, 64, device="cuda"), torch.empty(9, device="cuda"), dim=0)
     assert (e.mechanism, e.stages) == ("primitives", 2) and "strided" in e.reason
 
 
 @needs_table
 def test_reduce_table_depends_on_the_reduced_view(fake_gpu, monkeypatch):
-    """Reductions along the innermost dim resolve to primitives/2, over columns to primitives/4
-    (both measured); explicit arguments win; explain derives the (outer, r, inner) view like the
+    """Reductions along the innermost dim and over columns resolve to primitives/2 (measured); explicit arguments win; explain derives the (outer, r, inner) view like the
     op does."""
     rc = cupipe._C.resolve_config
     assert rc("reduce", 90, "auto", 0, 0, outer=1, r=1 << 28, inner=1)[:2] == ("primitives", 2)
     assert rc("reduce", 90, "auto", 0, 0, outer=8192, r=32768, inner=1)[:2] == ("primitives", 2)
     assert rc("reduce", 90, "auto", 0, 0, outer=4194304, r=64, inner=1)[:2] == ("primitives", 2)
-    assert rc("reduce", 90, "auto", 0, 0, outer=1, r=32768, inner=8192)[:2] == ("primitives", 4)
+    assert rc("reduce", 90, "auto", 0, 0, outer=1, r=32768, inner=8192)[:2] == ("primitives", 2)
     assert rc("reduce", 80, "auto", 0, 0, outer=1, r=1 << 28, inner=1)[:2] == ("primitives", 2)
     assert rc("reduce", 90, "auto", 3, 0, outer=1, r=1 << 28, inner=1)[:2] == ("primitives", 3)
     assert rc("reduce", 90, "tma", 0, 0, outer=1, r=1 << 28, inner=1)[:2] == ("tma", 2)
@@ -348,7 +346,7 @@ def test_reduce_table_depends_on_the_reduced_view(fake_gpu, monkeypatch):
     e = cupipe.explain("reduce", torch.empty(1 << 20, device="cuda"), "sum")
     assert (e.mechanism, e.stages) == ("primitives", 2) and "0.263 ms" in e.reason
     e = cupipe.explain("reduce", torch.empty(64, 1024, device="cuda"), "sum", 0)
-    assert (e.mechanism, e.stages) == ("primitives", 4) and "columns" in e.reason
+    assert (e.mechanism, e.stages) == ("primitives", 2) and "columns" in e.reason
 
 
 def test_tune_on_cpu_raises_a_clear_error(cache):
@@ -377,7 +375,7 @@ def test_tune_search_logic_on_cpu(cache, monkeypatch):
                      timer=timer, mechanisms=["sync", "cg", "tma"], stage_counts=(1, 2),
                      vec_widths=(16,), save=True, verbose=False)
     assert (r["mechanism"], r["stages"], r["ms"], r["table_ms"]) == ("cg", 1, 1.5, 5.0)
-    assert r["table_config"] == "specialized/2"  # the sm_90 table for a 2-D fp32 box
+    assert r["table_config"] == "primitives/2"  # the sm_90 table for a 2-D fp32 box
     bad = [c for c in r["results"] if c["ms"] is None]
     assert [(c["mechanism"], c["stages"]) for c in bad] == [("cg", 2)]
     key = _key("stencil2d", (16, 16), radius=(1, 1))

@@ -27,11 +27,11 @@ constexpr int kReduceThreads = 256;
 // Bytes per stage unless ReduceParams::tile_bytes says otherwise. The per-tile costs (the copy's
 // split, the ring's wait and barrier, the consumer's set-up) are paid per stage, so wider stages
 // amortise them over more elements per thread. Measured on an H200 (BENCHMARKS.md, 2026-11-22,
-// third run): rows 32 KiB stages (sum all 0.263 ms at 2 stages, against 0.306 with 8 KiB), columns
-// 16 KiB (then 32 rows of a 512-byte chunk; 32 KiB was no faster). Rows take the widest stage that
-// fits the stage count into shared memory.
+// third run): rows 32 KiB stages (sum all 0.263 ms at 2 stages, against 0.306 with 8 KiB). Columns
+// ran best at 16 KiB with 512-byte chunks; with chunks up to 4 KiB wide (fifth run) they take 32
+// KiB like rows. Both take the widest stage that fits the stage count into shared memory.
 constexpr int kReduceRowsTileBytes = 32768;
-constexpr int kReduceColsTileBytes = 16384;
+constexpr int kReduceColsTileBytes = 32768;
 constexpr int kMaxBlocksPerSm = 2048 / kReduceThreads;
 
 // The combine of a run-time op (mean combines as a sum). The op is uniform across the grid, so
@@ -130,13 +130,18 @@ struct RowsPlan {
   int tile_elems;      // elements per stage
 };
 
-inline int rows_tile_bytes(const ReduceParams& p, const DeviceInfo& dev) {
-  if (p.tile_bytes > 0) return p.tile_bytes;
-  int t = kReduceRowsTileBytes;
-  while (t > 4096 && static_cast<int64_t>(p.stages) * (t + 32) + 1024 > dev.max_smem_optin) t /= 2;
+// The default stage size shrunk (halved) until the stage count fits shared memory.
+inline int fitted_tile_bytes(const ReduceParams& p, const DeviceInfo& dev, int t, int slack) {
+  while (t > 4096 && static_cast<int64_t>(p.stages) * (t + slack) + 1024 > dev.max_smem_optin) t /= 2;
   return t;
 }
-inline int cols_tile_bytes(const ReduceParams& p) { return p.tile_bytes > 0 ? p.tile_bytes : kReduceColsTileBytes; }
+inline int rows_tile_bytes(const ReduceParams& p, const DeviceInfo& dev) {
+  return p.tile_bytes > 0 ? p.tile_bytes : fitted_tile_bytes(p, dev, kReduceRowsTileBytes, 32);
+}
+// Columns: a tile row is a chunk plus 32 bytes of pitch slack (at most 8 per 256-byte chunk row).
+inline int cols_tile_bytes(const ReduceParams& p, const DeviceInfo& dev) {
+  return p.tile_bytes > 0 ? p.tile_bytes : fitted_tile_bytes(p, dev, kReduceColsTileBytes, kReduceColsTileBytes / 16);
+}
 
 // ---------------------------------------------------------------------------------- rows
 template <engine::Mechanism M, int S, typename T>
@@ -442,7 +447,7 @@ constexpr int reduce_consumers(engine::Mechanism m) {
   return m == engine::Mechanism::Specialized ? kReduceThreads - 32 : kReduceThreads;
 }
 
-inline ColsPlan make_cols_plan(const ReduceParams& p, int esz, int64_t target_blocks) {
+inline ColsPlan make_cols_plan(const ReduceParams& p, const DeviceInfo& dev, int esz, int64_t target_blocks) {
   ColsPlan pl{};
   pl.outer = p.outer;
   pl.r = p.r;
@@ -458,7 +463,7 @@ inline ColsPlan make_cols_plan(const ReduceParams& p, int esz, int64_t target_bl
   const int chunk_bytes = rt * 16;
   pl.chunk_cols = chunk_bytes / esz;
   pl.col_chunks = ceil_div(p.inner, pl.chunk_cols);
-  pl.tile_rows = std::max(1, cols_tile_bytes(p) / chunk_bytes);
+  pl.tile_rows = std::max(1, cols_tile_bytes(p, dev) / chunk_bytes);
   const int64_t work = p.outer * pl.col_chunks;
   // Rounded down: a part more than the resident blocks hold would start a second, nearly empty
   // wave (448 blocks for 396 resident in the (32768, 8192) sum).
@@ -483,7 +488,7 @@ inline int64_t partial_count(const ReduceParams& p, const DeviceInfo& dev) {
     const RowsPlan pl = make_rows_plan(p, esz, rows_tile_bytes(p, dev), max_target_blocks(dev));
     return pl.rows_per_tile == 0 && pl.parts > 1 ? p.outer * pl.parts : 0;
   }
-  const ColsPlan pl = make_cols_plan(p, esz, max_target_blocks(dev));
+  const ColsPlan pl = make_cols_plan(p, dev, esz, max_target_blocks(dev));
   return pl.parts > 1 ? pl.parts * p.outer * p.inner : 0;
 }
 
@@ -518,11 +523,11 @@ void launch_reduce_typed(const ReduceParams& p) {
     using Ring = engine::Ring<M, S, 16>;
     if constexpr (Ring::kPartitioned)
       static_assert(kReduceThreads - Ring::kProducerThreads == reduce_consumers(M), "the plan's consumer count");
-    const ColsPlan shape = make_cols_plan(p, esz, 1);  // tile geometry; the split needs `resident`
+    const ColsPlan shape = make_cols_plan(p, dev, esz, 1);  // tile geometry; the split needs `resident`
     const size_t smem = static_cast<size_t>(S) * shape.tile_rows * shape.pitch;
     prepare_smem(kernel, smem, "reduce");
     const int64_t resident = static_cast<int64_t>(dev.num_sms) * blocks_per_sm(kernel, kReduceThreads, smem);
-    const ColsPlan pl = make_cols_plan(p, esz, resident);
+    const ColsPlan pl = make_cols_plan(p, dev, esz, resident);
     const int64_t grid = p.outer * pl.col_chunks * pl.parts;
     if (grid > 0x7fffffff) throw std::runtime_error("reduce: too many column blocks for one launch");
     kernel<<<static_cast<unsigned>(std::max<int64_t>(grid, 1)), kReduceThreads, smem, stream>>>(

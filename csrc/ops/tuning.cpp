@@ -38,37 +38,39 @@ CopyConfig resolve_stream_copy(const DeviceInfo& dev, MechanismArg mech, int64_t
 //   along the last dim only (ry == 0: 1-D signals, 1 x k windows; the Row kernel):
 //     fp32 2^28 r=4: barrier/2 0.681, 0.621; specialized/2 0.701, 0.661; primitives/2 0.815, 0.764
 //     fp16 2^28 r=4: specialized/2 0.430, 0.406; barrier/2 0.537, 0.462; primitives/2 0.561, 0.517
-//   2-D boxes (both radii > 0), fp32 8192^2, specialized/2 against primitives/2:
-//     5-point 0.181, 0.178 vs 0.202, 0.199; 5x5 0.233, 0.226 vs 0.278, 0.249; 9x9 0.431, 0.427
-//     vs 0.466, 0.448; 3x3 0.229, 0.200 vs 0.217, 0.219 (a tie)
-//   2-D fp16 3x3: primitives/2 0.183, 0.183 vs specialized/2 0.261, 0.261 (the 2-byte window is
-//   half the bytes for the same consumer work, and one producer warp's copies do not keep up).
+//     (fifth run, queued timing: fp32 barrier/2 0.577, specialized/2 0.588, primitives/2 0.601;
+//     fp16 specialized/2 0.334, barrier/2 0.379, primitives/2 0.415)
+//   2-D boxes (both radii > 0), fp32 8192^2: since interior tiles skip fill_stage (fifth run,
+//   2026-11-23, queued timing) primitives/2 leads: 3x3 0.157 vs specialized/2 0.169, 5-point
+//   0.151 vs 0.164, 5x5 0.156 vs 0.190, 9x9 0.379 vs 0.401 (the loader got cheaper; under
+//   specialized one producer warp runs it for the whole block). Before that change specialized/2
+//   led: 5-point 0.181 vs 0.202, 5x5 0.233 vs 0.278.
+//   2-D fp16 3x3: primitives/2 0.127 vs specialized/2 0.205 (the 2-byte window is half the bytes
+//   for the same consumer work, and one producer warp's copies do not keep up).
 // barrier's rows are 16-byte aligned copies here, libcu++'s bulk path (synccheck-clean). fp64
 // follows fp32 (4- and 8-byte types share the 16-byte consumer vectors). Stencils along a strided
-// dim (rx == 0) and older GPUs: primitives, 2 stages (not measured per shape).
+// dim (rx == 0), 2-D stencils and older GPUs: primitives, 2 stages.
 CopyConfig resolve_stencil(const DeviceInfo& dev, MechanismArg mech, int64_t stages, const StencilGeometry& g) {
   CopyConfig best;
   best.mechanism = engine::Mechanism::Primitives;
   best.stages = 2;
-  if (dev.sm >= 90 && g.rx > 0) {
-    if (g.ry == 0)
-      best.mechanism = g.esz == 2 ? engine::Mechanism::Specialized : engine::Mechanism::Barrier;
-    else if (g.esz != 2)
-      best.mechanism = engine::Mechanism::Specialized;
-  }
+  if (dev.sm >= 90 && g.rx > 0 && g.ry == 0)
+    best.mechanism = g.esz == 2 ? engine::Mechanism::Specialized : engine::Mechanism::Barrier;
   return apply_explicit(best, mech, stages, 0);
 }
 
 // Reductions on an H200 (BENCHMARKS.md, 2026-11-22, third run; the stage-size sweep of
 // scripts/profile_cases.py): along the innermost dim (whole tensor, short or long rows)
 // primitives with 2 stages of 32 KiB led or tied every case (sum all 0.263 ms, rows (4194304, 64)
-// 0.283, rows (8192, 32768) 0.257); columns ran fastest with primitives, 4 stages of 16 KiB
-// (0.391 ms). Older GPUs take the same LDGSTS path (sm_80+), not yet measured there.
+// 0.283, rows (8192, 32768) 0.257). Columns, since their chunks are up to 4 KiB wide (fifth run,
+// scripts/reduce_sweep.py, 16 KiB stages): primitives/2 0.271-0.274 ms against /3 0.279-0.291
+// and /4 0.285-0.286 (they had run fastest at 4 stages with 512-byte chunks). Older GPUs take the
+// same LDGSTS path (sm_80+), not yet measured there.
 CopyConfig resolve_reduce(const DeviceInfo& /*dev*/, MechanismArg mech, int64_t stages, int64_t /*outer*/,
-                          int64_t /*r*/, int64_t inner) {
+                          int64_t /*r*/, int64_t /*inner*/) {
   CopyConfig best;
   best.mechanism = engine::Mechanism::Primitives;
-  best.stages = inner == 1 ? 2 : 4;
+  best.stages = 2;
   return apply_explicit(best, mech, stages, 0);
 }
 
