@@ -28,10 +28,10 @@ constexpr int kReduceThreads = 256;
 // split, the ring's wait and barrier, the consumer's set-up) are paid per stage, so wider stages
 // amortise them over more elements per thread. Measured on an H200 (BENCHMARKS.md, 2026-11-22,
 // third run): rows 32 KiB stages (sum all 0.263 ms at 2 stages, against 0.306 with 8 KiB). Columns
-// ran best at 16 KiB with 512-byte chunks; with chunks up to 4 KiB wide (fifth run) they take 32
-// KiB like rows. Both take the widest stage that fits the stage count into shared memory.
+// ran best at 16 KiB with 512-byte chunks, and again with 4 KiB chunks (fifth run: 0.269 ms against
+// 0.298 at 32 KiB). Both take the widest stage that fits the stage count into shared memory.
 constexpr int kReduceRowsTileBytes = 32768;
-constexpr int kReduceColsTileBytes = 32768;
+constexpr int kReduceColsTileBytes = 16384;
 constexpr int kMaxBlocksPerSm = 2048 / kReduceThreads;
 
 // The combine of a run-time op (mean combines as a sum). The op is uniform across the grid, so
@@ -245,17 +245,23 @@ __global__ void __launch_bounds__(kReduceThreads)
 
 // ---------------------------------------------------------------------------------- columns
 // A block owns one chunk of contiguous columns of one `outer` slice and a part of r; a tile is
-// tile_rows rows of the chunk, moved as one copy_rows box. A chunk is row_threads 16-byte column
-// vectors wide, as many as the row has (32 to 256, a power of two): consumer thread t owns vector
-// t % row_threads and the rows t / row_threads, + groups, ... of each tile; the groups' sums
-// combine in smem in group order. Wide chunks keep each row's run contiguous in DRAM: 4 KiB at
-// 256 lanes, where 32-lane chunks read 512 bytes per row (H200, (32768, 8192) fp32: 0.77x of
-// eager torch.sum with 512-byte chunks; see BENCHMARKS.md).
+// tile_rows rows of the chunk, moved as one copy_rows box. A chunk is row_threads x vecs 16-byte
+// column vectors wide: row_threads (32 to 256, a power of two) as the row needs, and when a row
+// is wider than the block, up to col_max_vecs vectors per thread (vector u of thread t is the
+// chunk's vector t + u * row_threads: a warp's reads stay consecutive). Consumer thread t owns
+// the vectors of t % row_threads in the rows t / row_threads, + groups, ... of each tile; the
+// groups' sums combine in smem in group order (several groups only when vecs == 1). Wide chunks
+// keep each row's run contiguous in DRAM: up to 16 KiB, where 32-lane chunks read 512 bytes per
+// row (H200, (32768, 8192) fp32: 0.77x of eager torch.sum with 512-byte chunks; BENCHMARKS.md).
+// Vectors per thread and row at most: 16 accumulators (fp32: 4 vectors of 4; 2-byte types: 2 of 8).
+constexpr int col_max_vecs(int esz) { return esz == 2 ? 2 : 4; }
+
 struct ColsPlan {
   int64_t outer, r, inner;
   int64_t col_chunks;  // ceil(inner / chunk_cols)
-  int chunk_cols;      // columns per chunk: row_threads * 16 / esz
-  int row_threads;     // consumer threads across a tile row (one 16-byte vector each)
+  int chunk_cols;      // columns per chunk: row_threads * vecs * 16 / esz
+  int row_threads;     // consumer threads across a tile row
+  int vecs;            // 16-byte vectors per thread and row, 1..col_max_vecs(esz)
   int groups;          // consumer threads / row_threads: row groups (threads past them idle)
   int64_t parts;       // parts of r
   int64_t part_rows;   // rows per part (a multiple of tile_rows)
@@ -264,7 +270,7 @@ struct ColsPlan {
   bool aligned;        // rows 16-byte aligned (x aligned and inner * esz % 16 == 0): vector reads
 };
 
-// At least 3 resident blocks per SM: lets ptxas keep the VE column accumulators in registers.
+// At least 3 resident blocks per SM: lets ptxas keep the column accumulators in registers.
 template <engine::Mechanism M, int S, typename T>
 __global__ void __launch_bounds__(kReduceThreads, 3)
     reduce_cols_kernel(const T* __restrict__ x, void* out, DType od, acc_t<T>* partials, ColsPlan pl,
@@ -272,10 +278,10 @@ __global__ void __launch_bounds__(kReduceThreads, 3)
   using A = acc_t<T>;
   using Ring = engine::Ring<M, S, 16>;
   constexpr int esz = sizeof(T);
-  constexpr int VE = 16 / esz;
+  constexpr int VE = 16 / esz, kColMaxVecs = col_max_vecs(esz);
   extern __shared__ __align__(engine::kStageAlign) char smem[];
   __shared__ engine::RawShared<typename Ring::SharedState> ss;
-  __shared__ A scratch[kReduceThreads * VE];  // [group][chunk column]
+  __shared__ A scratch[kReduceThreads * VE];  // [group][chunk column], vecs == 1
   Ring ring(ss.get(), smem, pl.tile_rows * pl.pitch);
   const Combine<A> comb{op};
 
@@ -298,11 +304,13 @@ __global__ void __launch_bounds__(kReduceThreads, 3)
 
   const engine::Team team0{Ring::consumer_rank(), Ring::num_consumers()};
   const int vec = team0.rank % pl.row_threads, grp = team0.rank / pl.row_threads;
-  const int col = vec * VE;  // first column of this thread's vector
-  const bool active = grp < pl.groups && col < ncols;
-  A acc[VE];
+  auto col_of = [&](int u) { return (vec + u * pl.row_threads) * VE; };  // first column of vector u
+  const bool active = grp < pl.groups && col_of(0) < ncols;
+  A acc[kColMaxVecs][VE];
 #pragma unroll
-  for (int j = 0; j < VE; ++j) acc[j] = comb.init();
+  for (int u = 0; u < kColMaxVecs; ++u)
+#pragma unroll
+    for (int j = 0; j < VE; ++j) acc[u][j] = comb.init();
 
   auto load = [&](const auto& w, int64_t k) {
     const int rows = rows_in(k);
@@ -322,14 +330,19 @@ __global__ void __launch_bounds__(kReduceThreads, 3)
     if (!active) return;
     const int rows = rows_in(k);
     const T* src = base + k * pl.tile_rows * pl.inner;
-    if (pl.aligned && col + VE <= ncols) {
+    // Whole vectors: every vector of this thread lies inside the chunk's columns.
+    if (pl.aligned && col_of(pl.vecs - 1) + VE <= ncols) {
       with_static_combine<A>(op, [&](auto sc) {
-#pragma unroll 4
         for (int i = grp; i < rows; i += pl.groups) {
-          A e[VE];
-          unpack16<T>(*reinterpret_cast<const uint4*>(stage + static_cast<int64_t>(i) * pl.pitch + col * esz), e);
+          const char* row = stage + static_cast<int64_t>(i) * pl.pitch;
 #pragma unroll
-          for (int j = 0; j < VE; ++j) acc[j] = sc(acc[j], e[j]);
+          for (int u = 0; u < kColMaxVecs; ++u) {
+            if (u >= pl.vecs) break;
+            A e[VE];
+            unpack16<T>(*reinterpret_cast<const uint4*>(row + col_of(u) * esz), e);
+#pragma unroll
+            for (int j = 0; j < VE; ++j) acc[u][j] = sc(acc[u][j], e[j]);
+          }
         }
       });
     } else {
@@ -337,19 +350,25 @@ __global__ void __launch_bounds__(kReduceThreads, 3)
         const int shift = pl.aligned ? 0 : shift_of(src + i * pl.inner);
         const T* srow = reinterpret_cast<const T*>(stage + static_cast<int64_t>(i) * pl.pitch + shift);
 #pragma unroll
-        for (int j = 0; j < VE; ++j)
-          if (col + j < ncols) acc[j] = comb(acc[j], to_acc<A>(srow[col + j]));
+        for (int u = 0; u < kColMaxVecs; ++u) {
+          if (u >= pl.vecs) break;
+#pragma unroll
+          for (int j = 0; j < VE; ++j)
+            if (col_of(u) + j < ncols) acc[u][j] = comb(acc[u][j], to_acc<A>(srow[col_of(u) + j]));
+        }
       }
     }
   };
   engine::run_ring(ring, ntiles, load, consume);
 
   if (!Ring::is_consumer()) return;
-  // One group: each thread holds its columns' totals. Several: combine them in group order.
+  // One group: each thread holds its columns' totals. Several (vecs == 1): combine them in group
+  // order.
   if (pl.groups > 1) {
+    const int col = col_of(0);
     if (grp < pl.groups) {
 #pragma unroll
-      for (int j = 0; j < VE; ++j) scratch[grp * pl.chunk_cols + col + j] = acc[j];
+      for (int j = 0; j < VE; ++j) scratch[grp * pl.chunk_cols + col + j] = acc[0][j];
     }
     engine::team_sync(team0);
     if (grp != 0) return;
@@ -359,17 +378,21 @@ __global__ void __launch_bounds__(kReduceThreads, 3)
       A total = comb.init();
 #pragma unroll 1
       for (int g = 0; g < pl.groups; ++g) total = comb(total, scratch[g * pl.chunk_cols + col + j]);
-      acc[j] = total;
+      acc[0][j] = total;
     }
   } else if (grp != 0) {
     return;
   }
 #pragma unroll
-  for (int j = 0; j < VE; ++j) {
-    if (col + j >= ncols) continue;
-    const int64_t oi = o * pl.inner + c0 + col + j;
-    if (pl.parts == 1) store_out(out, od, oi, finalize(op, acc[j], pl.r));
-    else partials[part * pl.outer * pl.inner + oi] = acc[j];
+  for (int u = 0; u < kColMaxVecs; ++u) {
+    if (u >= pl.vecs) break;
+#pragma unroll
+    for (int j = 0; j < VE; ++j) {
+      if (col_of(u) + j >= ncols) continue;
+      const int64_t oi = o * pl.inner + c0 + col_of(u) + j;
+      if (pl.parts == 1) store_out(out, od, oi, finalize(op, acc[u][j], pl.r));
+      else partials[part * pl.outer * pl.inner + oi] = acc[u][j];
+    }
   }
 }
 
@@ -453,14 +476,16 @@ inline ColsPlan make_cols_plan(const ReduceParams& p, const DeviceInfo& dev, int
   pl.r = p.r;
   pl.inner = p.inner;
   // The narrowest power-of-two chunk of at least 32 vectors that spans the row, up to as many
-  // vectors as there are consumer threads.
+  // vectors as there are consumer threads, then up to col_max_vecs vectors per thread.
   const int consumers = reduce_consumers(p.mechanism);
   const int64_t row_vecs = ceil_div(p.inner, 16 / esz);
   int rt = 32;
   while (rt * 2 <= consumers && rt < row_vecs) rt *= 2;
   pl.row_threads = rt;
   pl.groups = consumers / rt;
-  const int chunk_bytes = rt * 16;
+  // Rows wider than the block's threads: several vectors per thread (one row group).
+  pl.vecs = pl.groups == 1 ? static_cast<int>(std::min<int64_t>(col_max_vecs(esz), ceil_div(row_vecs, rt))) : 1;
+  const int chunk_bytes = rt * pl.vecs * 16;
   pl.chunk_cols = chunk_bytes / esz;
   pl.col_chunks = ceil_div(p.inner, pl.chunk_cols);
   pl.tile_rows = std::max(1, cols_tile_bytes(p, dev) / chunk_bytes);
