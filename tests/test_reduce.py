@@ -252,12 +252,14 @@ def test_reduce_mechanisms(device, mechanism):
 
 # Shapes that reach each path of the CUDA kernels: packed short rows (vector-aligned or not),
 # split long rows, column chunks of every width (32 to 256 vectors; 16-byte aligned rows or not,
-# several chunks per row with a partial last one, partial last vector), several outer slices;
+# several chunks per row with a partial last one, partial last vector), several outer slices,
+# outputs split in parts;
 # and a storage offset that misaligns the data pointer.
 LAYOUT_CASES = [
     ((257, 64), 1), ((300, 37), 1), ((5, 9000), 1), ((3, 40000), -1),
     ((300, 1000), 0), ((301, 1003), 0), ((130, 129), 0), ((4, 67, 300), 1), ((2, 33, 5), 1),
     ((20, 4500), 0), ((3, 40, 1500), 1), ((9, 2050), 0),
+    ((1500, 700), 0),  # many parts of many columns: the partials pass with lane groups
 ]
 
 

@@ -415,17 +415,29 @@ __global__ void __launch_bounds__(kReduceThreads)
   if (threadIdx.x == 0) store_out(out, od, i, finalize(op, total, r));
 }
 
+// Many outputs (columns, or rows split in parts): a group of 2^lanes_log2 lanes of one warp per
+// output, lane g folding partials g, g + G, ... (independent loads, several in flight per lane),
+// then a fixed shuffle tree. A thread per output walking all its partials in turn waited on one
+// load after another: ~25 us for 49 partials of 8192 columns, a tenth of the column sum it ends.
 template <typename A>
-__global__ void reduce_partials_kernel(const A* __restrict__ partials, void* out, DType od, int64_t nout,
-                                       int64_t parts, int64_t stride_out, int64_t stride_part, ReduceOp op,
-                                       int64_t r) {
+__global__ void __launch_bounds__(256)
+    reduce_partials_kernel(const A* __restrict__ partials, void* out, DType od, int64_t nout, int64_t parts,
+                           int64_t stride_out, int64_t stride_part, ReduceOp op, int64_t r, int lanes_log2) {
   const Combine<A> comb{op};
-  for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < nout;
-       i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
-    A acc = comb.init();
-    for (int64_t p = 0; p < parts; ++p) acc = comb(acc, partials[i * stride_out + p * stride_part]);
-    store_out(out, od, i, finalize(op, acc, r));
+  const int G = 1 << lanes_log2;
+  const int64_t gid = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
+  const int64_t i = gid >> lanes_log2;
+  const int lane = static_cast<int>(gid & (G - 1));
+  A acc = comb.init();
+  if (i < nout) {
+    const A* src = partials + i * stride_out;
+#pragma unroll 4
+    for (int64_t p = lane; p < parts; p += G) acc = comb(acc, src[p * stride_part]);
   }
+  // Every lane of the warp gets here (the groups of a warp differ only in i), so the shuffles
+  // are uniform.
+  for (int o = G / 2; o > 0; o >>= 1) acc = comb(acc, __shfl_xor_sync(0xffffffffu, acc, o, G));
+  if (i < nout && lane == 0) store_out(out, od, i, finalize(op, acc, r));
 }
 
 
@@ -565,9 +577,12 @@ void launch_reduce_typed(const ReduceParams& p) {
         partials, p.out, p.out_dtype, parts, stride_out, stride_part, p.op, p.r);
     CUPIPE_LAUNCH_CHECK();
   } else if (parts > 1) {
-    const int64_t blocks = std::min<int64_t>(ceil_div(nout, 256), 65535);
+    int lanes_log2 = 0;  // about 4 partials per lane, up to a warp per output
+    while (lanes_log2 < 5 && (int64_t(4) << lanes_log2) < parts) ++lanes_log2;
+    const int64_t blocks = ceil_div(nout << lanes_log2, 256);
+    if (blocks > 0x7fffffff) throw std::runtime_error("reduce: too many outputs for the partials pass");
     reduce_partials_kernel<A><<<static_cast<unsigned>(blocks), 256, 0, stream>>>(
-        partials, p.out, p.out_dtype, nout, parts, stride_out, stride_part, p.op, p.r);
+        partials, p.out, p.out_dtype, nout, parts, stride_out, stride_part, p.op, p.r, lanes_log2);
     CUPIPE_LAUNCH_CHECK();
   }
 }
