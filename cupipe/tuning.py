@@ -318,11 +318,12 @@ _TABLE_REASONS = {
     ("stream_copy", "primitives", 4): "before sm_90 the table takes the LDGSTS path (primitives, 4 "
                                       "stages), which needs no Hopper instructions",
     **{(op, m, s): why for op in ("stencil1d", "stencil2d") for (m, s), why in _STENCIL_REASONS.items()},
-    ("reduce", "primitives", 2): "primitives with 2 stages of 32 KiB: along the innermost dim (a "
+    ("reduce", "primitives", 2): "primitives with 2 stages: along the innermost dim (32 KiB stages; a "
                                  "whole tensor, short or long rows) it led or tied every case of "
                                  "the H200 sweep (sum all 0.263 ms, BENCHMARKS.md, third run of "
-                                 "2026-11-22); over columns (chunks up to 4 KiB wide) 0.271-0.274 "
-                                 "ms against 4 stages' 0.285-0.286 (fifth run)",
+                                 "2026-11-22); over columns (chunks up to 16 KiB wide, 64 KiB "
+                                 "stages) 0.251-0.253 ms against 4 stages of 32 KiB's 0.264-0.269 "
+                                 "(fifth run)",
 }
 
 

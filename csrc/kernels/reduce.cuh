@@ -28,10 +28,12 @@ constexpr int kReduceThreads = 256;
 // split, the ring's wait and barrier, the consumer's set-up) are paid per stage, so wider stages
 // amortise them over more elements per thread. Measured on an H200 (BENCHMARKS.md, 2026-11-22,
 // third run): rows 32 KiB stages (sum all 0.263 ms at 2 stages, against 0.306 with 8 KiB). Columns
-// ran best at 16 KiB with 512-byte chunks, and again with 4 KiB chunks (fifth run: 0.269 ms against
-// 0.298 at 32 KiB). Both take the widest stage that fits the stage count into shared memory.
+// with chunks up to 16 KiB wide (fifth run, scripts/reduce_sweep.py --tiles, two device calls):
+// 64 KiB stages at 2 stages, one block per SM, 0.249-0.257 ms for (32768, 8192) and 0.253-0.279
+// for (8192, 32768), against 0.274 and 0.272 at 8-16 KiB (three blocks per SM) and 0.306 and
+// 0.304 at 32 KiB. Both take the widest stage that fits the stage count into shared memory.
 constexpr int kReduceRowsTileBytes = 32768;
-constexpr int kReduceColsTileBytes = 16384;
+constexpr int kReduceColsTileBytes = 65536;
 constexpr int kMaxBlocksPerSm = 2048 / kReduceThreads;
 
 // The combine of a run-time op (mean combines as a sum). The op is uniform across the grid, so
@@ -138,7 +140,7 @@ inline int fitted_tile_bytes(const ReduceParams& p, const DeviceInfo& dev, int t
 inline int rows_tile_bytes(const ReduceParams& p, const DeviceInfo& dev) {
   return p.tile_bytes > 0 ? p.tile_bytes : fitted_tile_bytes(p, dev, kReduceRowsTileBytes, 32);
 }
-// Columns: a tile row is a chunk plus 32 bytes of pitch slack (at most 8 per 256-byte chunk row).
+// Columns: a tile row is a chunk plus 32 bytes of pitch slack (chunks are 512 bytes or wider).
 inline int cols_tile_bytes(const ReduceParams& p, const DeviceInfo& dev) {
   return p.tile_bytes > 0 ? p.tile_bytes : fitted_tile_bytes(p, dev, kReduceColsTileBytes, kReduceColsTileBytes / 16);
 }

@@ -62,10 +62,10 @@ CopyConfig resolve_stencil(const DeviceInfo& dev, MechanismArg mech, int64_t sta
 // Reductions on an H200 (BENCHMARKS.md, 2026-11-22, third run; the stage-size sweep of
 // scripts/profile_cases.py): along the innermost dim (whole tensor, short or long rows)
 // primitives with 2 stages of 32 KiB led or tied every case (sum all 0.263 ms, rows (4194304, 64)
-// 0.283, rows (8192, 32768) 0.257). Columns, since their chunks are up to 4 KiB wide (fifth run,
-// scripts/reduce_sweep.py, 16 KiB stages): primitives/2 0.271-0.274 ms against /3 0.279-0.291
-// and /4 0.285-0.286 (they had run fastest at 4 stages with 512-byte chunks). Older GPUs take the
-// same LDGSTS path (sm_80+), not yet measured there.
+// 0.283, rows (8192, 32768) 0.257). Columns, since their chunks are up to 16 KiB wide (fifth
+// run, scripts/reduce_sweep.py): primitives/2 with 64 KiB stages 0.251-0.253 ms, /4 with 32 KiB
+// 0.264-0.269, /2 with 16 KiB 0.271-0.274 (they had run fastest at 4 stages of 16 KiB with
+// 512-byte chunks). Older GPUs take the same LDGSTS path (sm_80+), not yet measured there.
 CopyConfig resolve_reduce(const DeviceInfo& /*dev*/, MechanismArg mech, int64_t stages, int64_t /*outer*/,
                           int64_t /*r*/, int64_t /*inner*/) {
   CopyConfig best;
