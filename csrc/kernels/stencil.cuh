@@ -33,6 +33,7 @@
 #include <utility>
 
 #include "engine/engine.cuh"
+#include "kernels/fast_div.cuh"
 #include "kernels/launch_utils.cuh"
 #include "kernels/numeric.cuh"
 
@@ -107,6 +108,7 @@ struct StencilGeom {
   int cols_log2;           // log2(tile_w / TW): items per row block, a power of two
   int items;
   int64_t tiles_x, tiles_per_plane, ntiles;
+  FastDiv tiles_x_div, per_plane_div;  // ntiles < 2^31: the tile origin without 32-bit divisions
   int win_h, win_w;        // padded input window, in elements
   int pitch;               // bytes per smem row
   int hdr_bytes;           // TileHeader + win_h shifts, padded to 16
@@ -182,6 +184,10 @@ inline StencilGeom make_stencil_geom(const StencilParams& p, int esz, int acc_si
   g.tiles_x = (p.nx + g.tile_w - 1) / g.tile_w;
   g.tiles_per_plane = (p.ny + g.tile_h - 1) / g.tile_h * g.tiles_x;
   g.ntiles = p.batch * g.tiles_per_plane;
+  if (g.ntiles < (int64_t(1) << 31)) {
+    g.tiles_x_div = FastDiv(static_cast<uint32_t>(g.tiles_x));
+    g.per_plane_div = FastDiv(static_cast<uint32_t>(g.tiles_per_plane));
+  }
   return g;
 }
 
@@ -223,12 +229,13 @@ static __device__ __noinline__ TileHeader tile_origin_64(int64_t t, int64_t per_
   return TileHeader{t / per_plane, r / tiles_x * tile_h, r % tiles_x * tile_w};
 }
 
-// Tile t of the batch in row-major tile order; 32-bit division whenever the count allows.
+// Tile t of the batch in row-major tile order; below 2^31 tiles by multiply-and-shift division.
 __device__ __forceinline__ TileHeader tile_origin(int64_t t, const StencilGeom& g) {
-  if (g.ntiles > 0xffffffffll) return tile_origin_64(t, g.tiles_per_plane, g.tiles_x, g.tile_h, g.tile_w);
-  const uint32_t t32 = static_cast<uint32_t>(t), per = static_cast<uint32_t>(g.tiles_per_plane);
-  const uint32_t r = t32 % per, tiles_x = static_cast<uint32_t>(g.tiles_x);
-  return TileHeader{t32 / per, static_cast<int64_t>(r / tiles_x) * g.tile_h, static_cast<int64_t>(r % tiles_x) * g.tile_w};
+  if (g.ntiles >= (int64_t(1) << 31)) return tile_origin_64(t, g.tiles_per_plane, g.tiles_x, g.tile_h, g.tile_w);
+  uint32_t b, r, ty, tx;
+  g.per_plane_div.divmod(static_cast<uint32_t>(t), b, r);
+  g.tiles_x_div.divmod(r, ty, tx);
+  return TileHeader{b, static_cast<int64_t>(ty) * g.tile_h, static_cast<int64_t>(tx) * g.tile_w};
 }
 
 // One tile's place in its stage: window row i of the tile comes from source row yw + i (rows
@@ -436,29 +443,35 @@ __device__ __forceinline__ void stencil_pass(const char* rows, int pitch, const 
   }
 }
 
+// Stores TW outputs as one vector (dst aligned to TW elements).
+template <typename T, int TW>
+__device__ __forceinline__ void store_vector(T* dst, const acc_t<T> (&v)[TW]) {
+  if constexpr (sizeof(T) == 8) {
+    *reinterpret_cast<double2*>(dst) = make_double2(v[0], v[1]);
+  } else if constexpr (sizeof(T) == 4) {
+    *reinterpret_cast<float4*>(dst) = make_float4(v[0], v[1], v[2], v[3]);
+  } else {
+    uint32_t u[TW / 2];
+#pragma unroll
+    for (int i = 0; i < TW / 2; ++i) {
+      if constexpr (std::is_same_v<T, __half>) {
+        const __half2 h = __floats2half2_rn(v[2 * i], v[2 * i + 1]);
+        u[i] = *reinterpret_cast<const uint32_t*>(&h);
+      } else {
+        const __nv_bfloat162 h = __floats2bfloat162_rn(v[2 * i], v[2 * i + 1]);
+        u[i] = *reinterpret_cast<const uint32_t*>(&h);
+      }
+    }
+    *reinterpret_cast<uint2*>(dst) = make_uint2(u[0], u[1]);
+  }
+}
+
 // Stores TW outputs: one vector store when dst is aligned and all of them are in the plane.
 template <typename T, int TW>
 __device__ __forceinline__ void store_outputs(T* dst, int64_t n_in_range, const acc_t<T> (&v)[TW]) {
   constexpr int kVB = TW * static_cast<int>(sizeof(T));
   if (n_in_range >= TW && (reinterpret_cast<uintptr_t>(dst) & (kVB - 1)) == 0) {
-    if constexpr (sizeof(T) == 8) {
-      *reinterpret_cast<double2*>(dst) = make_double2(v[0], v[1]);
-    } else if constexpr (sizeof(T) == 4) {
-      *reinterpret_cast<float4*>(dst) = make_float4(v[0], v[1], v[2], v[3]);
-    } else {
-      uint32_t u[TW / 2];
-#pragma unroll
-      for (int i = 0; i < TW / 2; ++i) {
-        if constexpr (std::is_same_v<T, __half>) {
-          const __half2 h = __floats2half2_rn(v[2 * i], v[2 * i + 1]);
-          u[i] = *reinterpret_cast<const uint32_t*>(&h);
-        } else {
-          const __nv_bfloat162 h = __floats2bfloat162_rn(v[2 * i], v[2 * i + 1]);
-          u[i] = *reinterpret_cast<const uint32_t*>(&h);
-        }
-      }
-      *reinterpret_cast<uint2*>(dst) = make_uint2(u[0], u[1]);
-    }
+    store_vector<T>(dst, v);
   } else {
 #pragma unroll
     for (int t = 0; t < TW; ++t)
@@ -548,6 +561,9 @@ __device__ __noinline__ void consume_tile_fixed(uint32_t stage_s, uint32_t w_s, 
   const int shift = *reinterpret_cast<const int*>(stage + sizeof(TileHeader));
   const char* rows = stage + g.hdr_bytes + shift - M * esz;  // V-aligned
   T* oplane = out + t.b * g.ny * g.nx;
+  // Rows of whole 16-byte multiples (the fixed consumers' precondition): every item's first output
+  // is vector-aligned when the output is.
+  const bool out_vec_aligned = (reinterpret_cast<uintptr_t>(out) & (V - 1)) == 0;
   for (int p = rank; p < g.items; p += size) {
     const int j0 = (p & ((1 << g.cols_log2) - 1)) * TW, o0 = (p >> g.cols_log2) * TH;
     const int64_t oy = t.y0 + o0, ox = t.x0 + j0;
@@ -578,10 +594,16 @@ __device__ __noinline__ void consume_tile_fixed(uint32_t stage_s, uint32_t w_s, 
           for (int tt = 0; tt < TW; ++tt) acc[o][tt] = fma(wr[k][c], x[tt + c], acc[o][tt]);
       }
     }
+    T* dst = oplane + oy * g.nx + ox;
+    if (out_vec_aligned && oy + TH <= g.ny && ox + TW <= g.nx) {  // inside the plane (most items)
 #pragma unroll
-    for (int o = 0; o < TH; ++o) {
-      if (oy + o >= g.ny) break;
-      store_outputs<T>(oplane + (oy + o) * g.nx + ox, g.nx - ox, acc[o]);
+      for (int o = 0; o < TH; ++o) store_vector<T>(dst + o * g.nx, acc[o]);
+    } else {
+#pragma unroll
+      for (int o = 0; o < TH; ++o) {
+        if (oy + o >= g.ny) break;
+        store_outputs<T>(dst + o * g.nx, g.nx - ox, acc[o]);
+      }
     }
   }
 }
