@@ -5,6 +5,12 @@
 # Usage: bash scripts/gpu_check.sh [steps...]
 #        steps: build tests sanitize sass profile bench benchfull examples notebook
 #        (default: build tests sanitize sass bench examples notebook; logs go to $OUT or ./gpu_check_out)
+# On a device call limited to 600 s the whole set takes three calls (build ~150 s each time; the
+# CUDA + CPU tests with CUPIPE_SLOW=1 ~420 s; sanitizers ~145 s; bench --quick --sweep ~100 s), e.g.
+#   PYTEST_ARGS="tests/test_reduce.py tests/test_stencil.py tests/test_stream_copy.py tests/test_tuning.py" \
+#     bash scripts/gpu_check.sh build tests                 # ~90 s of tests
+#   PYTEST_TIMEOUT=420 PYTEST_ARGS="tests/test_[a-o]*.py" bash scripts/gpu_check.sh build tests
+#   SAN_STAGES=2 SAN_RACE_STAGES=2 bash scripts/gpu_check.sh build sanitize bench
 set -uo pipefail
 STEPS=${*:-build tests sanitize sass bench examples notebook}
 has() { [[ " $STEPS " == *" $1 "* ]]; }
