@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The whole GPU check in one call: build in place, run every test (CPU and CUDA), the
+# The whole GPU check: build in place, run every test (CPU and CUDA), the
 # compute-sanitizer tools over a reduced matrix, a SASS check, a short benchmark (with the
 # mechanism x stages sweep and plots), the examples and the tour notebook.
 # Usage: bash scripts/gpu_check.sh [steps...]
