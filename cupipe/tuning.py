@@ -298,7 +298,9 @@ def _geometry(op: str, a: Dict[str, object]) -> Dict[str, object]:
 _STENCIL_REASONS = {
     ("barrier", 2): "along the last dim on sm_90 (4- and 8-byte types): barrier with 2 stages ran "
                     "a 2^28 fp32 r=4 signal in 0.621-0.681 ms against specialized/2's 0.661-0.701 "
-                    "and primitives/2's 0.764-0.815 (H200, BENCHMARKS.md, fourth run)",
+                    "and primitives/2's 0.764-0.815 (H200, BENCHMARKS.md, fourth run); fp32 runs "
+                    "about two tiles per block (0.543 ms against 0.571 with one wave of persistent "
+                    "blocks, sixth run)",
     ("specialized", 2): "on sm_90, 2-byte signals along the last dim: specialized (one producer "
                         "warp, the other warps consume) with 2 stages; fp16 2^28 r=4 0.406-0.430 ms "
                         "against barrier/2's 0.462-0.537 (H200, BENCHMARKS.md, fourth run; fifth "
@@ -307,7 +309,8 @@ _STENCIL_REASONS = {
                        "sm_90 (fp32 8192^2 3x3 0.157 ms against specialized/2's 0.169, 5x5 0.156 "
                        "against 0.190; fp16 3x3 0.127 against 0.205; H200, BENCHMARKS.md, fifth "
                        "run), stencils along a strided dim, and GPUs before sm_90 (not measured per "
-                       "shape there)",
+                       "shape there); fp32 3x3 and 5-point boxes run about two tiles per block "
+                       "(0.145-0.147 ms against 0.151-0.152 with one wave, sixth run)",
 }
 _TABLE_REASONS = {
     ("stream_copy", "sync", 2): "measured on an H200 (BENCHMARKS.md, 2026-11-22): sync with 1-2 "

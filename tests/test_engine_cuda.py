@@ -64,9 +64,10 @@ def test_stream_copy_matrix(mechanism, stages):
 
 @pytest.mark.parametrize("mechanism", mechanisms())
 def test_stream_copy_tiles_and_grids(mechanism):
-    """Odd tile sizes and tiny grids (many tiles per block, deep wrap-around of the ring)."""
+    """Odd tile sizes, tiny grids (many tiles per block, deep wrap-around of the ring) and grids
+    larger than the device holds at once (1000 blocks: several waves, or a block per tile)."""
     x = rand((123457,), torch.float32, 7)
-    for tile, blocks, stages in itertools.product([16, 272, 4096, 16384], [1, 3, 0], [1, 3, 8]):
+    for tile, blocks, stages in itertools.product([16, 272, 4096, 16384], [1, 3, 0, 1000], [1, 3, 8]):
         poison_allocator(x.numel() * 4)
         y = torch.ops.cupipe._stream_copy_ex(x, mechanism, stages, 16, tile, blocks)
         assert torch.equal(y, x), f"tile={tile} blocks={blocks} stages={stages}"

@@ -103,6 +103,46 @@ def test_stencil_free_sms(device):
         torch.ops.cupipe._stencil2d_ex(x2, w2, "zero", "auto", 0, -1)
 
 
+def test_stencil_grid_sizes(device):
+    """The _ex stencils' `blocks` (the grid sweep): one block, a few, and a block per tile give
+    the same results as the default grid."""
+    if device != "cuda":
+        pytest.skip("the _ex stencils are CUDA-only")
+    x2 = make_input((2, 700, 1029), torch.float32, device, seed=74)
+    x1 = make_input((3, 70001), torch.float32, device, seed=75)
+    w2 = make_weights((5, 3), torch.float32, device, seed=76)
+    w1 = make_weights((9,), torch.float32, device, seed=77)
+    for blocks in (1, 7, 100000):
+        for boundary in ("zero", "circular"):
+            y = torch.ops.cupipe._stencil2d_ex(x2, w2, boundary, "primitives", 2, 0, blocks)
+            assert_close(y, _ref2d(x2, w2, boundary), atol=1e-4 * w2.numel(), rtol=1e-4,
+                         what=f"2d blocks={blocks} {boundary}")
+            y = torch.ops.cupipe._stencil1d_ex(x1, w1, -1, boundary, "pipeline", 4, 0, blocks)
+            assert_close(y, _ref1d(x1, w1, -1, boundary), atol=1e-3, rtol=1e-4,
+                         what=f"1d blocks={blocks} {boundary}")
+    with pytest.raises(ValueError, match="blocks"):
+        torch.ops.cupipe._stencil2d_ex(x2, w2, "zero", "auto", 0, 0, -1)
+
+
+def test_stencil_auto_grids_past_one_wave(device):
+    """The table runs fp32 1-D signals and 3x3 boxes with about two tiles per block: on inputs
+    with more tiles than two per resident block the grid is several waves; results as the
+    reference, poisoned outputs first."""
+    if device != "cuda":
+        pytest.skip("grids are CUDA-only")
+    x2 = make_input((4, 1100, 1300), torch.float32, device, seed=78)  # 4 x 18 x 11 tiles of 64 x 128
+    x1 = make_input(((1 << 25) + 333,), torch.float32, device, seed=79)  # ~4100 tiles of 8192
+    w2 = make_weights((3, 3), torch.float32, device, seed=80)
+    w1 = make_weights((9,), torch.float32, device, seed=81)
+    for boundary in ("zero", "reflect"):
+        poison_allocator(x2.numel() * 4)
+        assert_close(cupipe.stencil2d(x2, w2, boundary=boundary), _ref2d(x2, w2, boundary),
+                     atol=1e-4 * w2.numel(), rtol=1e-4, what=f"2d auto {boundary}")
+        poison_allocator(x1.numel() * 4)
+        assert_close(cupipe.stencil1d(x1, w1, boundary=boundary), _ref1d(x1, w1, -1, boundary),
+                     atol=1e-3, rtol=1e-4, what=f"1d auto {boundary}")
+
+
 @pytest.mark.parametrize("boundary", ["zero", "replicate", "circular"])
 @pytest.mark.parametrize("n", [1, 2, 3])
 @pytest.mark.parametrize("r", [4, 6])

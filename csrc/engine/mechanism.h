@@ -20,6 +20,12 @@ enum class Mechanism : int {
 constexpr int kNumMechanisms = 8;
 constexpr int kMaxStages = 8;
 
+// Threads of a block that only produce under mechanism m (specialized's producer warp; the
+// other mechanisms are unified), and the consumer threads of a block of `block_threads`. Host
+// plans size their work by it; the specialized ring checks it against its own constant.
+constexpr int producer_only_threads(Mechanism m) { return m == Mechanism::Specialized ? 32 : 0; }
+constexpr int consumer_threads(Mechanism m, int block_threads) { return block_threads - producer_only_threads(m); }
+
 inline const char* mechanism_name(Mechanism m) {
   switch (m) {
     case Mechanism::Sync: return "sync";

@@ -381,7 +381,7 @@ struct Ring<Mechanism::Specialized, Stages, V> : RingBase<Stages>,
                                                   PerThreadCopies<Ring<Mechanism::Specialized, Stages, V>, V> {
   static constexpr bool kPartitioned = true;
   static constexpr bool kReleaseEveryTile = true;
-  static constexpr int kProducerThreads = 32;
+  static constexpr int kProducerThreads = producer_only_threads(Mechanism::Specialized);
   struct SharedState {
     cuda::pipeline_shared_state<cuda::thread_scope_block, Stages> state;
   };

@@ -41,7 +41,8 @@ struct StreamCopyParams {
   int stages = 2;       // 1..8
   int vec_bytes = 16;   // 4, 8 or 16: width of one async copy
   int tile_bytes = 0;   // bytes per stage; 0 = launcher default
-  int max_blocks = 0;   // cap on the grid (0 = fill the device); for latency studies
+  int max_blocks = 0;   // blocks of the grid (0 = as many as the device holds at once), at most one
+                        // per tile; fewer for latency studies, more to oversubscribe
   Stream stream = nullptr;
 };
 
@@ -60,6 +61,9 @@ struct StencilParams {
   engine::Mechanism mechanism = engine::Mechanism::Sync;
   int stages = 2;
   int free_sms = 0;  // SMs the launch leaves to other streams' kernels (0: the whole device)
+  int64_t blocks = 0;  // blocks of the grid (0: one wave of resident blocks); for sweeps
+  int tiles_per_block = 0;  // when blocks == 0: about ntiles / tiles_per_block blocks, at least one
+                            // wave (0: one wave of persistent blocks); ignored when free_sms > 0
   Stream stream = nullptr;
 };
 
@@ -92,6 +96,8 @@ struct ReduceParams {
   engine::Mechanism mechanism = engine::Mechanism::Sync;
   int stages = 2;
   int tile_bytes = 0;            // bytes per stage (columns: whole rows of a 512 B..4 KiB chunk); 0 = default
+  int64_t blocks = 0;            // blocks of the main pass (0 = one wave of resident blocks); for sweeps
+  int interleave = -1;           // rows split in parts: 1 every parts-th tile, 0 runs, -1 default; sweeps
   void* workspace = nullptr;     // scratch for split reductions, see reduce_workspace_bytes
   int64_t workspace_bytes = 0;
   Stream stream = nullptr;

@@ -17,6 +17,7 @@
 #include <cmath>
 
 #include "engine/engine.cuh"
+#include "kernels/dependent_launch.cuh"
 #include "kernels/launch_utils.cuh"
 #include "kernels/numeric.cuh"
 
@@ -129,6 +130,7 @@ struct RowsPlan {
   bool vec_rows;       // packed rows all start 16-byte aligned: whole-vector loop, no head/tail
   int64_t parts;       // split mode: parts per row
   int64_t part_len;    // elements per part (a multiple of the tile's elements)
+  bool interleaved;    // split mode: part p takes the row's tiles p, p + parts, ... (else a run)
   int tile_elems;      // elements per stage
 };
 
@@ -160,6 +162,7 @@ __global__ void __launch_bounds__(kReduceThreads)
   Ring ring(ss.get(), smem, stage_bytes);
   const Combine<A> comb{op};
   auto shift_of = [](const T* p) { return static_cast<int>(reinterpret_cast<uintptr_t>(p) & 15u); };
+  allow_dependent_launch();  // the partials pass, when there is one, may start waiting
 
   if (pl.rows_per_tile > 0) {
     // Packed: block-strided tiles of rows_per_tile whole rows; a group of G lanes per row.
@@ -216,24 +219,33 @@ __global__ void __launch_bounds__(kReduceThreads)
     return;
   }
 
-  // Split: block = one (row, part); its tiles stream through the ring.
+  // Split: block = one (row, part); its tiles stream through the ring. A part is either a run
+  // of part_len elements or (interleaved) every parts-th tile of the row from tile `part` on:
+  // the grid's blocks then read neighbouring tiles at any moment, as a copy does.
   const int64_t row = blockIdx.x / pl.parts, part = blockIdx.x % pl.parts;
-  const int64_t begin = part * pl.part_len;
-  const int64_t end = min(begin + pl.part_len, pl.r);
-  const int64_t n = end > begin ? end - begin : 0;
-  const int64_t ntiles = (n + pl.tile_elems - 1) / pl.tile_elems;
-  const T* base = x + row * pl.r + begin;
+  const T* xrow = x + row * pl.r;
+  int64_t first, step, ntiles;  // element offset of the part's first tile and between its tiles
+  if (pl.interleaved) {
+    const int64_t row_tiles = (pl.r + pl.tile_elems - 1) / pl.tile_elems;
+    first = part * pl.tile_elems;
+    step = pl.parts * pl.tile_elems;
+    ntiles = part < row_tiles ? (row_tiles - part + pl.parts - 1) / pl.parts : 0;
+  } else {
+    first = part * pl.part_len;
+    step = pl.tile_elems;
+    const int64_t n = max(min(first + pl.part_len, pl.r) - first, int64_t(0));
+    ntiles = (n + pl.tile_elems - 1) / pl.tile_elems;
+  }
+  auto count_of = [&](int64_t k) { return min(static_cast<int64_t>(pl.tile_elems), pl.r - (first + k * step)); };
   A acc = comb.init();
   auto load = [&](const auto& w, int64_t k) {
-    const T* src = base + k * pl.tile_elems;
-    w.copy(shift_of(src), src, min(static_cast<int64_t>(pl.tile_elems), n - k * pl.tile_elems) * esz,
-           engine::TailMode::MayOverwrite);
+    const T* src = xrow + first + k * step;
+    w.copy(shift_of(src), src, count_of(k) * esz, engine::TailMode::MayOverwrite);
   };
   auto consume = [&](const char* stage, int64_t k, engine::Team team) {
-    const T* src = base + k * pl.tile_elems;
+    const T* src = xrow + first + k * step;
     const T* tile = reinterpret_cast<const T*>(stage + shift_of(src));
-    const int cnt = static_cast<int>(min(static_cast<int64_t>(pl.tile_elems), n - k * pl.tile_elems));
-    fold_span(tile, cnt, team.rank, team.size, acc, comb);
+    fold_span(tile, static_cast<int>(count_of(k)), team.rank, team.size, acc, comb);
   };
   engine::run_ring(ring, ntiles, load, consume);
   const engine::Team team{Ring::consumer_rank(), Ring::num_consumers()};
@@ -286,6 +298,7 @@ __global__ void __launch_bounds__(kReduceThreads, 3)
   __shared__ A scratch[kReduceThreads * VE];  // [group][chunk column], vecs == 1
   Ring ring(ss.get(), smem, pl.tile_rows * pl.pitch);
   const Combine<A> comb{op};
+  allow_dependent_launch();  // the partials pass, when there is one, may start waiting
 
   int64_t b = blockIdx.x;
   const int64_t part = b % pl.parts; b /= pl.parts;
@@ -411,6 +424,7 @@ __global__ void __launch_bounds__(kReduceThreads)
   const Combine<A> comb{op};
   const int64_t i = blockIdx.x;
   A acc = comb.init();
+  wait_for_previous_grid();  // launched as a dependent of the pass that writes the partials
   for (int64_t p = threadIdx.x; p < parts; p += blockDim.x) acc = comb(acc, partials[i * stride_out + p * stride_part]);
   const engine::Team team{static_cast<int>(threadIdx.x), static_cast<int>(blockDim.x)};
   const A total = team_combine(acc, comb, team, scratch);
@@ -431,6 +445,7 @@ __global__ void __launch_bounds__(256)
   const int64_t i = gid >> lanes_log2;
   const int lane = static_cast<int>(gid & (G - 1));
   A acc = comb.init();
+  wait_for_previous_grid();  // launched as a dependent of the pass that writes the partials
   if (i < nout) {
     const A* src = partials + i * stride_out;
 #pragma unroll 4
@@ -474,14 +489,9 @@ inline RowsPlan make_rows_plan(const ReduceParams& p, int esz, int tile_bytes, i
     pl.parts = std::max<int64_t>(parts, 1);
     pl.part_len = ceil_div(ceil_div(p.r, pl.parts), pl.tile_elems) * pl.tile_elems;
     pl.parts = ceil_div(p.r, pl.part_len);
+    pl.interleaved = p.interleave == 1;
   }
   return pl;
-}
-
-// Consumer threads of a reduce block under mechanism m (specialized gives a warp to the producer;
-// launch_reduce_typed checks this against the ring).
-constexpr int reduce_consumers(engine::Mechanism m) {
-  return m == engine::Mechanism::Specialized ? kReduceThreads - 32 : kReduceThreads;
 }
 
 inline ColsPlan make_cols_plan(const ReduceParams& p, const DeviceInfo& dev, int esz, int64_t target_blocks) {
@@ -491,7 +501,7 @@ inline ColsPlan make_cols_plan(const ReduceParams& p, const DeviceInfo& dev, int
   pl.inner = p.inner;
   // The narrowest power-of-two chunk of at least 32 vectors that spans the row, up to as many
   // vectors as there are consumer threads, then up to col_max_vecs vectors per thread.
-  const int consumers = reduce_consumers(p.mechanism);
+  const int consumers = engine::consumer_threads(p.mechanism, kReduceThreads);
   const int64_t row_vecs = ceil_div(p.inner, 16 / esz);
   int rt = 32;
   while (rt * 2 <= consumers && rt < row_vecs) rt *= 2;
@@ -519,15 +529,19 @@ inline ColsPlan make_cols_plan(const ReduceParams& p, const DeviceInfo& dev, int
 
 inline int acc_size(const ReduceParams& p) { return p.in_dtype == DType::F64 ? 8 : 4; }
 
-inline int64_t max_target_blocks(const DeviceInfo& dev) { return static_cast<int64_t>(dev.num_sms) * kMaxBlocksPerSm; }
+inline int64_t max_target_blocks(const ReduceParams& p, const DeviceInfo& dev) {
+  return std::max<int64_t>(p.blocks, static_cast<int64_t>(dev.num_sms) * kMaxBlocksPerSm);
+}
+// The blocks a plan aims at: one wave of resident blocks unless the caller asks otherwise.
+inline int64_t target_blocks(const ReduceParams& p, int64_t resident) { return p.blocks > 0 ? p.blocks : resident; }
 
 inline int64_t partial_count(const ReduceParams& p, const DeviceInfo& dev) {
   const int esz = dtype_size(p.in_dtype);
   if (p.inner == 1) {
-    const RowsPlan pl = make_rows_plan(p, esz, rows_tile_bytes(p, dev), max_target_blocks(dev));
+    const RowsPlan pl = make_rows_plan(p, esz, rows_tile_bytes(p, dev), max_target_blocks(p, dev));
     return pl.rows_per_tile == 0 && pl.parts > 1 ? p.outer * pl.parts : 0;
   }
-  const ColsPlan pl = make_cols_plan(p, dev, esz, max_target_blocks(dev));
+  const ColsPlan pl = make_cols_plan(p, dev, esz, max_target_blocks(p, dev));
   return pl.parts > 1 ? pl.parts * p.outer * p.inner : 0;
 }
 
@@ -545,10 +559,10 @@ void launch_reduce_typed(const ReduceParams& p) {
     const size_t smem = static_cast<size_t>(S) * (tile_bytes + 32);
     prepare_smem(kernel, smem, "reduce");
     const int64_t resident = static_cast<int64_t>(dev.num_sms) * blocks_per_sm(kernel, kReduceThreads, smem);
-    const RowsPlan pl = make_rows_plan(p, esz, tile_bytes, resident);
+    const RowsPlan pl = make_rows_plan(p, esz, tile_bytes, target_blocks(p, resident));
     int64_t grid;
     if (pl.rows_per_tile > 0) {
-      grid = std::min<int64_t>(ceil_div(p.outer, pl.rows_per_tile), resident);
+      grid = std::min<int64_t>(ceil_div(p.outer, pl.rows_per_tile), target_blocks(p, resident));
     } else {
       grid = p.outer * pl.parts;
       parts = pl.parts; stride_out = pl.parts; stride_part = 1;
@@ -559,14 +573,11 @@ void launch_reduce_typed(const ReduceParams& p) {
     CUPIPE_LAUNCH_CHECK();
   } else {
     auto kernel = reduce_cols_kernel<M, S, T>;
-    using Ring = engine::Ring<M, S, 16>;
-    if constexpr (Ring::kPartitioned)
-      static_assert(kReduceThreads - Ring::kProducerThreads == reduce_consumers(M), "the plan's consumer count");
     const ColsPlan shape = make_cols_plan(p, dev, esz, 1);  // tile geometry; the split needs `resident`
     const size_t smem = static_cast<size_t>(S) * shape.tile_rows * shape.pitch;
     prepare_smem(kernel, smem, "reduce");
     const int64_t resident = static_cast<int64_t>(dev.num_sms) * blocks_per_sm(kernel, kReduceThreads, smem);
-    const ColsPlan pl = make_cols_plan(p, dev, esz, resident);
+    const ColsPlan pl = make_cols_plan(p, dev, esz, target_blocks(p, resident));
     const int64_t grid = p.outer * pl.col_chunks * pl.parts;
     if (grid > 0x7fffffff) throw std::runtime_error("reduce: too many column blocks for one launch");
     kernel<<<static_cast<unsigned>(std::max<int64_t>(grid, 1)), kReduceThreads, smem, stream>>>(
@@ -574,18 +585,19 @@ void launch_reduce_typed(const ReduceParams& p) {
     CUPIPE_LAUNCH_CHECK();
     parts = pl.parts; stride_out = 1; stride_part = nout;
   }
+  const bool dependent = dev.sm >= 90;
   if (parts > 1 && nout < dev.num_sms) {
-    reduce_partials_block_kernel<A><<<static_cast<unsigned>(nout), kReduceThreads, 0, stream>>>(
-        partials, p.out, p.out_dtype, parts, stride_out, stride_part, p.op, p.r);
-    CUPIPE_LAUNCH_CHECK();
+    launch_dependent(reduce_partials_block_kernel<A>, dim3(static_cast<unsigned>(nout)), dim3(kReduceThreads), 0,
+                     stream, dependent, static_cast<const A*>(partials), p.out, p.out_dtype, parts, stride_out,
+                     stride_part, p.op, p.r);
   } else if (parts > 1) {
     int lanes_log2 = 0;  // about 4 partials per lane, up to a warp per output
     while (lanes_log2 < 5 && (int64_t(4) << lanes_log2) < parts) ++lanes_log2;
     const int64_t blocks = ceil_div(nout << lanes_log2, 256);
     if (blocks > 0x7fffffff) throw std::runtime_error("reduce: too many outputs for the partials pass");
-    reduce_partials_kernel<A><<<static_cast<unsigned>(blocks), 256, 0, stream>>>(
-        partials, p.out, p.out_dtype, nout, parts, stride_out, stride_part, p.op, p.r, lanes_log2);
-    CUPIPE_LAUNCH_CHECK();
+    launch_dependent(reduce_partials_kernel<A>, dim3(static_cast<unsigned>(blocks)), dim3(256), 0, stream, dependent,
+                     static_cast<const A*>(partials), p.out, p.out_dtype, nout, parts, stride_out, stride_part, p.op,
+                     p.r, lanes_log2);
   }
 }
 

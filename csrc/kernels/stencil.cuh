@@ -700,12 +700,6 @@ __global__ void __launch_bounds__(kStencilThreads, stencil_min_blocks<T, Box>())
   engine::run_ring(ring, mine, load, consume);
 }
 
-template <class Ring>
-constexpr int stencil_consumers() {
-  if constexpr (Ring::kPartitioned) return kStencilThreads - Ring::kProducerThreads;
-  else return kStencilThreads;
-}
-
 template <engine::Mechanism M>
 void launch_stencil_mechanism(const StencilParams& p) {
   dispatch_stages(p.stages, [&](auto s) {
@@ -714,7 +708,7 @@ void launch_stencil_mechanism(const StencilParams& p) {
       using T = decltype(tv);
       using A = acc_t<T>;
       const DeviceInfo dev = device_info(current_device());
-      StencilGeom g = make_stencil_geom(p, sizeof(T), sizeof(A), stencil_consumers<engine::Ring<M, S, 16>>(),
+      StencilGeom g = make_stencil_geom(p, sizeof(T), sizeof(A), engine::consumer_threads(M, kStencilThreads),
                                         dev.max_smem_optin - 1024);
       g.fixed = choose_fixed(g, p.x, sizeof(T));
       auto launch = [&](auto kernel) {
@@ -722,8 +716,13 @@ void launch_stencil_mechanism(const StencilParams& p) {
         prepare_smem(kernel, smem, "stencil");
         // One wave of persistent blocks; free_sms leaves SMs for another stream's kernels (the
         // halo exchange of cupipe.distributed's overlap), which could not start before it ends.
+        // With tiles_per_block, more blocks than one wave (the scheduler balances the SMs; see
+        // resolve_stencil) except when SMs are to stay free: later waves would fill them.
         const int sms = std::max(1, dev.num_sms - std::max(0, p.free_sms));
         int64_t grid = static_cast<int64_t>(sms) * blocks_per_sm(kernel, kStencilThreads, smem);
+        if (p.blocks > 0) grid = p.blocks;
+        else if (p.tiles_per_block > 0 && p.free_sms <= 0)
+          grid = std::max(grid, (g.ntiles + p.tiles_per_block - 1) / p.tiles_per_block);
         if (grid > g.ntiles) grid = g.ntiles;
         if (grid < 1) grid = 1;
         kernel<<<static_cast<unsigned>(grid), kStencilThreads, smem, reinterpret_cast<cudaStream_t>(p.stream)>>>(

@@ -94,7 +94,7 @@ void launch_stream_copy_mechanism(const StreamCopyParams& p, int head) {
       const int64_t body = p.bytes - head;
       const int64_t ntiles = (body + tile - 1) / tile;
       int64_t grid = static_cast<int64_t>(dev.num_sms) * blocks_per_sm(kernel, kCopyThreads, smem);
-      if (p.max_blocks > 0 && grid > p.max_blocks) grid = p.max_blocks;
+      if (p.max_blocks > 0) grid = p.max_blocks;
       if (grid > ntiles) grid = ntiles;
       if (grid < 1) grid = 1;
       kernel<<<static_cast<unsigned>(grid), kCopyThreads, smem, reinterpret_cast<cudaStream_t>(p.stream)>>>(

@@ -78,7 +78,7 @@ at::Tensor stream_copy_ex_cuda(const at::Tensor& x, c10::string_view mechanism, 
 
 at::Tensor stencil_cuda(const char* op, const at::Tensor& x, const at::Tensor& weights,
                         const StencilGeometry& g, Boundary boundary, MechanismArg mech, int64_t stages,
-                        int64_t free_sms = 0) {
+                        int64_t free_sms = 0, int64_t blocks = 0) {
   c10::cuda::CUDAGuard guard(x.device());
   const DeviceInfo dev = device_info(x.get_device());
   const at::Tensor xc = x.contiguous();
@@ -97,6 +97,8 @@ at::Tensor stencil_cuda(const char* op, const at::Tensor& x, const at::Tensor& w
   p.mechanism = cfg.mechanism;
   p.stages = cfg.stages;
   p.free_sms = static_cast<int>(free_sms);
+  p.blocks = blocks;
+  p.tiles_per_block = cfg.tiles_per_block;
   p.stream = current_stream();
   run_launcher(op, [&] { launch_stencil(p); });
   return out;
@@ -120,30 +122,32 @@ at::Tensor stencil2d_cuda(const at::Tensor& x, const at::Tensor& weights, c10::s
   return stencil_cuda("stencil2d", x, weights, g, b, mech, stages);
 }
 
-void check_free_sms(const char* op, int64_t free_sms) {
+void check_free_sms(const char* op, int64_t free_sms, int64_t blocks) {
   TORCH_CHECK_VALUE(free_sms >= 0 && free_sms < (1 << 16), "cupipe.", op, ": free_sms must be in [0, 65535], got ",
                     free_sms);
+  TORCH_CHECK_VALUE(blocks >= 0 && blocks <= (1 << 20), "cupipe.", op, ": blocks must be in [0, 2^20], got ", blocks);
 }
 
 at::Tensor stencil1d_ex_cuda(const at::Tensor& x, const at::Tensor& weights, int64_t dim,
                              c10::string_view boundary, c10::string_view mechanism, int64_t stages,
-                             int64_t free_sms) {
-  check_free_sms("_stencil1d_ex", free_sms);
+                             int64_t free_sms, int64_t blocks) {
+  check_free_sms("_stencil1d_ex", free_sms, blocks);
   const Boundary b = parse_boundary("stencil1d", boundary);
   const MechanismArg mech = parse_mechanism("stencil1d", mechanism);
   check_stages("stencil1d", stages);
   const StencilGeometry g = check_stencil1d(x, weights, dim, b);
-  return stencil_cuda("stencil1d", x, weights, g, b, mech, stages, free_sms);
+  return stencil_cuda("stencil1d", x, weights, g, b, mech, stages, free_sms, blocks);
 }
 
 at::Tensor stencil2d_ex_cuda(const at::Tensor& x, const at::Tensor& weights, c10::string_view boundary,
-                             c10::string_view mechanism, int64_t stages, int64_t free_sms) {
-  check_free_sms("_stencil2d_ex", free_sms);
+                             c10::string_view mechanism, int64_t stages, int64_t free_sms,
+                             int64_t blocks) {
+  check_free_sms("_stencil2d_ex", free_sms, blocks);
   const Boundary b = parse_boundary("stencil2d", boundary);
   const MechanismArg mech = parse_mechanism("stencil2d", mechanism);
   check_stages("stencil2d", stages);
   const StencilGeometry g = check_stencil2d(x, weights, b);
-  return stencil_cuda("stencil2d", x, weights, g, b, mech, stages, free_sms);
+  return stencil_cuda("stencil2d", x, weights, g, b, mech, stages, free_sms, blocks);
 }
 
 at::Tensor stencil_weight_grad_cuda(const char* op, const at::Tensor& x, const at::Tensor& grad,
@@ -187,7 +191,7 @@ at::Tensor stencil2d_weight_grad_cuda(const at::Tensor& x, const at::Tensor& gra
 
 at::Tensor reduce_impl(const at::Tensor& x, c10::string_view op, at::OptionalIntArrayRef dim,
                        bool keepdim, std::optional<at::ScalarType> dtype, c10::string_view mechanism,
-                       int64_t stages, int64_t tile_bytes) {
+                       int64_t stages, int64_t tile_bytes, int64_t blocks, int64_t interleave) {
   const MechanismArg mech = parse_mechanism("reduce", mechanism);
   check_stages("reduce", stages);
   const ReducePlan plan = check_reduce(x, op, dim, keepdim, dtype);
@@ -213,6 +217,8 @@ at::Tensor reduce_impl(const at::Tensor& x, c10::string_view op, at::OptionalInt
   p.mechanism = cfg.mechanism;
   p.stages = cfg.stages;
   p.tile_bytes = static_cast<int>(tile_bytes);
+  p.blocks = blocks;
+  p.interleave = static_cast<int>(interleave);
   p.stream = current_stream();
   at::Tensor workspace;
   const int64_t ws = reduce_workspace_bytes(p);
@@ -228,16 +234,20 @@ at::Tensor reduce_impl(const at::Tensor& x, c10::string_view op, at::OptionalInt
 at::Tensor reduce_cuda(const at::Tensor& x, c10::string_view op, at::OptionalIntArrayRef dim,
                        bool keepdim, std::optional<at::ScalarType> dtype, c10::string_view mechanism,
                        int64_t stages) {
-  return reduce_impl(x, op, dim, keepdim, dtype, mechanism, stages, 0);
+  return reduce_impl(x, op, dim, keepdim, dtype, mechanism, stages, 0, 0, -1);
 }
 
 at::Tensor reduce_ex_cuda(const at::Tensor& x, c10::string_view op, at::OptionalIntArrayRef dim,
-                          bool keepdim, c10::string_view mechanism, int64_t stages, int64_t tile_bytes) {
+                          bool keepdim, c10::string_view mechanism, int64_t stages, int64_t tile_bytes,
+                          int64_t blocks, int64_t interleave) {
   // Columns take tile_bytes / chunk bytes rows (at least one) of a 512-byte to 4 KiB chunk per stage.
   TORCH_CHECK_VALUE(tile_bytes == 0 || (tile_bytes >= 2048 && tile_bytes <= 65536 && tile_bytes % 512 == 0),
                     "cupipe._reduce_ex: tile_bytes must be 0 or a multiple of 512 in [2048, 65536], got ",
                     tile_bytes);
-  return reduce_impl(x, op, dim, keepdim, std::nullopt, mechanism, stages, tile_bytes);
+  TORCH_CHECK_VALUE(blocks >= 0 && blocks <= (1 << 20), "cupipe._reduce_ex: blocks must be in [0, 2^20], got ", blocks);
+  TORCH_CHECK_VALUE(interleave >= -1 && interleave <= 1, "cupipe._reduce_ex: interleave must be -1, 0 or 1, got ",
+                    interleave);
+  return reduce_impl(x, op, dim, keepdim, std::nullopt, mechanism, stages, tile_bytes, blocks, interleave);
 }
 
 }  // namespace

@@ -20,13 +20,14 @@ TORCH_LIBRARY(cupipe, m) {
       "_stream_copy_ex(Tensor x, str mechanism, int stages, int vec_bytes, int tile_bytes, "
       "int max_blocks) -> Tensor");
   // Not part of the public API: the stencils leaving `free_sms` SMs to other streams (the halo
-  // exchange that cupipe.distributed overlaps with the interior).
+  // exchange that cupipe.distributed overlaps with the interior), and with their grid exposed
+  // (`blocks`, 0: one wave of resident blocks) for the grid sweep.
   m.def(
       "_stencil1d_ex(Tensor x, Tensor weights, int dim, str boundary, str mechanism, int stages, "
-      "int free_sms) -> Tensor");
+      "int free_sms, int blocks=0) -> Tensor");
   m.def(
       "_stencil2d_ex(Tensor x, Tensor weights, str boundary, str mechanism, int stages, "
-      "int free_sms) -> Tensor");
+      "int free_sms, int blocks=0) -> Tensor");
   // Not part of the public API: the stencils' weight gradients (their autograd calls them), in the
   // accumulation dtype (float32; float64 for float64 x), with the weights' shape.
   m.def("_stencil1d_weight_grad(Tensor x, Tensor grad, Tensor weights, int dim, str boundary) -> Tensor");
@@ -34,10 +35,11 @@ TORCH_LIBRARY(cupipe, m) {
   m.def(
       "reduce(Tensor x, str op=\"sum\", int[1]? dim=None, bool keepdim=False, *, "
       "ScalarType? dtype=None, str mechanism=\"auto\", int stages=0) -> Tensor");
-  // Not part of the public API: reduce with the stage size exposed (0: default), for the tile sweep.
+  // Not part of the public API: reduce with the stage size, the main pass's blocks and the split
+  // rows' tile order exposed (0 / 0 / -1: defaults), for the sweeps.
   m.def(
       "_reduce_ex(Tensor x, str op, int[1]? dim, bool keepdim, str mechanism, int stages, "
-      "int tile_bytes) -> Tensor");
+      "int tile_bytes, int blocks=0, int interleave=-1) -> Tensor");
 }
 
 namespace {

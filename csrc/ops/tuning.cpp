@@ -6,9 +6,12 @@ namespace ops {
 namespace {
 
 CopyConfig apply_explicit(CopyConfig best, MechanismArg mech, int64_t stages, int64_t vec_bytes) {
+  const CopyConfig table = best;
   if (!mech.is_auto) best.mechanism = mech.mechanism;
   if (stages > 0) best.stages = static_cast<int>(stages);
   if (vec_bytes > 0) best.vec_bytes = static_cast<int>(vec_bytes);
+  // The grid policy was measured with the table's mechanism and stages only.
+  if (best.mechanism != table.mechanism || best.stages != table.stages) best.tiles_per_block = 0;
   return best;
 }
 
@@ -50,12 +53,22 @@ CopyConfig resolve_stream_copy(const DeviceInfo& dev, MechanismArg mech, int64_t
 // barrier's rows are 16-byte aligned copies here, libcu++'s bulk path (synccheck-clean). fp64
 // follows fp32 (4- and 8-byte types share the 16-byte consumer vectors). Stencils along a strided
 // dim (rx == 0), 2-D stencils and older GPUs: primitives, 2 stages.
+// Grids (sixth run, scripts/grid_sweep.py, two device calls, w = blocks / SMs, one wave of
+// persistent blocks as w = 0): fp32 1-D r=4 barrier/2 0.571 ms at one wave, 0.558 at
+// w = 32, 0.543 at w = 128 (~2 tiles per block; 0.890 -> 0.936x of copy_); fp32 3x3 and 5-point
+// primitives/2 0.151-0.152 at one wave, 0.145-0.147 at w = 32 (~2 tiles per block), slower again
+// at w = 48 and up (0.155-0.162). Persistent stayed fastest for 5x5 (0.153 against 0.165 at
+// w = 32), 9x9, the 2-byte types (2-D 3x3 0.108-0.110 against 0.126) and 1-D pipeline/4: those
+// keep one wave. A persistent block ends on a partial round of tiles (8192 tiles on 264 blocks:
+// 8 blocks run a 32nd tile while the rest wait); blocks of two tiles let the scheduler fill SMs
+// as they free up.
 CopyConfig resolve_stencil(const DeviceInfo& dev, MechanismArg mech, int64_t stages, const StencilGeometry& g) {
   CopyConfig best;
   best.mechanism = engine::Mechanism::Primitives;
   best.stages = 2;
   if (dev.sm >= 90 && g.rx > 0 && g.ry == 0)
     best.mechanism = g.esz == 2 ? engine::Mechanism::Specialized : engine::Mechanism::Barrier;
+  if (dev.sm >= 90 && g.esz == 4 && ((g.ry == 0 && g.rx > 0) || (g.ry == 1 && g.rx == 1))) best.tiles_per_block = 2;
   return apply_explicit(best, mech, stages, 0);
 }
 

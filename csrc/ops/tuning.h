@@ -11,6 +11,10 @@ struct CopyConfig {
   engine::Mechanism mechanism = engine::Mechanism::Sync;
   int stages = 2;
   int vec_bytes = 16;
+  // Stencils: grids of about ntiles / tiles_per_block blocks (at least one wave), the block
+  // scheduler balancing the SMs; 0: one wave of persistent blocks. Only with the table's own
+  // mechanism and stages (an explicit other choice runs persistent).
+  int tiles_per_block = 0;
 };
 
 CopyConfig resolve_stream_copy(const DeviceInfo& dev, MechanismArg mech, int64_t stages,
