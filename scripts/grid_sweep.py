@@ -21,7 +21,6 @@ p.add_argument("--waves", default="0,1,2,4,8,16,32")
 p.add_argument("--copy", default="sync/1,primitives/2,tma/2")
 p.add_argument("--reduce", default="primitives/1,primitives/2")
 p.add_argument("--cases", default="all,rows,cols")
-p.add_argument("--interleave", default="-1", help="split rows' tile order(s): -1 default, 0 runs, 1 interleaved")
 p.add_argument("--stencil", default="3x3:primitives/2,1d:barrier/2,1d:pipeline/4")
 p.add_argument("--reps", type=int, default=50)
 args = p.parse_args()
@@ -65,15 +64,15 @@ print("\nreduce sum ms (x torch eager; read bytes / copy_'s read+write rate): ca
 for name, v, dims, ref in cases:
     t_ref = time_ms(ref, reps=args.reps)
     expect = ref()
-    for (m, s), il in [(c, int(i)) for c in configs(args.reduce) for i in args.interleave.split(",")]:
+    for m, s in configs(args.reduce):
         row = []
         for w in waves:
-            fn = lambda: torch.ops.cupipe._reduce_ex(v, "sum", dims, False, m, s, 0, w * sms, il)
+            fn = lambda: torch.ops.cupipe._reduce_ex(v, "sum", dims, False, m, s, 0, w * sms)
             err = (fn() - expect).abs().max().item() / max(1.0, expect.abs().max().item())
             assert err < 1e-4, f"reduce {name} {m}/{s} waves={w}: relative error {err}"
             t = time_ms(fn, reps=args.reps)
             row.append(f"{t:.4f} ({t_ref / t:.3f}; {t_copy / 2 / t:.3f})")
-        print(f"{name} {m}/{s} interleave={il} | {t_ref:.4f} | " + " | ".join(row))
+        print(f"{name} {m}/{s} | {t_ref:.4f} | " + " | ".join(row))
 
 img = x[: 8192 * 8192].view(8192, 8192)
 weights2d = {"3x3": torch.rand(3, 3), "5x5": torch.rand(5, 5), "9x9": torch.rand(9, 9),

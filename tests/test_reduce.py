@@ -1,7 +1,6 @@
 """cupipe.reduce against getattr(torch, op)(x, dim, keepdim), and its gradients."""
 from __future__ import annotations
 
-import itertools
 import math
 
 import pytest
@@ -304,21 +303,20 @@ def test_reduce_stage_sizes(device, mechanism, tile_bytes):
 
 @pytest.mark.parametrize("mechanism", ["primitives", "specialized"])
 def test_reduce_block_counts(device, mechanism):
-    """_reduce_ex's `blocks` sets the main pass's grid (the sweep's oversubscription study) and
-    `interleave` the split rows' tile order: one block, a few, and more blocks than the device
-    holds at once, runs or interleaved tiles, must all give the same sums, and the same bits on a
-    repeat."""
+    """_reduce_ex's `blocks` sets the main pass's grid (the sweep's oversubscription study): one
+    block, a few, and more blocks than the device holds at once must all give the same sums,
+    and the same bits on a repeat."""
     if device != "cuda":
         pytest.skip("_reduce_ex is CUDA-only")
     cases = LAYOUT_CASES + [((3, 1 << 20), 1), ((1 << 21,), 0), ((64, 3000, 40), 1)]
     for i, (shape, dim) in enumerate(cases):
         x = make_input(shape, torch.float32, device, seed=80 + i)
         atol, rtol = _tolerance("sum", torch.float32, shape[dim])
-        for blocks, interleave in itertools.product((1, 5, 3000), (0, 1)):
-            y = torch.ops.cupipe._reduce_ex(x, "sum", [dim], False, mechanism, 2, 8192, blocks, interleave)
+        for blocks in (1, 5, 3000):
+            y = torch.ops.cupipe._reduce_ex(x, "sum", [dim], False, mechanism, 2, 8192, blocks)
             assert_close(y, reduce_ref(x, "sum", dim), atol=atol, rtol=rtol,
-                         what=f"{mechanism} blocks={blocks} interleave={interleave} {shape} dim={dim}")
-            again = torch.ops.cupipe._reduce_ex(x, "sum", [dim], False, mechanism, 2, 8192, blocks, interleave)
+                         what=f"{mechanism} blocks={blocks} {shape} dim={dim}")
+            again = torch.ops.cupipe._reduce_ex(x, "sum", [dim], False, mechanism, 2, 8192, blocks)
             assert torch.equal(y, again), f"not deterministic: blocks={blocks} {shape} dim={dim}"
 
 
@@ -330,8 +328,6 @@ def test_reduce_stage_size_errors(device):
         torch.ops.cupipe._reduce_ex(x, "sum", None, False, "primitives", 2, 1000)
     with pytest.raises(ValueError, match="blocks"):
         torch.ops.cupipe._reduce_ex(x, "sum", None, False, "primitives", 2, 0, -1)
-    with pytest.raises(ValueError, match="interleave"):
-        torch.ops.cupipe._reduce_ex(x, "sum", None, False, "primitives", 2, 0, 0, 2)
     with pytest.raises(RuntimeError, match="shared memory"):
         torch.ops.cupipe._reduce_ex(x, "sum", None, False, "primitives", 8, 65536)
 

@@ -130,7 +130,6 @@ struct RowsPlan {
   bool vec_rows;       // packed rows all start 16-byte aligned: whole-vector loop, no head/tail
   int64_t parts;       // split mode: parts per row
   int64_t part_len;    // elements per part (a multiple of the tile's elements)
-  bool interleaved;    // split mode: part p takes the row's tiles p, p + parts, ... (else a run)
   int tile_elems;      // elements per stage
 };
 
@@ -219,33 +218,26 @@ __global__ void __launch_bounds__(kReduceThreads)
     return;
   }
 
-  // Split: block = one (row, part); its tiles stream through the ring. A part is either a run
-  // of part_len elements or (interleaved) every parts-th tile of the row from tile `part` on:
-  // the grid's blocks then read neighbouring tiles at any moment, as a copy does.
+  // Split: block = one (row, part); its tiles stream through the ring. A part is a run of
+  // part_len elements (every parts-th tile instead, so that the grid reads neighbouring tiles at
+  // any moment as a copy does, measured the same: sixth run, scripts/grid_sweep.py).
   const int64_t row = blockIdx.x / pl.parts, part = blockIdx.x % pl.parts;
-  const T* xrow = x + row * pl.r;
-  int64_t first, step, ntiles;  // element offset of the part's first tile and between its tiles
-  if (pl.interleaved) {
-    const int64_t row_tiles = (pl.r + pl.tile_elems - 1) / pl.tile_elems;
-    first = part * pl.tile_elems;
-    step = pl.parts * pl.tile_elems;
-    ntiles = part < row_tiles ? (row_tiles - part + pl.parts - 1) / pl.parts : 0;
-  } else {
-    first = part * pl.part_len;
-    step = pl.tile_elems;
-    const int64_t n = max(min(first + pl.part_len, pl.r) - first, int64_t(0));
-    ntiles = (n + pl.tile_elems - 1) / pl.tile_elems;
-  }
-  auto count_of = [&](int64_t k) { return min(static_cast<int64_t>(pl.tile_elems), pl.r - (first + k * step)); };
+  const int64_t begin = part * pl.part_len;
+  const int64_t end = min(begin + pl.part_len, pl.r);
+  const int64_t n = end > begin ? end - begin : 0;
+  const int64_t ntiles = (n + pl.tile_elems - 1) / pl.tile_elems;
+  const T* base = x + row * pl.r + begin;
   A acc = comb.init();
   auto load = [&](const auto& w, int64_t k) {
-    const T* src = xrow + first + k * step;
-    w.copy(shift_of(src), src, count_of(k) * esz, engine::TailMode::MayOverwrite);
+    const T* src = base + k * pl.tile_elems;
+    w.copy(shift_of(src), src, min(static_cast<int64_t>(pl.tile_elems), n - k * pl.tile_elems) * esz,
+           engine::TailMode::MayOverwrite);
   };
   auto consume = [&](const char* stage, int64_t k, engine::Team team) {
-    const T* src = xrow + first + k * step;
+    const T* src = base + k * pl.tile_elems;
     const T* tile = reinterpret_cast<const T*>(stage + shift_of(src));
-    fold_span(tile, static_cast<int>(count_of(k)), team.rank, team.size, acc, comb);
+    const int cnt = static_cast<int>(min(static_cast<int64_t>(pl.tile_elems), n - k * pl.tile_elems));
+    fold_span(tile, cnt, team.rank, team.size, acc, comb);
   };
   engine::run_ring(ring, ntiles, load, consume);
   const engine::Team team{Ring::consumer_rank(), Ring::num_consumers()};
@@ -489,7 +481,6 @@ inline RowsPlan make_rows_plan(const ReduceParams& p, int esz, int tile_bytes, i
     pl.parts = std::max<int64_t>(parts, 1);
     pl.part_len = ceil_div(ceil_div(p.r, pl.parts), pl.tile_elems) * pl.tile_elems;
     pl.parts = ceil_div(p.r, pl.part_len);
-    pl.interleaved = p.interleave == 1;
   }
   return pl;
 }

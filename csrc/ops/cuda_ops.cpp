@@ -191,7 +191,7 @@ at::Tensor stencil2d_weight_grad_cuda(const at::Tensor& x, const at::Tensor& gra
 
 at::Tensor reduce_impl(const at::Tensor& x, c10::string_view op, at::OptionalIntArrayRef dim,
                        bool keepdim, std::optional<at::ScalarType> dtype, c10::string_view mechanism,
-                       int64_t stages, int64_t tile_bytes, int64_t blocks, int64_t interleave) {
+                       int64_t stages, int64_t tile_bytes, int64_t blocks) {
   const MechanismArg mech = parse_mechanism("reduce", mechanism);
   check_stages("reduce", stages);
   const ReducePlan plan = check_reduce(x, op, dim, keepdim, dtype);
@@ -218,7 +218,6 @@ at::Tensor reduce_impl(const at::Tensor& x, c10::string_view op, at::OptionalInt
   p.stages = cfg.stages;
   p.tile_bytes = static_cast<int>(tile_bytes);
   p.blocks = blocks;
-  p.interleave = static_cast<int>(interleave);
   p.stream = current_stream();
   at::Tensor workspace;
   const int64_t ws = reduce_workspace_bytes(p);
@@ -234,20 +233,18 @@ at::Tensor reduce_impl(const at::Tensor& x, c10::string_view op, at::OptionalInt
 at::Tensor reduce_cuda(const at::Tensor& x, c10::string_view op, at::OptionalIntArrayRef dim,
                        bool keepdim, std::optional<at::ScalarType> dtype, c10::string_view mechanism,
                        int64_t stages) {
-  return reduce_impl(x, op, dim, keepdim, dtype, mechanism, stages, 0, 0, -1);
+  return reduce_impl(x, op, dim, keepdim, dtype, mechanism, stages, 0, 0);
 }
 
 at::Tensor reduce_ex_cuda(const at::Tensor& x, c10::string_view op, at::OptionalIntArrayRef dim,
                           bool keepdim, c10::string_view mechanism, int64_t stages, int64_t tile_bytes,
-                          int64_t blocks, int64_t interleave) {
+                          int64_t blocks) {
   // Columns take tile_bytes / chunk bytes rows (at least one) of a 512-byte to 4 KiB chunk per stage.
   TORCH_CHECK_VALUE(tile_bytes == 0 || (tile_bytes >= 2048 && tile_bytes <= 65536 && tile_bytes % 512 == 0),
                     "cupipe._reduce_ex: tile_bytes must be 0 or a multiple of 512 in [2048, 65536], got ",
                     tile_bytes);
   TORCH_CHECK_VALUE(blocks >= 0 && blocks <= (1 << 20), "cupipe._reduce_ex: blocks must be in [0, 2^20], got ", blocks);
-  TORCH_CHECK_VALUE(interleave >= -1 && interleave <= 1, "cupipe._reduce_ex: interleave must be -1, 0 or 1, got ",
-                    interleave);
-  return reduce_impl(x, op, dim, keepdim, std::nullopt, mechanism, stages, tile_bytes, blocks, interleave);
+  return reduce_impl(x, op, dim, keepdim, std::nullopt, mechanism, stages, tile_bytes, blocks);
 }
 
 }  // namespace

@@ -35,11 +35,11 @@ TORCH_LIBRARY(cupipe, m) {
   m.def(
       "reduce(Tensor x, str op=\"sum\", int[1]? dim=None, bool keepdim=False, *, "
       "ScalarType? dtype=None, str mechanism=\"auto\", int stages=0) -> Tensor");
-  // Not part of the public API: reduce with the stage size, the main pass's blocks and the split
-  // rows' tile order exposed (0 / 0 / -1: defaults), for the sweeps.
+  // Not part of the public API: reduce with the stage size and the main pass's blocks exposed
+  // (0: defaults), for the sweeps.
   m.def(
       "_reduce_ex(Tensor x, str op, int[1]? dim, bool keepdim, str mechanism, int stages, "
-      "int tile_bytes, int blocks=0, int interleave=-1) -> Tensor");
+      "int tile_bytes, int blocks=0) -> Tensor");
 }
 
 namespace {
