@@ -301,6 +301,10 @@ _STENCIL_REASONS = {
                     "and primitives/2's 0.764-0.815 (H200, BENCHMARKS.md, fourth run); fp32 runs "
                     "about two tiles per block (0.543 ms against 0.571 with one wave of persistent "
                     "blocks, sixth run)",
+    ("tma", 2): "on sm_90, 2-D boxes of 2-byte types and fp32 boxes wider than 5, whose rows are "
+                "whole 16-byte multiples from an aligned pointer: tma with 2 stages moves each tile "
+                "as one tensor-map box (fp16 8192^2 3x3 0.083 ms against primitives/2's 0.112, "
+                "fp32 9x9 0.344 against 0.380; H200, BENCHMARKS.md, sixth run)",
     ("specialized", 2): "on sm_90, 2-byte signals along the last dim: specialized (one producer "
                         "warp, the other warps consume) with 2 stages; fp16 2^28 r=4 0.406-0.430 ms "
                         "against barrier/2's 0.462-0.537 (H200, BENCHMARKS.md, fourth run; fifth "
@@ -339,7 +343,8 @@ def _table_reason(op: str, mechanism: str, stages: int) -> str:
 def _table_shape(op: str, x: torch.Tensor, a: Dict[str, object]) -> Dict[str, int]:
     """The shape arguments of _C.resolve_config: for reduce, the (outer, r, inner) view the op
     reduces (as reduce_canonical_view in csrc/ops/args.cpp builds it); for the stencils the radii
-    (ry along the rows, rx along the last dim, as the kernels see them) and the element size;
+    (ry along the rows, rx along the last dim, as the kernels see them), the element size and, for
+    stencil2d, whether the rows are whole 16-byte multiples from an aligned pointer (rows16);
     nothing for stream_copy."""
     if op == "stencil1d":
         r = (a["weights"].shape[0] - 1) // 2
@@ -347,7 +352,13 @@ def _table_shape(op: str, x: torch.Tensor, a: Dict[str, object]) -> Dict[str, in
         return {"ry": 0 if last else r, "rx": r if last else 0, "esz": x.element_size()}
     if op == "stencil2d":
         w = a["weights"]
-        return {"ry": (w.shape[0] - 1) // 2, "rx": (w.shape[1] - 1) // 2, "esz": x.element_size()}
+        # The kernels see x.contiguous(): a copy is a fresh (aligned) allocation; a contiguous x
+        # is aligned when its storage offset is (storages start aligned; fake tensors have no
+        # data pointer to ask).
+        rows16 = (x.dim() > 0 and x.shape[-1] * x.element_size() % 16 == 0
+                  and (not x.is_contiguous() or x.storage_offset() * x.element_size() % 16 == 0))
+        return {"ry": (w.shape[0] - 1) // 2, "rx": (w.shape[1] - 1) // 2, "esz": x.element_size(),
+                "rows16": bool(rows16)}
     if op != "reduce":
         return {}
     nd, sizes = x.dim(), list(x.shape)

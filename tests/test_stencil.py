@@ -491,6 +491,32 @@ def test_stencil_mechanisms(device, mechanism):
                                   f"w={tuple(w.shape)}")
 
 
+@pytest.mark.parametrize("dtype", FLOAT_DTYPES, ids=lambda d: DTYPE_IDS[d])
+@pytest.mark.parametrize("boundary", BOUNDARIES)
+def test_stencil2d_tma_tensor_tiles(device, boundary, dtype):
+    """tma moves 2-D tiles as one tensor-map box when rows are 16-byte multiples from an aligned
+    pointer (zeros for the box's out-of-plane part: the zero boundary; other boundaries take the
+    box for interior tiles only). Planes with edge, interior and batch-crossing tiles, several
+    radii, odd heights; an unaligned pointer takes the row copies."""
+    if device != "cuda":
+        pytest.skip("tma is CUDA-only")
+    if torch.cuda.get_device_capability() < (9, 0):
+        pytest.skip("tma needs an sm_90 GPU")
+    for shape, offset in [((3, 131, 256), 0), ((2, 200, 520), 0), ((1, 67, 1024), 0), ((2, 150, 384), 1)]:
+        n = shape[0] * shape[1] * shape[2]
+        x = make_input((n + offset,), dtype, device, seed=90)[offset:].view(shape)
+        for wshape in [(3, 3), (5, 5), (3, 7), (9, 9)]:
+            if boundary == "reflect" and (shape[-2] <= wshape[0] // 2 or shape[-1] <= wshape[1] // 2):
+                continue
+            w = make_weights(wshape, dtype, device, seed=91)
+            for stages in (1, 2, 4):
+                poison_allocator(x.numel() * x.element_size())
+                y = cupipe.stencil2d(x, w, boundary=boundary, mechanism="tma", stages=stages)
+                atol, rtol = tol(dtype, w.numel())
+                assert_close(y, _ref2d(x, w, boundary), atol=atol, rtol=rtol,
+                             what=f"tma {shape} offset={offset} w={wshape} stages={stages} {dtype}")
+
+
 # ----------------------------------------------------------------------------- gradients
 
 def _grads(fn, *inputs):

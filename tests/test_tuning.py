@@ -287,7 +287,9 @@ def test_explain_on_a_gpu_table_and_cache(fake_gpu, monkeypatch):
 @needs_table
 def test_stencil_table_depends_on_the_radii_and_dtype(fake_gpu, monkeypatch):
     """On sm_90 (measured): along the last dim only (ry = 0) barrier/2, or specialized/2 for 2-byte
-    types; 2-D boxes, a strided dim and older GPUs primitives/2. explain derives (ry, rx, esz) like the kernels."""
+    types; 2-D boxes of 2-byte types and fp32 boxes wider than 5 on rows of 16-byte multiples
+    tma/2; other 2-D boxes, a strided dim and older GPUs primitives/2. explain derives (ry, rx,
+    esz, rows16) like the kernels."""
     rc = cupipe._C.resolve_config
     assert rc("stencil1d", 90, "auto", 0, 0, ry=0, rx=4)[:2] == ("barrier", 2)
     assert rc("stencil1d", 90, "auto", 0, 0, ry=0, rx=4, esz=8)[:2] == ("barrier", 2)
@@ -295,7 +297,14 @@ def test_stencil_table_depends_on_the_radii_and_dtype(fake_gpu, monkeypatch):
     assert rc("stencil1d", 90, "auto", 0, 0, ry=4, rx=0)[:2] == ("primitives", 2)
     assert rc("stencil1d", 80, "auto", 0, 0, ry=0, rx=4)[:2] == ("primitives", 2)
     assert rc("stencil2d", 90, "auto", 0, 0, ry=1, rx=1)[:2] == ("primitives", 2)
-    assert rc("stencil2d", 90, "auto", 0, 0, ry=1, rx=1, esz=2)[:2] == ("primitives", 2)
+    assert rc("stencil2d", 90, "auto", 0, 0, ry=1, rx=1, esz=2)[:2] == ("primitives", 2)  # rows16 unknown
+    # Rows of whole 16-byte multiples from an aligned pointer: tma's tensor-map tiles for 2-byte
+    # types and for fp32 boxes wider than 5; fp32 3x3 and 5x5 stay on primitives.
+    assert rc("stencil2d", 90, "auto", 0, 0, ry=1, rx=1, esz=2, rows16=True)[:2] == ("tma", 2)
+    assert rc("stencil2d", 90, "auto", 0, 0, ry=4, rx=4, esz=4, rows16=True)[:2] == ("tma", 2)
+    assert rc("stencil2d", 90, "auto", 0, 0, ry=2, rx=2, esz=4, rows16=True)[:2] == ("primitives", 2)
+    assert rc("stencil2d", 90, "auto", 0, 0, ry=4, rx=4, esz=8, rows16=True)[:2] == ("primitives", 2)
+    assert rc("stencil2d", 80, "auto", 0, 0, ry=1, rx=1, esz=2, rows16=True)[:2] == ("primitives", 2)
     assert rc("stencil2d", 80, "auto", 0, 0, ry=1, rx=1)[:2] == ("primitives", 2)
     assert rc("stencil2d", 90, "auto", 0, 0, ry=0, rx=2)[:2] == ("barrier", 2)
     assert rc("stencil1d", 90, "auto", 3, 0, ry=0, rx=4)[:2] == ("barrier", 3)
@@ -307,7 +316,13 @@ def test_stencil_table_depends_on_the_radii_and_dtype(fake_gpu, monkeypatch):
     assert shape("stencil1d", x, {"weights": w9, "dim": -1}) == {"ry": 0, "rx": 4, "esz": 4}
     assert shape("stencil1d", x, {"weights": w9, "dim": 2}) == {"ry": 0, "rx": 4, "esz": 4}
     assert shape("stencil1d", x, {"weights": w9, "dim": 1}) == {"ry": 4, "rx": 0, "esz": 4}
-    assert shape("stencil2d", x.half(), {"weights": torch.empty(3, 5)}) == {"ry": 1, "rx": 2, "esz": 2}
+    assert shape("stencil2d", x.half(), {"weights": torch.empty(3, 5)}) == {"ry": 1, "rx": 2, "esz": 2,
+                                                                           "rows16": False}
+    img = torch.empty(3, 10, 16)  # 64-byte rows
+    assert shape("stencil2d", img, {"weights": torch.empty(3, 3)})["rows16"]
+    assert not shape("stencil2d", img.view(-1)[1:161].view(10, 16), {"weights": torch.empty(3, 3)})["rows16"]
+    assert shape("stencil2d", img.transpose(1, 2), {"weights": torch.empty(3, 3)})["rows16"] is False  # 40-byte rows
+    assert shape("stencil2d", img[:, :, :8].transpose(1, 2).transpose(1, 2), {"weights": torch.empty(3, 3)})["rows16"]
 
     monkeypatch.setattr(cupipe._C, "cuda_device_info", lambda index: {"sm": 90})
     sig = torch.empty(1 << 20, device="cuda")

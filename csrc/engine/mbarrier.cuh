@@ -86,6 +86,22 @@ CUPIPE_DEVICE void bulk_copy_g2s(void* dst, const void* src, uint32_t bytes, uin
 #endif
 }
 
+// One box of a 3-D tensor map global -> shared (UTMALDG), completing on `bar` with the box's
+// bytes of transactions; box elements outside the tensor arrive as zeros. `tmap` is the generic
+// address of a CUtensorMap in kernel-parameter (__grid_constant__), constant or global memory;
+// dst 128-byte aligned; coordinates in elements, innermost first, and may be negative.
+CUPIPE_DEVICE void tensor_copy_3d_g2s(void* dst, const void* tmap, int c0, int c1, int c2, uint64_t* bar) {
+#if CUPIPE_SM90
+  asm volatile(
+      "cp.async.bulk.tensor.3d.shared::cluster.global.tile.mbarrier::complete_tx::bytes [%0], [%1, {%2, %3, %4}], "
+      "[%5];" ::"r"(smem_addr(dst)),
+      "l"(tmap), "r"(c0), "r"(c1), "r"(c2), "r"(smem_addr(bar))
+      : "memory");
+#else
+  __trap();
+#endif
+}
+
 // One bulk copy shared -> global (UBLKCP in the store direction), tracked by this thread's bulk
 // async-group: close the group with bulk_commit_group, and before the shared source is written
 // again wait for its reads with bulk_wait_group_read. dst and src 16-byte aligned, bytes a

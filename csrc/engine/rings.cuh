@@ -8,6 +8,9 @@
 //   copy_rows(st, dst, dst_pitch, src, src_pitch, row_bytes, nrows)
 //                                 the same for a box of rows (a 2-D tile): per-thread rings deal
 //                                 the chunks of all rows out to all threads at once
+//   copy_tensor_3d(st, dst, tmap, c0, c1, c2, bytes)
+//                                 tma only (kTensorCopies): one box of a tensor map, a whole tile
+//                                 with its out-of-range elements as zeros
 //   producer_commit(st)           close the stage: its copies complete as one unit
 //   consumer_wait(st, pending)    block until the stage's copies landed and are visible to every
 //                                 consumer; `pending` = stages produced after this one (the
@@ -129,6 +132,7 @@ struct RingBase {
   // every tile; the others skip releases that no producer will acquire (see stage_ring.cuh).
   static constexpr bool kReleaseEveryTile = false;
   static constexpr bool kNarrowAsync = false;  // see PerThreadCopies::narrow
+  static constexpr bool kTensorCopies = false;  // copy_tensor_3d: tma only
   char* buffers;
   int stage_bytes;
   CUPIPE_DEVICE RingBase(char* b, int sb) : buffers(b), stage_bytes(sb) {}
@@ -444,6 +448,14 @@ struct Ring<Mechanism::Tma, Stages, V> : RingBase<Stages>, CollectiveCopies<Ring
     if (threadIdx.x != 0) return;
     sm90::mbarrier_expect_tx(&ss.full[st.index], static_cast<uint32_t>(n));
     sm90::bulk_copy_g2s(dst, src, static_cast<uint32_t>(n), &ss.full[st.index]);
+  }
+  // A tensor-map box (a whole 2-D tile in one instruction): `bytes` is the box's size.
+  static constexpr bool kTensorCopies = true;
+  template <class St>
+  CUPIPE_DEVICE void copy_tensor_3d(const St& st, char* dst, const void* tmap, int c0, int c1, int c2, uint32_t bytes) {
+    if (threadIdx.x != 0) return;
+    sm90::mbarrier_expect_tx(&ss.full[st.index], bytes);
+    sm90::tensor_copy_3d_g2s(dst, tmap, c0, c1, c2, &ss.full[st.index]);
   }
   template <class St> CUPIPE_DEVICE void producer_commit(const St& st) { sm90::mbarrier_arrive(&ss.full[st.index]); }
   template <class St> CUPIPE_DEVICE void consumer_wait(const St& st, int) {

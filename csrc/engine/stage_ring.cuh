@@ -57,6 +57,13 @@ struct StageWriter {
                                int64_t row_bytes, int nrows, TailMode tail = TailMode::Exact) const {
     ring.copy_rows(st, stage + offset, dst_pitch, static_cast<const char*>(src), src_pitch, row_bytes, nrows, tail);
   }
+  // Rings with kTensorCopies (tma): the box of tensor map `tmap` at (c0, c1, c2) to stage +
+  // offset (128-byte aligned), `bytes` the box's size.
+  static constexpr bool kTensorCopies = Ring::kTensorCopies;
+  template <class R = Ring>
+  CUPIPE_DEVICE void copy_tensor_3d(int64_t offset, const void* tmap, int c0, int c1, int c2, uint32_t bytes) const {
+    static_cast<R&>(ring).copy_tensor_3d(st, stage + offset, tmap, c0, c1, c2, bytes);
+  }
 };
 
 template <class Ring, class Load, class Consume>

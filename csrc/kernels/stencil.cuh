@@ -36,6 +36,7 @@
 #include "kernels/fast_div.cuh"
 #include "kernels/launch_utils.cuh"
 #include "kernels/numeric.cuh"
+#include "kernels/tensor_map.cuh"
 
 namespace cupipe {
 namespace kernels {
@@ -104,6 +105,7 @@ struct StencilGeom {
   int ry, rx;
   StencilBlocking blocking;
   StencilFixed fixed;      // None unless the launcher finds a fixed consumer for the input
+  bool tensor_tiles;       // tma: tiles move as one tensor-map box (see load_stencil_tile)
   int tile_h, tile_w;      // outputs per tile: (tile_h / TH) x (tile_w / TW) work items
   int cols_log2;           // log2(tile_w / TW): items per row block, a power of two
   int items;
@@ -126,11 +128,14 @@ struct StencilGeom {
 // within the runs' spread; BENCHMARKS.md, fourth run). Narrow planes
 // trade columns for rows (up to kStencilMaxTileRows), short planes drop rows; when even the
 // smallest Box tile does not fit (huge radii), Row's shorter window is tried.
+// `align`: of the window rows' start in a stage and of the stage size (16; 128 for tensor-map
+// boxes, whose shared-memory destination must be 128-byte aligned).
 inline StencilGeom make_stencil_geom(const StencilParams& p, int esz, int acc_size, int consumers,
-                                     int64_t smem_budget) {
+                                     int64_t smem_budget, int align = 16) {
   StencilGeom g;
   g.batch = p.batch; g.ny = p.ny; g.nx = p.nx; g.ry = p.ry; g.rx = p.rx;
   g.fixed = StencilFixed::None;
+  g.tensor_tiles = false;
   const int tw = esz == 8 ? 2 : 4;  // kTW
   const int64_t kh = 2 * int64_t(p.ry) + 1, kw = 2 * int64_t(p.rx) + 1;
   g.blocking = p.ry == 0 || p.ny < 8 ? StencilBlocking::Row
@@ -157,7 +162,7 @@ inline StencilGeom make_stencil_geom(const StencilParams& p, int esz, int acc_si
       // The consumer reads whole vectors up to kw_pad - 1 columns past a tile column, from up to
       // 15 bytes of shift; primitives may zero-fill up to 15 bytes past a row's segment.
       const int64_t pitch = engine::align_up((tile_w + kw_pad) * esz, 16) + 16;
-      const int64_t hdr = engine::align_up(static_cast<int64_t>(sizeof(TileHeader)) + 4 * win_h, 16);
+      const int64_t hdr = engine::align_up(static_cast<int64_t>(sizeof(TileHeader)) + 4 * win_h, align);
       g.tile_h = static_cast<int>(tile_h);
       g.tile_w = static_cast<int>(tile_w);
       g.win_h = static_cast<int>(win_h);
@@ -166,7 +171,7 @@ inline StencilGeom make_stencil_geom(const StencilParams& p, int esz, int acc_si
       g.hdr_bytes = static_cast<int>(hdr);
       // 16 bytes of slack: the fixed consumer's last vector of the last row may reach past it,
       // and must not touch the next stage (which the ring may be filling).
-      g.stage_bytes = hdr + win_h * pitch + 16;
+      g.stage_bytes = engine::align_up(hdr + win_h * pitch + 16, align);
       return p.stages * g.stage_bytes + g.weight_bytes <= smem_budget;
     };
     bool fits = layout();
@@ -297,7 +302,7 @@ __device__ __noinline__ void fill_stage(uint32_t stage_smem, const T* plane, Til
 // source rows, and the store team's plain stores (header, zero rows, halo columns).
 template <typename T, class W>
 __device__ __forceinline__ void load_stencil_tile(const W& w, const T* x, const StencilGeom& g, Boundary boundary,
-                                                  int64_t tile) {
+                                                  int64_t tile, const void* tmap) {
   constexpr int64_t esz = sizeof(T);
   // Rows of a multiple of 16 bytes: every row of a plane has the same shift.
   const bool uniform_rows = g.nx * esz % 16 == 0;
@@ -310,6 +315,24 @@ __device__ __forceinline__ void load_stencil_tile(const W& w, const T* x, const 
   tw.i_lo = static_cast<int>(min(max(-tw.yw, int64_t(0)), int64_t(g.win_h)));
   tw.i_hi = static_cast<int>(min(max(g.ny - tw.yw, int64_t(tw.i_lo)), int64_t(g.win_h)));
   const T* plane = x + tw.t.b * g.ny * g.nx;
+  if constexpr (W::kTensorCopies) {
+    // One tensor-map box per tile: window rows pitch / esz elements wide from the 16-byte
+    // boundary at or before column xw, so that each row lands at its usual shift; rows and
+    // columns outside the plane arrive as zeros, which is the zero boundary (other boundaries:
+    // interior tiles only). No per-thread address arithmetic, one instruction for the tile.
+    const bool interior = tw.i_lo == 0 && tw.i_hi == g.win_h && tw.c_lo == tw.xw && tw.c_hi == tw.xw + g.win_w;
+    if (g.tensor_tiles && (interior || boundary == Boundary::Zero)) {
+      const int shift = row_shift(plane, tw.yw, g.nx, tw.xw);  // every row's (nx * esz % 16 == 0)
+      w.copy_tensor_3d(g.hdr_bytes, tmap, static_cast<int>(tw.xw - shift / esz), static_cast<int>(tw.yw),
+                       static_cast<int>(tw.t.b), static_cast<uint32_t>(g.win_h) * static_cast<uint32_t>(g.pitch));
+      const engine::Team st = w.store_team();
+      if (st.rank < 0) return;
+      if (st.rank == 0) *reinterpret_cast<TileHeader*>(w.stage) = tw.t;
+      int* shifts = reinterpret_cast<int*>(w.stage + sizeof(TileHeader));
+      for (int i = st.rank; i < g.win_h; i += st.size) shifts[i] = shift;
+      return;
+    }
+  }
   const int64_t seg_off = (tw.c_lo - tw.xw) * esz, seg_bytes = (tw.c_hi - tw.c_lo) * esz;
   // Halo columns stored directly right of the segment must not be zero-filled over.
   const auto tail = tw.xw + g.win_w > g.nx ? engine::TailMode::Exact : engine::TailMode::MayOverwrite;
@@ -659,7 +682,7 @@ constexpr int stencil_min_blocks() { return !Box ? 3 : sizeof(T) == 8 ? 1 : 2; }
 template <engine::Mechanism M, int S, typename T, bool Box>
 __global__ void __launch_bounds__(kStencilThreads, stencil_min_blocks<T, Box>())
     stencil_kernel(const T* __restrict__ x, T* __restrict__ out, const acc_t<T>* __restrict__ weights,
-                   StencilGeom g, Boundary boundary) {
+                   StencilGeom g, Boundary boundary, const __grid_constant__ CUtensorMap tmap) {
   using A = acc_t<T>;
   using Ring = engine::Ring<M, S, 16>;
   extern __shared__ __align__(engine::kStageAlign) char smem[];
@@ -677,7 +700,9 @@ __global__ void __launch_bounds__(kStencilThreads, stencil_min_blocks<T, Box>())
   Ring ring(ss.get(), smem, static_cast<int>(g.stage_bytes));
 
   const int64_t mine = blockIdx.x < g.ntiles ? (g.ntiles - blockIdx.x + gridDim.x - 1) / gridDim.x : 0;
-  auto load = [&](const auto& w, int64_t k) { load_stencil_tile<T>(w, x, g, boundary, blockIdx.x + k * gridDim.x); };
+  auto load = [&](const auto& w, int64_t k) {
+    load_stencil_tile<T>(w, x, g, boundary, blockIdx.x + k * gridDim.x, &tmap);
+  };
 
   const ConsumerGeom cg{g.ny, g.nx, kh, kw, g.kw_pad, g.pitch, g.hdr_bytes, g.items, g.cols_log2};
   auto consume = [&](const char* stage, int64_t, engine::Team team) {
@@ -708,9 +733,21 @@ void launch_stencil_mechanism(const StencilParams& p) {
       using T = decltype(tv);
       using A = acc_t<T>;
       const DeviceInfo dev = device_info(current_device());
-      StencilGeom g = make_stencil_geom(p, sizeof(T), sizeof(A), engine::consumer_threads(M, kStencilThreads),
-                                        dev.max_smem_optin - 1024);
-      g.fixed = choose_fixed(g, p.x, sizeof(T));
+      constexpr bool kTma = M == engine::Mechanism::Tma;
+      constexpr int64_t esz = sizeof(T);
+      StencilGeom g = make_stencil_geom(p, esz, sizeof(A), engine::consumer_threads(M, kStencilThreads),
+                                        dev.max_smem_optin - 1024, kTma ? 128 : 16);
+      g.fixed = choose_fixed(g, p.x, esz);
+      // tma moves a 2-D tile as one tensor-map box when the map can describe the input: rows of
+      // whole 16-byte multiples from a 16-byte aligned pointer, boxes of at most 256 x 256.
+      CUtensorMap tmap{};
+      constexpr int64_t kMaxCoord = 0x7fffffff;
+      g.tensor_tiles = kTma && dev.sm >= 90 && g.blocking != StencilBlocking::Row && p.nx * esz % 16 == 0 &&
+                       reinterpret_cast<uintptr_t>(p.x) % 16 == 0 && g.pitch / esz <= 256 && g.win_h <= 256 &&
+                       p.nx <= kMaxCoord && p.ny <= kMaxCoord && p.batch <= kMaxCoord;
+      if (g.tensor_tiles)
+        tmap = make_plane_map(p.x, p.dtype, static_cast<int>(esz), p.batch, p.ny, p.nx, static_cast<int>(g.pitch / esz),
+                              g.win_h);
       auto launch = [&](auto kernel) {
         const size_t smem = static_cast<size_t>(S) * g.stage_bytes + g.weight_bytes;
         prepare_smem(kernel, smem, "stencil");
@@ -726,7 +763,7 @@ void launch_stencil_mechanism(const StencilParams& p) {
         if (grid > g.ntiles) grid = g.ntiles;
         if (grid < 1) grid = 1;
         kernel<<<static_cast<unsigned>(grid), kStencilThreads, smem, reinterpret_cast<cudaStream_t>(p.stream)>>>(
-            static_cast<const T*>(p.x), static_cast<T*>(p.out), static_cast<const A*>(p.weights), g, p.boundary);
+            static_cast<const T*>(p.x), static_cast<T*>(p.out), static_cast<const A*>(p.weights), g, p.boundary, tmap);
         CUPIPE_LAUNCH_CHECK();
       };
       if (g.blocking == StencilBlocking::Row) launch(stencil_kernel<M, S, T, false>);

@@ -134,7 +134,9 @@ __global__ void __launch_bounds__(kStencilThreads, wgrad_min_blocks<T, Blk::TH !
     for (int c = 0; c < CK; ++c) acc[k][c] = A(0);
 
   const int64_t mine = blockIdx.x < g.ntiles ? (g.ntiles - blockIdx.x + gridDim.x - 1) / gridDim.x : 0;
-  auto load = [&](const auto& w, int64_t k) { load_stencil_tile<T>(w, x, g, boundary, blockIdx.x + k * gridDim.x); };
+  auto load = [&](const auto& w, int64_t k) {
+    load_stencil_tile<T>(w, x, g, boundary, blockIdx.x + k * gridDim.x, nullptr);  // no tma ring here
+  };
   auto consume = [&](const char* stage, int64_t, engine::Team team) {
     const TileHeader t = *reinterpret_cast<const TileHeader*>(stage);
     const int* shifts = reinterpret_cast<const int*>(stage + sizeof(TileHeader));

@@ -35,6 +35,9 @@ struct StencilGeometry {
   int64_t batch = 1, ny = 1, nx = 1;
   int ry = 0, rx = 0;
   int esz = 4;  // bytes per element of x (the tuning table depends on it)
+  // Rows of whole 16-byte multiples from a 16-byte aligned pointer (as the kernels see x, after
+  // .contiguous()): the condition of tma's tensor-map tiles, which the table depends on.
+  bool rows16 = false;
 };
 
 // Validates x/weights/boundary for stencil1d and returns the geometry along `dim`

@@ -92,7 +92,9 @@ at::Tensor stencil_cuda(const char* op, const at::Tensor& x, const at::Tensor& w
   p.dtype = to_kernel_dtype(x.scalar_type());
   p.batch = g.batch; p.ny = g.ny; p.nx = g.nx; p.ry = g.ry; p.rx = g.rx;
   p.boundary = boundary;
-  const CopyConfig cfg = resolve_stencil(dev, mech, stages, g);
+  StencilGeometry tg = g;
+  tg.rows16 = g.nx * g.esz % 16 == 0 && reinterpret_cast<uintptr_t>(p.x) % 16 == 0;
+  const CopyConfig cfg = resolve_stencil(dev, mech, stages, tg);
   check_mechanism_supported(op, cfg.mechanism, dev);
   p.mechanism = cfg.mechanism;
   p.stages = cfg.stages;

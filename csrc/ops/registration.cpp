@@ -62,7 +62,7 @@ pybind11::dict cuda_device_info(int device) {
 // arguments pass through. Returns (mechanism, stages, vec_bytes).
 pybind11::tuple resolve_config(const std::string& op, int sm, const std::string& mechanism, int64_t stages,
                                int64_t vec_bytes, int64_t outer, int64_t r, int64_t inner, int ry, int rx,
-                               int esz) {
+                               int esz, bool rows16) {
   using namespace cupipe::ops;
   const MechanismArg mech = parse_mechanism(op.c_str(), mechanism);
   check_stages(op.c_str(), stages);
@@ -77,6 +77,7 @@ pybind11::tuple resolve_config(const std::string& op, int sm, const std::string&
     g.ry = ry;
     g.rx = rx;
     g.esz = esz;
+    g.rows16 = rows16;
     cfg = resolve_stencil(dev, mech, stages, g);
   } else if (op == "reduce") {
     cfg = resolve_reduce(dev, mech, stages, outer, r, inner);
@@ -95,12 +96,13 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   m.attr("with_cuda") = static_cast<bool>(CUPIPE_WITH_CUDA);
   m.def("cuda_device_info", &cuda_device_info, "sm version, SM count, opt-in shared memory");
   m.def("resolve_config", &resolve_config,
-        "what auto resolves to: (op, sm, mechanism, stages, vec_bytes[, outer, r, inner, ry, rx, esz]); "
-        "reduce's table depends on its canonical (outer, r, inner) view, the stencils' on the "
-        "radii (ry along the rows, rx along the last dim; stencil1d along the last dim is ry = 0) "
-        "and the element size in bytes",
+        "what auto resolves to: (op, sm, mechanism, stages, vec_bytes[, outer, r, inner, ry, rx, esz, "
+        "rows16]); reduce's table depends on its canonical (outer, r, inner) view, the stencils' on the "
+        "radii (ry along the rows, rx along the last dim; stencil1d along the last dim is ry = 0), "
+        "the element size in bytes and whether x's rows are whole 16-byte multiples from a 16-byte "
+        "aligned pointer (rows16)",
         pybind11::arg("op"), pybind11::arg("sm"), pybind11::arg("mechanism"), pybind11::arg("stages"),
         pybind11::arg("vec_bytes"), pybind11::arg("outer") = 1, pybind11::arg("r") = 1,
         pybind11::arg("inner") = 1, pybind11::arg("ry") = 0, pybind11::arg("rx") = 0,
-        pybind11::arg("esz") = 4);
+        pybind11::arg("esz") = 4, pybind11::arg("rows16") = false);
 }
