@@ -79,26 +79,34 @@ def test_stencil1d_matches_reference(device, shape, dim, r, boundary, dtype):
     assert torch.equal(y2, cupipe.stencil1d(x, w, dim=dim, boundary=boundary))
 
 
+def _ex_inputs(device, shape2, wshape2, shape1, k1, seed):
+    """(x2, w2, x1, w1): a 2-D stack and its weights, rows and their 1-D weights."""
+    f32 = torch.float32
+    return (make_input(shape2, f32, device, seed=seed), make_weights(wshape2, f32, device, seed=seed + 2),
+            make_input(shape1, f32, device, seed=seed + 1), make_weights((k1,), f32, device, seed=seed + 3))
+
+
+def _check_ex_stencils(x2, w2, x1, w1, boundary, m1d, stages1d, free_sms=0, blocks=0):
+    """_stencil2d_ex (primitives/2) and _stencil1d_ex along the last dim against the references."""
+    what = f"free_sms={free_sms} blocks={blocks} {boundary}"
+    y = torch.ops.cupipe._stencil2d_ex(x2, w2, boundary, "primitives", 2, free_sms, blocks)
+    assert_close(y, _ref2d(x2, w2, boundary), atol=1e-4 * w2.numel(), rtol=1e-4, what=f"2d {what}")
+    y = torch.ops.cupipe._stencil1d_ex(x1, w1, -1, boundary, m1d, stages1d, free_sms, blocks)
+    assert_close(y, _ref1d(x1, w1, -1, boundary), atol=1e-3, rtol=1e-4, what=f"1d {m1d} {what}")
+
+
 def test_stencil_free_sms(device):
     """The private _stencil1d_ex/_stencil2d_ex leave SMs free (cupipe.distributed's overlap):
     fewer blocks, more tiles each, the same results; nearly all SMs left free still runs (on
     one SM), and a negative count is an error that names the argument."""
     if device != "cuda":
         pytest.skip("the _ex stencils are CUDA-only")
-    x2 = make_input((3, 300, 517), torch.float32, device, seed=70)
-    x1 = make_input((4, 20001), torch.float32, device, seed=71)
-    w2 = make_weights((3, 5), torch.float32, device, seed=72)
-    w1 = make_weights((7,), torch.float32, device, seed=73)
+    x2, w2, x1, w1 = _ex_inputs(device, (3, 300, 517), (3, 5), (4, 20001), 7, seed=70)
     sms = torch.cuda.get_device_properties(device).multi_processor_count
     m1d = "tma" if torch.cuda.get_device_capability() >= (9, 0) else "cg"
     for free in (0, 2, sms - 1, sms + 5):
         for boundary in ("zero", "reflect"):
-            y = torch.ops.cupipe._stencil2d_ex(x2, w2, boundary, "primitives", 2, free)
-            assert_close(y, _ref2d(x2, w2, boundary), atol=1e-4 * w2.numel(), rtol=1e-4,
-                         what=f"2d free_sms={free} {boundary}")
-            y = torch.ops.cupipe._stencil1d_ex(x1, w1, -1, boundary, m1d, 3, free)
-            assert_close(y, _ref1d(x1, w1, -1, boundary), atol=1e-3, rtol=1e-4,
-                         what=f"1d free_sms={free} {boundary}")
+            _check_ex_stencils(x2, w2, x1, w1, boundary, m1d, 3, free_sms=free)
     with pytest.raises(ValueError, match="free_sms"):
         torch.ops.cupipe._stencil2d_ex(x2, w2, "zero", "auto", 0, -1)
 
@@ -108,18 +116,10 @@ def test_stencil_grid_sizes(device):
     the same results as the default grid."""
     if device != "cuda":
         pytest.skip("the _ex stencils are CUDA-only")
-    x2 = make_input((2, 700, 1029), torch.float32, device, seed=74)
-    x1 = make_input((3, 70001), torch.float32, device, seed=75)
-    w2 = make_weights((5, 3), torch.float32, device, seed=76)
-    w1 = make_weights((9,), torch.float32, device, seed=77)
+    x2, w2, x1, w1 = _ex_inputs(device, (2, 700, 1029), (5, 3), (3, 70001), 9, seed=74)
     for blocks in (1, 7, 100000):
         for boundary in ("zero", "circular"):
-            y = torch.ops.cupipe._stencil2d_ex(x2, w2, boundary, "primitives", 2, 0, blocks)
-            assert_close(y, _ref2d(x2, w2, boundary), atol=1e-4 * w2.numel(), rtol=1e-4,
-                         what=f"2d blocks={blocks} {boundary}")
-            y = torch.ops.cupipe._stencil1d_ex(x1, w1, -1, boundary, "pipeline", 4, 0, blocks)
-            assert_close(y, _ref1d(x1, w1, -1, boundary), atol=1e-3, rtol=1e-4,
-                         what=f"1d blocks={blocks} {boundary}")
+            _check_ex_stencils(x2, w2, x1, w1, boundary, "pipeline", 4, blocks=blocks)
     with pytest.raises(ValueError, match="blocks"):
         torch.ops.cupipe._stencil2d_ex(x2, w2, "zero", "auto", 0, 0, -1)
 
