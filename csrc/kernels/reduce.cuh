@@ -219,8 +219,8 @@ __global__ void __launch_bounds__(kReduceThreads)
   }
 
   // Split: block = one (row, part); its tiles stream through the ring. A part is a run of
-  // part_len elements (every parts-th tile instead, so that the grid reads neighbouring tiles at
-  // any moment as a copy does, measured the same: sixth run, scripts/grid_sweep.py).
+  // part_len elements. (Parts of every parts-th tile, so that the grid reads neighbouring tiles
+  // at any moment as a copy does, measured the same to 1%: sixth run, scripts/grid_sweep.py.)
   const int64_t row = blockIdx.x / pl.parts, part = blockIdx.x % pl.parts;
   const int64_t begin = part * pl.part_len;
   const int64_t end = min(begin + pl.part_len, pl.r);

@@ -124,7 +124,7 @@ at::Tensor stencil2d_cuda(const at::Tensor& x, const at::Tensor& weights, c10::s
   return stencil_cuda("stencil2d", x, weights, g, b, mech, stages);
 }
 
-void check_free_sms(const char* op, int64_t free_sms, int64_t blocks) {
+void check_ex_grid_args(const char* op, int64_t free_sms, int64_t blocks) {
   TORCH_CHECK_VALUE(free_sms >= 0 && free_sms < (1 << 16), "cupipe.", op, ": free_sms must be in [0, 65535], got ",
                     free_sms);
   TORCH_CHECK_VALUE(blocks >= 0 && blocks <= (1 << 20), "cupipe.", op, ": blocks must be in [0, 2^20], got ", blocks);
@@ -133,7 +133,7 @@ void check_free_sms(const char* op, int64_t free_sms, int64_t blocks) {
 at::Tensor stencil1d_ex_cuda(const at::Tensor& x, const at::Tensor& weights, int64_t dim,
                              c10::string_view boundary, c10::string_view mechanism, int64_t stages,
                              int64_t free_sms, int64_t blocks) {
-  check_free_sms("_stencil1d_ex", free_sms, blocks);
+  check_ex_grid_args("_stencil1d_ex", free_sms, blocks);
   const Boundary b = parse_boundary("stencil1d", boundary);
   const MechanismArg mech = parse_mechanism("stencil1d", mechanism);
   check_stages("stencil1d", stages);
@@ -144,7 +144,7 @@ at::Tensor stencil1d_ex_cuda(const at::Tensor& x, const at::Tensor& weights, int
 at::Tensor stencil2d_ex_cuda(const at::Tensor& x, const at::Tensor& weights, c10::string_view boundary,
                              c10::string_view mechanism, int64_t stages, int64_t free_sms,
                              int64_t blocks) {
-  check_free_sms("_stencil2d_ex", free_sms, blocks);
+  check_ex_grid_args("_stencil2d_ex", free_sms, blocks);
   const Boundary b = parse_boundary("stencil2d", boundary);
   const MechanismArg mech = parse_mechanism("stencil2d", mechanism);
   check_stages("stencil2d", stages);
