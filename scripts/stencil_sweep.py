@@ -35,9 +35,17 @@ cases = [
     ("2d 5x5 f32", img, lambda x, m, s: cupipe.stencil2d(x, box[5], mechanism=m, stages=s)),
     ("2d 9x9 f32", img, lambda x, m, s: cupipe.stencil2d(x, box[9], mechanism=m, stages=s)),
     ("2d 3x3 f16", img.half(), lambda x, m, s: cupipe.stencil2d(x, box[3], mechanism=m, stages=s)),
+    ("2d 5pt f16", img.half(), lambda x, m, s: cupipe.stencil2d(x, star, mechanism=m, stages=s)),
+    ("2d 5x5 f16", img.half(), lambda x, m, s: cupipe.stencil2d(x, box[5], mechanism=m, stages=s)),
+    ("2d 9x9 f16", img.half(), lambda x, m, s: cupipe.stencil2d(x, box[9], mechanism=m, stages=s)),
+    ("2d 3x3 bf16", img.bfloat16(), lambda x, m, s: cupipe.stencil2d(x, box[3], mechanism=m, stages=s)),
+    ("2d 5x5 bf16", img.bfloat16(), lambda x, m, s: cupipe.stencil2d(x, box[5], mechanism=m, stages=s)),
     ("1d r4 f32", sig, lambda x, m, s: cupipe.stencil1d(x, row9, mechanism=m, stages=s)),
     ("1d r4 f16", sig.half(), lambda x, m, s: cupipe.stencil1d(x, row9, mechanism=m, stages=s)),
+    ("1d r4 bf16", sig.bfloat16(), lambda x, m, s: cupipe.stencil1d(x, row9, mechanism=m, stages=s)),
 ]
+# fp16/bf16 run on the tensor cores where they can (csrc/kernels/stencil_mma.cuh); run the script
+# again with CUPIPE_STENCIL_MMA=0 for the CUDA-core consumers.
 if args.cases:
     cases = [c for c in cases if any(w in c[0] for w in args.cases.split(","))]
 if args.once:

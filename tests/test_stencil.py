@@ -517,6 +517,124 @@ def test_stencil2d_tma_tensor_tiles(device, boundary, dtype):
                              what=f"tma {shape} offset={offset} w={wshape} stages={stages} {dtype}")
 
 
+# The tensor-core consumer of fp16/bf16 (StencilFixed::Mma, csrc/kernels/stencil_mma.cuh): sm_80+,
+# rows of whole 16-byte multiples, tiles of whole 128-output units, 3 <= kw <= 9. Tiles start at a
+# column phase that depends on the pointer's offset and rx (the tile grid shifts left by up to 7
+# columns), weights are split into 2-byte terms, and units near non-finite values are recomputed
+# on the CUDA cores. CUPIPE_STENCIL_MMA=0 turns it off: the CUDA-core consumers are the control.
+MMA_PLANES = [(2, 70, 200), (1, 67, 1024), (3, 1, 4096), (9, 136)]
+MMA_WEIGHTS = [(3, 3), (5, 5), (9, 9), (3, 7), (7, 3), (1, 5), (11, 3)]
+
+
+def _mma_capable(device):
+    if device != "cuda":
+        pytest.skip("the tensor-core consumer is CUDA-only")
+    if torch.cuda.get_device_capability() < (8, 0):
+        pytest.skip("the tensor-core consumer needs sm_80")
+
+
+def _offset_view(shape, dtype, device, offset, seed):
+    n = 1
+    for s_ in shape:
+        n *= s_
+    return make_input((n + offset,), dtype, device, seed=seed)[offset:].view(shape)
+
+
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16], ids=["f16", "bf16"])
+@pytest.mark.parametrize("boundary", BOUNDARIES)
+def test_stencil_tensor_core_consumer(device, boundary, dtype):
+    """Every plane, pointer offset (element 0..3: every column phase) and stencil shape against
+    the float64 reference; behind every mechanism's loader for one plane."""
+    _mma_capable(device)
+    mechanisms = [m for m in cupipe.MECHANISMS
+                  if m != "tma" or torch.cuda.get_device_capability() >= (9, 0)]
+    for shape in MMA_PLANES:
+        for offset in (0, 1, 2, 3):
+            x = _offset_view(shape, dtype, device, offset, seed=60)
+            H, W = shape[-2], shape[-1]
+            for wshape in MMA_WEIGHTS:
+                ry, rx = (wshape[0] - 1) // 2, (wshape[1] - 1) // 2
+                if boundary == "reflect" and (H <= ry or W <= rx):
+                    continue
+                w = make_weights(wshape, torch.float32, device, seed=61)  # fp32: split into terms
+                every = shape == MMA_PLANES[0] and offset in (0, 1) and wshape in [(3, 3), (9, 9)]
+                for mechanism, stages in (itertools.product(mechanisms, (1, 3)) if every
+                                          else [("auto", 0)]):
+                    poison_allocator(x.numel() * x.element_size())
+                    y = cupipe.stencil2d(x, w, boundary=boundary, mechanism=mechanism, stages=stages)
+                    atol, rtol = tol(dtype, w.numel())
+                    assert_close(y, _ref2d(x, w, boundary), atol=atol, rtol=rtol,
+                                 what=f"2d {mechanism}/{stages} {shape} offset={offset} w={wshape}")
+            for r in (1, 2, 3, 4):
+                if boundary == "reflect" and W <= r:
+                    continue
+                w1 = make_weights((2 * r + 1,), torch.float32, device, seed=62)
+                for mechanism in (mechanisms if shape == MMA_PLANES[0] else ["auto"]):
+                    poison_allocator(x.numel() * x.element_size())
+                    y = cupipe.stencil1d(x, w1, dim=-1, boundary=boundary, mechanism=mechanism)
+                    atol, rtol = tol(dtype, w1.numel())
+                    assert_close(y, _ref1d(x, w1, -1, boundary), atol=atol, rtol=rtol,
+                                 what=f"1d {mechanism} {shape} offset={offset} r={r}")
+
+
+def _both_consumers(monkeypatch, fn):
+    y_mma = fn()
+    monkeypatch.setenv("CUPIPE_STENCIL_MMA", "0")
+    y_core = fn()
+    monkeypatch.delenv("CUPIPE_STENCIL_MMA")
+    return y_mma, y_core
+
+
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16], ids=["f16", "bf16"])
+@pytest.mark.parametrize("boundary", ["zero", "replicate"])
+def test_stencil_tensor_core_nonfinite(device, monkeypatch, boundary, dtype):
+    """inf and NaN inputs: the MMAs would multiply them by zero weights (NaN in up to 16
+    neighbours); those units are recomputed exactly, so the result equals the CUDA-core
+    consumer's: NaN, +inf and -inf in the same places, finite values within fp32 rounding."""
+    _mma_capable(device)
+    x = make_input((2, 70, 200), dtype, device, seed=63)
+    for (b, i, j), v in [((0, 10, 50), float("inf")), ((1, 33, 127), float("nan")),
+                         ((0, 69, 199), float("-inf")), ((1, 0, 0), float("inf")),
+                         ((0, 40, 128), float("inf")), ((0, 40, 131), float("-inf"))]:
+        x[b, i, j] = v
+    for wshape in [(3, 3), (5, 5), (9, 9)]:
+        w = make_weights(wshape, torch.float32, device, seed=64)
+        y_mma, y_core = _both_consumers(monkeypatch, lambda: cupipe.stencil2d(x, w, boundary=boundary))
+        assert torch.equal(torch.isnan(y_mma), torch.isnan(y_core)), wshape
+        assert torch.equal(torch.isinf(y_mma), torch.isinf(y_core)), wshape
+        assert bool(torch.isnan(y_mma).any()) and bool(torch.isinf(y_mma).any()), wshape
+        assert_close(y_mma, y_core, atol=0, rtol=2 ** -7, equal_nan=True, what=f"nonfinite w={wshape}")
+    w1 = make_weights((9,), torch.float32, device, seed=65)
+    y_mma, y_core = _both_consumers(monkeypatch, lambda: cupipe.stencil1d(x, w1, boundary=boundary))
+    assert torch.equal(torch.isnan(y_mma), torch.isnan(y_core))
+    assert_close(y_mma, y_core, atol=0, rtol=2 ** -7, equal_nan=True, what="nonfinite 1d")
+
+
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16], ids=["f16", "bf16"])
+def test_stencil_tensor_core_weight_terms(device, monkeypatch, dtype):
+    """fp32 weights over a wide range (2^-12 .. 2^12 apart; bf16 also scaled by 2^+-60, past
+    fp16's range): both consumers within one output ulp of the float64 result, plus fp32
+    accumulation error (2^-16 of sum |w x|), plus for the tensor cores the bits a weight loses
+    below 2^-22 of the largest one (fp16's terms go subnormal there; bf16's do not)."""
+    _mma_capable(device)
+    x = make_input((3, 67, 256), dtype, device, seed=66)
+    g = torch.Generator(device="cpu").manual_seed(67)
+    ulp = 2.0 ** -10 if dtype == torch.float16 else 2.0 ** -7
+    scales = (1.0, 2.0 ** -8) if dtype == torch.float16 else (1.0, 2.0 ** -60, 2.0 ** 60)
+    for scale in scales:
+        w = (torch.randn(5, 5, generator=g) * 2.0 ** torch.randint(-12, 13, (5, 5), generator=g)) * scale
+        w = w.to(device)
+        exact = stencil2d_ref(x.double(), w.double(), "zero")
+        mag = stencil2d_ref(x.double().abs(), w.double().abs(), "zero")  # sum |w x| per output
+        xsum = stencil2d_ref(x.double().abs(), torch.ones_like(w, dtype=torch.float64), "zero")
+        bound = ulp * exact.abs() + 2.0 ** -16 * mag + 2.0 ** -22 * float(w.abs().max()) * xsum
+        in_range = exact.abs() < (6.0e4 if dtype == torch.float16 else 3.0e38)
+        for name, y in zip(("mma", "cuda cores"),
+                           _both_consumers(monkeypatch, lambda: cupipe.stencil2d(x, w))):
+            err = (y.double() - exact).abs()
+            assert bool((err <= bound)[in_range].all()), (name, scale, float((err - bound)[in_range].max()))
+
+
 # ----------------------------------------------------------------------------- gradients
 
 def _grads(fn, *inputs):

@@ -35,6 +35,14 @@ CUPIPE_DEVICE void fence_barrier_init() {
 #endif
 }
 
+// Orders this thread's earlier generic-proxy shared-memory accesses before later async-proxy
+// ones (bulk copies into the same bytes); a barrier then publishes that to the copying thread.
+CUPIPE_DEVICE void fence_proxy_async_shared() {
+#if CUPIPE_SM90
+  asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
+#endif
+}
+
 // Adds `bytes` to the transaction count the current phase waits for.
 CUPIPE_DEVICE void mbarrier_expect_tx(uint64_t* bar, uint32_t bytes) {
 #if CUPIPE_SM90

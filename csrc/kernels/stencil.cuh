@@ -29,6 +29,7 @@
 #pragma once
 
 #include <algorithm>
+#include <cstdlib>
 #include <type_traits>
 #include <utility>
 
@@ -68,7 +69,9 @@ using BoxBlocking = Blocking<8, 3, CK, CK == 9>;
 // every item at the offset the shape expects (an input whose plane rows are whole 16-byte
 // multiples and whose data pointer is vector-aligned: the common case); otherwise the general
 // consumer runs.
-enum class StencilFixed : int { None = 0, Row3, Row5, Row7, Row9, Box3x3, Box5x5 };
+// Mma: the tensor-core consumer of the 2-byte types (stencil_mma.cuh), which the launcher picks
+// over the others where it applies.
+enum class StencilFixed : int { None = 0, Row3, Row5, Row7, Row9, Box3x3, Box5x5, Mma };
 
 struct BlockingShape {
   int th, dy, ck;
@@ -100,6 +103,14 @@ struct TileHeader {
   int64_t b, y0, x0;  // plane, first output row, first output column
 };
 
+}  // namespace kernels
+}  // namespace cupipe
+
+#include "kernels/stencil_mma.cuh"  // the tensor-core consumer (reads TileHeader)
+
+namespace cupipe {
+namespace kernels {
+
 struct StencilGeom {
   int64_t batch, ny, nx;
   int ry, rx;
@@ -107,6 +118,8 @@ struct StencilGeom {
   StencilFixed fixed;      // None unless the launcher finds a fixed consumer for the input
   bool tensor_tiles;       // tma: tiles move as one tensor-map box (see load_stencil_tile)
   int tile_h, tile_w;      // outputs per tile: (tile_h / TH) x (tile_w / TW) work items
+  int x_phase;             // tiles start at columns tx * tile_w - x_phase (Mma; else 0)
+  int mma_a;               // Mma: window column -mma_a of every row sits on a 16-byte boundary
   int cols_log2;           // log2(tile_w / TW): items per row block, a power of two
   int items;
   int64_t tiles_x, tiles_per_plane, ntiles;
@@ -117,6 +130,7 @@ struct StencilGeom {
   int64_t stage_bytes;
   int kh_pad, kw_pad;      // the weights in smem, zero-padded to whole passes and chunks
   int64_t weight_bytes;
+  int64_t frag_bytes;      // Mma: the tensor-core consumer's weight fragments, after the weights
 };
 
 // Tile shape for `consumers` consuming threads, shrunk until `stages` stages and the weights fit
@@ -130,12 +144,26 @@ struct StencilGeom {
 // smallest Box tile does not fit (huge radii), Row's shorter window is tried.
 // `align`: of the window rows' start in a stage and of the stage size (16; 128 for tensor-map
 // boxes, whose shared-memory destination must be 128-byte aligned).
+// The tile counts and their divisors, from the tile shape and the column phase.
+inline void set_tile_grid(StencilGeom& g) {
+  g.tiles_x = (g.nx + g.x_phase + g.tile_w - 1) / g.tile_w;
+  g.tiles_per_plane = (g.ny + g.tile_h - 1) / g.tile_h * g.tiles_x;
+  g.ntiles = g.batch * g.tiles_per_plane;
+  if (g.ntiles < (int64_t(1) << 31)) {
+    g.tiles_x_div = FastDiv(static_cast<uint32_t>(g.tiles_x));
+    g.per_plane_div = FastDiv(static_cast<uint32_t>(g.tiles_per_plane));
+  }
+}
+
 inline StencilGeom make_stencil_geom(const StencilParams& p, int esz, int acc_size, int consumers,
                                      int64_t smem_budget, int align = 16) {
   StencilGeom g;
   g.batch = p.batch; g.ny = p.ny; g.nx = p.nx; g.ry = p.ry; g.rx = p.rx;
   g.fixed = StencilFixed::None;
   g.tensor_tiles = false;
+  g.x_phase = 0;
+  g.mma_a = 0;
+  g.frag_bytes = 0;
   const int tw = esz == 8 ? 2 : 4;  // kTW
   const int64_t kh = 2 * int64_t(p.ry) + 1, kw = 2 * int64_t(p.rx) + 1;
   g.blocking = p.ry == 0 || p.ny < 8 ? StencilBlocking::Row
@@ -186,13 +214,7 @@ inline StencilGeom make_stencil_geom(const StencilParams& p, int esz, int acc_si
     if (fits || g.blocking == StencilBlocking::Row) break;  // too large even so: the launch says why
     g.blocking = StencilBlocking::Row;
   }
-  g.tiles_x = (p.nx + g.tile_w - 1) / g.tile_w;
-  g.tiles_per_plane = (p.ny + g.tile_h - 1) / g.tile_h * g.tiles_x;
-  g.ntiles = p.batch * g.tiles_per_plane;
-  if (g.ntiles < (int64_t(1) << 31)) {
-    g.tiles_x_div = FastDiv(static_cast<uint32_t>(g.tiles_x));
-    g.per_plane_div = FastDiv(static_cast<uint32_t>(g.tiles_per_plane));
-  }
+  set_tile_grid(g);
   return g;
 }
 
@@ -229,18 +251,19 @@ __device__ __forceinline__ int row_shift(const T* plane, int64_t src_row, int64_
 }
 
 static __device__ __noinline__ TileHeader tile_origin_64(int64_t t, int64_t per_plane, int64_t tiles_x, int tile_h,
-                                                        int tile_w) {
+                                                        int tile_w, int x_phase) {
   const int64_t r = t % per_plane;
-  return TileHeader{t / per_plane, r / tiles_x * tile_h, r % tiles_x * tile_w};
+  return TileHeader{t / per_plane, r / tiles_x * tile_h, r % tiles_x * tile_w - x_phase};
 }
 
 // Tile t of the batch in row-major tile order; below 2^31 tiles by multiply-and-shift division.
 __device__ __forceinline__ TileHeader tile_origin(int64_t t, const StencilGeom& g) {
-  if (g.ntiles >= (int64_t(1) << 31)) return tile_origin_64(t, g.tiles_per_plane, g.tiles_x, g.tile_h, g.tile_w);
+  if (g.ntiles >= (int64_t(1) << 31))
+    return tile_origin_64(t, g.tiles_per_plane, g.tiles_x, g.tile_h, g.tile_w, g.x_phase);
   uint32_t b, r, ty, tx;
   g.per_plane_div.divmod(static_cast<uint32_t>(t), b, r);
   g.tiles_x_div.divmod(r, ty, tx);
-  return TileHeader{b, static_cast<int64_t>(ty) * g.tile_h, static_cast<int64_t>(tx) * g.tile_w};
+  return TileHeader{b, static_cast<int64_t>(ty) * g.tile_h, static_cast<int64_t>(tx) * g.tile_w - g.x_phase};
 }
 
 // One tile's place in its stage: window row i of the tile comes from source row yw + i (rows
@@ -671,6 +694,30 @@ inline StencilFixed choose_fixed(const StencilGeom& g, const void* x, int esz) {
   return StencilFixed::None;
 }
 
+// The tensor-core consumer for a 2-byte input where it applies (see stencil_mma.cuh): sm_80+,
+// rows of whole 16-byte multiples (one shift for every row), tiles a multiple of 128 outputs wide,
+// 3 <= kw <= 9 (1-wide stencils waste 15 of 16 MMA columns), a column phase that lines the
+// window rows up with ldmatrix, and room for the fragments. CUPIPE_STENCIL_MMA=0 turns it off
+// (to compare the consumers). Sets the phase and re-derives the tile grid.
+inline void choose_mma(StencilGeom& g, const StencilParams& p, const DeviceInfo& dev, int stages) {
+  const char* env = std::getenv("CUPIPE_STENCIL_MMA");
+  if (env != nullptr && env[0] == '0') return;
+  const int kh = 2 * g.ry + 1, kw = 2 * g.rx + 1, esz = 2;
+  const int terms = p.dtype == DType::BF16 ? 3 : 2;  // kMmaTerms
+  if (dev.sm < 80 || kw < 3 || kw > 9 || kh > kMmaMaxKh || g.nx * esz % 16 != 0 || g.tile_w % kMmaUnit != 0 ||
+      reinterpret_cast<uintptr_t>(p.out) % 4 != 0 || reinterpret_cast<uintptr_t>(p.x) % esz != 0)
+    return;
+  const int64_t frag = mma_fragment_bytes(kh, terms);
+  if (stages * g.stage_bytes + g.weight_bytes + frag > dev.max_smem_optin - 1024) return;
+  int phase = 0, a = 0;
+  if (!choose_mma_phase(static_cast<int>(reinterpret_cast<uintptr_t>(p.x) % 16 / esz), g.rx, kw, phase, a)) return;
+  g.fixed = StencilFixed::Mma;
+  g.x_phase = phase;
+  g.mma_a = a;
+  g.frag_bytes = frag;
+  set_tile_grid(g);
+}
+
 // --------------------------------------------------------------------------------------- kernel
 
 // Register budgets: Row kernels 85 (three blocks per SM: 1-D signals stream); Box kernels 128
@@ -697,6 +744,21 @@ __global__ void __launch_bounds__(kStencilThreads, stencil_min_blocks<T, Box>())
     w_s[i] = a < kh && c < kw ? weights[a * kw + c] : A(0);
   }
   __syncthreads();
+  // The tensor-core consumer: its weight fragments, and the stages zeroed once, for the bytes the
+  // loads leave unwritten that its 16-byte runs read and multiply by zero weights (finite, they
+  // add nothing; left as they were, a NaN there would send units to the exact path).
+  // (Nothing of it stays in registers across the ring: the kernels are at their register budget.)
+  if constexpr (sizeof(T) == 2) {
+    if (g.fixed == StencilFixed::Mma) {
+      build_mma_fragments<T>(w_s, kh, kw, g.kw_pad, g.mma_a,
+                             reinterpret_cast<uint2*>(smem + static_cast<int64_t>(S) * g.stage_bytes + g.weight_bytes),
+                             threadIdx.x, blockDim.x);
+      for (int64_t i = threadIdx.x; i < S * g.stage_bytes / 16; i += blockDim.x)
+        reinterpret_cast<uint4*>(smem)[i] = make_uint4(0, 0, 0, 0);
+      if constexpr (M == engine::Mechanism::Tma) engine::sm90::fence_proxy_async_shared();  // bulk copies follow
+      __syncthreads();
+    }
+  }
   Ring ring(ss.get(), smem, static_cast<int>(g.stage_bytes));
 
   const int64_t mine = blockIdx.x < g.ntiles ? (g.ntiles - blockIdx.x + gridDim.x - 1) / gridDim.x : 0;
@@ -706,6 +768,15 @@ __global__ void __launch_bounds__(kStencilThreads, stencil_min_blocks<T, Box>())
 
   const ConsumerGeom cg{g.ny, g.nx, kh, kw, g.kw_pad, g.pitch, g.hdr_bytes, g.items, g.cols_log2};
   auto consume = [&](const char* stage, int64_t, engine::Team team) {
+    if constexpr (sizeof(T) == 2) {
+      if (g.fixed == StencilFixed::Mma) {
+        const MmaGeom mg{g.ny, g.nx, kh, kw, g.kw_pad, g.pitch, g.hdr_bytes, g.tile_h, g.cols_log2 - 5, g.mma_a};
+        const uint32_t ws = static_cast<uint32_t>(__cvta_generic_to_shared(w_s));
+        consume_tile_mma<T, Box ? 3 : 2>(static_cast<uint32_t>(__cvta_generic_to_shared(stage)),
+                            ws + static_cast<uint32_t>(g.weight_bytes), ws, mg, out, team.rank, team.size);
+        return;
+      }
+    }
     if (g.fixed != StencilFixed::None) {
       consume_fixed<T, Box>(g.fixed, static_cast<uint32_t>(__cvta_generic_to_shared(stage)),
                        static_cast<uint32_t>(__cvta_generic_to_shared(w_s)), cg, out, team.rank, team.size);
@@ -738,6 +809,7 @@ void launch_stencil_mechanism(const StencilParams& p) {
       StencilGeom g = make_stencil_geom(p, esz, sizeof(A), engine::consumer_threads(M, kStencilThreads),
                                         dev.max_smem_optin - 1024, kTma ? 128 : 16);
       g.fixed = choose_fixed(g, p.x, esz);
+      if constexpr (esz == 2) choose_mma(g, p, dev, S);
       // tma moves a 2-D tile as one tensor-map box when the map can describe the input: rows of
       // whole 16-byte multiples from a 16-byte aligned pointer, boxes of at most 256 x 256.
       CUtensorMap tmap{};
@@ -749,7 +821,7 @@ void launch_stencil_mechanism(const StencilParams& p) {
         tmap = make_plane_map(p.x, p.dtype, static_cast<int>(esz), p.batch, p.ny, p.nx, static_cast<int>(g.pitch / esz),
                               g.win_h);
       auto launch = [&](auto kernel) {
-        const size_t smem = static_cast<size_t>(S) * g.stage_bytes + g.weight_bytes;
+        const size_t smem = static_cast<size_t>(S) * g.stage_bytes + g.weight_bytes + g.frag_bytes;
         prepare_smem(kernel, smem, "stencil");
         // One wave of persistent blocks; free_sms leaves SMs for another stream's kernels (the
         // halo exchange of cupipe.distributed's overlap), which could not start before it ends.

@@ -1,0 +1,265 @@
+// The tensor-core consumer of the 2-byte stencils (fp16, bf16; sm_80+): StencilFixed::Mma.
+//
+// One output row of a stencil is a banded (Toeplitz) matrix product. A unit of 128 consecutive
+// outputs of one row is a 16 x 8 matrix, 16 groups m of 8 outputs j, and tap row k adds
+//
+//   out[8m + j] += sum_i A_k[m][i] * B_k[i][j],   A_k[m][i] = win[o + k][8m - a + i],
+//                                                   B_k[i][j] = w[k][i - j - a]  (0 off the stencil)
+//
+// with i < 16: one m16n8k16 MMA per tap row when a + kw <= 9. A_k's 16 rows are overlapping runs
+// of one window row, 16 bytes apart, so one ldmatrix.x4 loads them (conflict-free: each of its
+// four 8x8 matrices is 128 contiguous bytes) from 16-byte boundaries, which is what `a` is for:
+// window column -a sits on one. B_k is the same for every unit: each block builds the fragments
+// once, into shared memory after the weights, and a warp reloads one tap row's per round of
+// R units (their accumulators stay in registers across all tap rows: 4 units in the Box kernels,
+// 2 under the Row kernels' tighter register budget).
+//
+// The weights are fp32 (the accumulation type). Each is scaled by a power of two (the largest
+// |w| lands in [0.5, 1): inside fp16's range) and split into 2-byte terms w = w_1 + w_2 (+ w_3),
+// each the rounding of what the earlier ones left: fp16's two terms carry 22 bits, bf16's three
+// 24. The inputs are exact 2-byte values, so every product is exact and the MMAs accumulate in
+// fp32, as the CUDA-core consumer does; the result is unscaled exactly (a power of two).
+//
+// A's elements outside one output's stencil meet zeros of B, and 0 * inf is NaN: an inf or NaN in
+// the window would reach up to 16 neighbouring outputs. So a unit whose result is not all finite
+// is recomputed exactly on the CUDA cores (every tap, like the reference): only units near
+// non-finite inputs (or sums that overflow) pay for it, and no output differs from the
+// CUDA-core consumer's but by fp32 rounding.
+//
+// Preconditions (the launcher's choice, see choose_mma_phase): every window row shares one
+// shift, 2a bytes; tiles start at even columns (outputs leave as 2-element words) and are a
+// multiple of 128 outputs wide; 3 <= kw <= 9, a + kw <= 9.
+#pragma once
+
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+
+#include <cstdint>
+#include <type_traits>
+
+#include "kernels/numeric.cuh"
+
+namespace cupipe {
+namespace kernels {
+
+constexpr int kMmaUnit = 128;  // outputs per unit (16 groups of 8)
+constexpr int kMmaMaxKh = 17;  // tap rows whose fragments the launcher agrees to hold
+
+// 2-byte terms that carry an fp32 weight (see above).
+template <typename T>
+constexpr int kMmaTerms = std::is_same_v<T, __nv_bfloat16> ? 3 : 2;
+
+// Shared memory of the fragments (kh x terms x 32 lanes x 8 bytes), then the float 2^e that
+// undoes the weights' scale.
+inline int64_t mma_fragment_bytes(int kh, int terms) { return int64_t(kh) * terms * 32 * 8 + 16; }
+
+// The tiles' column phase (tiles start at tx * tile_w - phase) and the A offset a for an input
+// whose data pointer lies `off` elements past a 16-byte boundary (rows of whole 16-byte
+// multiples): the first even origin residue r (mod 8) whose window column 0 lands a elements past
+// a boundary with a + kw <= 9. False when there is none (an odd offset with rx = 4).
+inline bool choose_mma_phase(int off, int rx, int kw, int& phase, int& a) {
+  for (int r = 0; r < 8; r += 2) {
+    const int aa = ((r - rx + off) % 8 + 8) % 8;
+    if (aa + kw <= 9) {
+      phase = (8 - r) % 8;
+      a = aa;
+      return true;
+    }
+  }
+  return false;
+}
+
+struct MmaGeom {
+  int64_t ny, nx;
+  int kh, kw, kw_pad, pitch, hdr_bytes;
+  int tile_h, units_log2;  // units per tile row: 1 << units_log2
+  int a;
+};
+
+#if defined(__CUDACC__)
+
+template <typename T>
+__device__ __forceinline__ float round_to(float v) {
+  if constexpr (std::is_same_v<T, __half>) return __half2float(__float2half_rn(v));
+  else return __bfloat162float(__float2bfloat16_rn(v));
+}
+
+// Two values rounded to T, the first in the low half (the lower matrix index).
+template <typename T>
+__device__ __forceinline__ uint32_t pack2(float lo, float hi) {
+  if constexpr (std::is_same_v<T, __half>) {
+    const __half2 h = __floats2half2_rn(lo, hi);
+    return *reinterpret_cast<const uint32_t*>(&h);
+  } else {
+    const __nv_bfloat162 h = __floats2bfloat162_rn(lo, hi);
+    return *reinterpret_cast<const uint32_t*>(&h);
+  }
+}
+
+// The power of two e with the largest finite |w| in [0.5, 1) * 2^e (0 when there is none),
+// clamped so that 2^-e and 2^e are normal floats.
+__device__ __forceinline__ int mma_weight_exponent(const float* w, int kh, int kw, int kw_pad) {
+  float m = 0.f;
+  for (int k = 0; k < kh; ++k)
+    for (int c = 0; c < kw; ++c) {
+      const float v = fabsf(w[k * kw_pad + c]);
+      if (v <= 3.0e38f) m = fmaxf(m, v);  // skips inf and NaN
+    }
+  if (!(m > 0.f)) return 0;
+  int e;
+  frexpf(m, &e);
+  return max(-100, min(100, e));
+}
+
+// The B fragments of every tap row and term, fragment (k * terms + term) * 32 + lane, then the
+// unscale factor 2^e, by the threads (tid, nthreads) of the block. Lane (g, t) of an m16n8k16 B
+// fragment holds B[2t][g], B[2t + 1][g] (first word) and B[2t + 8][g], B[2t + 9][g] (second).
+template <typename T>
+__device__ void build_mma_fragments(const float* w, int kh, int kw, int kw_pad, int a, uint2* frag, int tid,
+                                    int nthreads) {
+  constexpr int NT = kMmaTerms<T>;
+  const int e = mma_weight_exponent(w, kh, kw, kw_pad);
+  const float s = ldexpf(1.f, -e);
+  if (tid == 0) *reinterpret_cast<float*>(frag + kh * NT * 32) = ldexpf(1.f, e);
+  for (int idx = tid; idx < kh * NT * 32; idx += nthreads) {
+    const int lane = idx & 31, k = (idx >> 5) / NT, term = (idx >> 5) % NT;
+    const int g = lane >> 2, t = lane & 3;
+    float v[4];
+#pragma unroll
+    for (int q = 0; q < 4; ++q) {
+      const int c = 2 * t + (q & 1) + (q >> 1) * 8 - g - a;  // tap column of B[i][g]
+      float r = c >= 0 && c < kw ? w[k * kw_pad + c] * s : 0.f;
+      for (int i = 0; i < term; ++i) r -= round_to<T>(r);  // what the earlier terms left
+      v[q] = r;
+    }
+    frag[idx] = make_uint2(pack2<T>(v[0], v[1]), pack2<T>(v[2], v[3]));
+  }
+}
+
+__device__ __forceinline__ void ldmatrix_x4(uint32_t (&r)[4], uint32_t addr) {
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];"
+               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+               : "r"(addr));
+}
+
+template <typename T>
+__device__ __forceinline__ void mma_16816(float (&c)[4], const uint32_t (&a)[4], uint2 b) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+  if constexpr (std::is_same_v<T, __half>) {
+    asm volatile(
+        "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, "
+        "{%0, %1, %2, %3};"
+        : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b.x), "r"(b.y));
+  } else {
+    asm volatile(
+        "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, "
+        "{%0, %1, %2, %3};"
+        : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b.x), "r"(b.y));
+  }
+#else
+  __trap();  // the launcher never selects the consumer below sm_80
+#endif
+}
+
+// Outputs col and col + 1 of an output row (col even: one 4-byte word when both are in the plane).
+template <typename T>
+__device__ __forceinline__ void store_pair(T* orow, int64_t col, int64_t nx, float v0, float v1) {
+  if (col >= 0 && col + 1 < nx) {
+    *reinterpret_cast<uint32_t*>(orow + col) = pack2<T>(v0, v1);
+  } else {
+    if (col >= 0 && col < nx) orow[col] = from_acc<T>(v0);
+    if (col + 1 >= 0 && col + 1 < nx) orow[col + 1] = from_acc<T>(v1);
+  }
+}
+
+// Unit (o, s) computed tap by tap on the CUDA cores, every tap multiplied as the reference does:
+// the exact answer where the MMAs met a non-finite value. `rows` is window row 0's column 0.
+template <typename T>
+__device__ __noinline__ void mma_unit_exact(const char* rows, const float* w, MmaGeom g, int o, int s, int64_t x0,
+                                            T* orow, int lane) {
+  for (int q = 0; q < kMmaUnit / 32; ++q) {
+    const int j = s * kMmaUnit + 32 * q + lane;  // tile column
+    if (x0 + j < 0 || x0 + j >= g.nx) continue;
+    float acc = 0.f;
+    for (int k = 0; k < g.kh; ++k) {
+      const T* r = reinterpret_cast<const T*>(rows + (o + k) * g.pitch) + j;
+      for (int c = 0; c < g.kw; ++c) acc = fmaf(w[k * g.kw_pad + c], to_acc<float>(r[c]), acc);
+    }
+    orow[x0 + j] = from_acc<T>(acc);
+  }
+}
+
+// The tile in `stage` (shared address) on the tensor cores, by the consuming warps (rank, size:
+// whole warps), R units per warp at a time. `frag_s`: the B fragments and the unscale factor;
+// `w_s`: the fp32 weights (for mma_unit_exact). Inlined: a call would make the kernel save its
+// live registers around it.
+template <typename T, int R>
+__device__ __forceinline__ void consume_tile_mma(uint32_t stage_s, uint32_t frag_s, uint32_t w_s, MmaGeom g, T* out,
+                                                 int rank, int size) {
+  constexpr int NT = kMmaTerms<T>;
+  const int lane = rank & 31, warp = rank >> 5, nwarps = size >> 5;
+  const char* stage = static_cast<const char*>(__cvta_shared_to_generic(stage_s));
+  const uint2* frag = static_cast<const uint2*>(__cvta_shared_to_generic(frag_s));
+  const float unscale = *reinterpret_cast<const float*>(frag + g.kh * NT * 32);
+  const TileHeader t = *reinterpret_cast<const TileHeader*>(stage);
+  const int shift = *reinterpret_cast<const int*>(stage + sizeof(TileHeader));  // == 2a, every row
+  const uint32_t rows_s = stage_s + g.hdr_bytes;  // window column -a of row 0: 16-byte aligned
+  // ldmatrix: lanes 8q .. 8q + 7 address the rows of matrix q: A rows m = (lane & 7) + 8 (q & 1),
+  // columns 8 (q >> 1) on (16 bytes per 8 columns; A row m starts 16 m bytes in).
+  const uint32_t lane_off = 16u * ((lane & 7) + 8 * ((lane >> 3) & 1) + (lane >> 4));
+  const int nunits = g.tile_h << g.units_log2, smask = (1 << g.units_log2) - 1;
+  T* oplane = out + t.b * g.ny * g.nx;
+  for (int u0 = warp; u0 < nunits; u0 += nwarps * R) {
+    float acc[R][4] = {};
+    for (int k = 0; k < g.kh; ++k) {
+      uint2 b[NT];
+#pragma unroll
+      for (int term = 0; term < NT; ++term) b[term] = frag[(k * NT + term) * 32 + lane];
+      uint32_t a[R][4];
+#pragma unroll
+      for (int i = 0; i < R; ++i) {
+        const int u = u0 + i * nwarps;
+        if (u < nunits)  // warp-uniform
+          ldmatrix_x4(a[i], rows_s + (u >> g.units_log2) * g.pitch + k * g.pitch + (u & smask) * (2 * kMmaUnit) +
+                                lane_off);
+      }
+#pragma unroll
+      for (int term = 0; term < NT; ++term)
+#pragma unroll
+        for (int i = 0; i < R; ++i)
+          if (u0 + i * nwarps < nunits) mma_16816<T>(acc[i], a[i], b[term]);
+    }
+#pragma unroll
+    for (int i = 0; i < R; ++i) {
+      const int u = u0 + i * nwarps;
+      if (u >= nunits) break;
+      const int o = u >> g.units_log2, s = u & smask;
+      const int64_t oy = t.y0 + o;
+      if (oy >= g.ny) continue;  // warp-uniform: the whole unit is past the plane
+      float v[4];
+      bool finite = true;
+#pragma unroll
+      for (int q = 0; q < 4; ++q) {
+        v[q] = acc[i][q] * unscale;
+        finite = finite && isfinite(v[q]);
+      }
+      T* orow = oplane + oy * g.nx;
+      if (!__all_sync(0xffffffffu, finite)) {
+        mma_unit_exact<T>(stage + g.hdr_bytes + shift, static_cast<const float*>(__cvta_shared_to_generic(w_s)), g,
+                          o, s, t.x0, orow, lane);
+        continue;
+      }
+      // C fragment: lane (g, t) holds outputs 8g + 2t, +1 (group g) and 64 + 8g + 2t, +1 (g + 8).
+      const int64_t col = t.x0 + s * kMmaUnit + 8 * (lane >> 2) + 2 * (lane & 3);
+      store_pair<T>(orow, col, g.nx, v[0], v[1]);
+      store_pair<T>(orow, col + 64, g.nx, v[2], v[3]);
+    }
+  }
+}
+
+#endif  // __CUDACC__
+
+}  // namespace kernels
+}  // namespace cupipe
