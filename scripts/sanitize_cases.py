@@ -2,6 +2,7 @@
 (memcheck, racecheck, synccheck). Usage: sanitize_cases.py [stages [mechanisms]], both
 comma-separated (default: stages 1,2,3, every mechanism). Checks results too, so a run that "passes" the sanitizer
 with wrong answers still fails."""
+import os
 import sys
 
 import torch
@@ -36,6 +37,9 @@ w3 = torch.randn(3, 3, device="cuda")
 w5 = torch.randn(5, device="cuda")
 w9 = torch.randn(9, 9, device="cuda")          # three 3-row passes of one 9-wide chunk
 w_wide = torch.randn(3, 17, device="cuda")     # a 9-wide chunk and a partial one
+w7 = torch.randn(7, 7, device="cuda")
+img_h = torch.randn(2, 70, 264, device="cuda").half()  # the tensor-core consumer (7x7, 9x9), phased tiles
+img_h[1, 30, 100] = float("inf")                       # ... and its exact path
 
 
 # References in fp32 proper: cuDNN convolutions default to TF32 on sm_80+ (10-bit mantissas),
@@ -63,6 +67,15 @@ for m in mechs:
                 y = cupipe.stencil2d(x, w, boundary=b, mechanism=m, stages=s)
                 ok = torch.allclose(y, ref2d(x, w, b), atol=1e-3)
                 check(ok, f"stencil2d {m} {s} {b} {tuple(w.shape)}")
+        for b in ["zero", "reflect"]:
+            for w in (w7, w9):
+                y = cupipe.stencil2d(img_h, w, boundary=b, mechanism=m, stages=s).float()
+                os.environ["CUPIPE_STENCIL_MMA"] = "0"  # the CUDA-core consumer as the reference
+                ref = cupipe.stencil2d(img_h, w, boundary=b, mechanism=m, stages=s).float()
+                del os.environ["CUPIPE_STENCIL_MMA"]
+                fin = torch.isfinite(ref)
+                ok = torch.equal(fin, torch.isfinite(y)) and torch.allclose(y[fin], ref[fin], rtol=2e-2, atol=0.25)
+                check(ok, f"stencil2d fp16 {m} {s} {b} {tuple(w.shape)}")
         for x, dim in [(img, 1), (sig, 1)]:
             y = cupipe.stencil1d(x, w5, dim=dim, boundary="replicate", mechanism=m, stages=s)
             xt = x.movedim(dim, -1)

@@ -27,7 +27,7 @@ sig = torch.randn(1 << 28, device=dev)
 # Weights built once: a tensor made inside the timed call would time its kernels (or a
 # host-to-device copy) with every stencil (the sweeps before the sixth run's last did, ~3 us).
 star = torch.tensor([[0., 1, 0], [1, -4, 1], [0, 1, 0]], device=dev)
-box = {k: torch.ones(k, k, device=dev) / (k * k) for k in (3, 5, 9)}
+box = {k: torch.ones(k, k, device=dev) / (k * k) for k in (3, 5, 7, 9)}
 row9 = torch.ones(9, device=dev) / 9
 cases = [
     ("2d 3x3 f32", img, lambda x, m, s: cupipe.stencil2d(x, box[3], mechanism=m, stages=s)),
@@ -37,6 +37,7 @@ cases = [
     ("2d 3x3 f16", img.half(), lambda x, m, s: cupipe.stencil2d(x, box[3], mechanism=m, stages=s)),
     ("2d 5pt f16", img.half(), lambda x, m, s: cupipe.stencil2d(x, star, mechanism=m, stages=s)),
     ("2d 5x5 f16", img.half(), lambda x, m, s: cupipe.stencil2d(x, box[5], mechanism=m, stages=s)),
+    ("2d 7x7 f16", img.half(), lambda x, m, s: cupipe.stencil2d(x, box[7], mechanism=m, stages=s)),
     ("2d 9x9 f16", img.half(), lambda x, m, s: cupipe.stencil2d(x, box[9], mechanism=m, stages=s)),
     ("2d 3x3 bf16", img.bfloat16(), lambda x, m, s: cupipe.stencil2d(x, box[3], mechanism=m, stages=s)),
     ("2d 5x5 bf16", img.bfloat16(), lambda x, m, s: cupipe.stencil2d(x, box[5], mechanism=m, stages=s)),

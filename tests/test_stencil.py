@@ -518,12 +518,13 @@ def test_stencil2d_tma_tensor_tiles(device, boundary, dtype):
 
 
 # The tensor-core consumer of fp16/bf16 (StencilFixed::Mma, csrc/kernels/stencil_mma.cuh): sm_80+,
-# rows of whole 16-byte multiples, tiles of whole 128-output units, 3 <= kw <= 9. Tiles start at a
-# column phase that depends on the pointer's offset and rx (the tile grid shifts left by up to 7
-# columns), weights are split into 2-byte terms, and units near non-finite values are recomputed
-# on the CUDA cores. CUPIPE_STENCIL_MMA=0 turns it off: the CUDA-core consumers are the control.
-MMA_PLANES = [(2, 70, 200), (1, 67, 1024), (3, 1, 4096), (9, 136)]
-MMA_WEIGHTS = [(3, 3), (5, 5), (9, 9), (3, 7), (7, 3), (1, 5), (11, 3)]
+# 2-D boxes of at least 35 taps with 3 <= kw <= 9, rows of whole 16-byte multiples, tiles of whole
+# 128-output units. Tiles start at a column phase that depends on the pointer's offset and rx (the
+# tile grid shifts left by up to 7 columns), weights are split into 2-byte terms, and units near
+# non-finite values are recomputed on the CUDA cores. CUPIPE_STENCIL_MMA=0 turns it off: the
+# CUDA-core consumers are the control. (5, 5) and (3, 3) stay on the CUDA cores: controls.
+MMA_PLANES = [(2, 70, 200), (1, 67, 1024), (9, 136), (2, 8, 264)]
+MMA_WEIGHTS = [(9, 9), (7, 7), (5, 7), (7, 5), (13, 3), (17, 3), (5, 9), (5, 5), (3, 3)]
 
 
 def _mma_capable(device):
@@ -543,8 +544,9 @@ def _offset_view(shape, dtype, device, offset, seed):
 @pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16], ids=["f16", "bf16"])
 @pytest.mark.parametrize("boundary", BOUNDARIES)
 def test_stencil_tensor_core_consumer(device, boundary, dtype):
-    """Every plane, pointer offset (element 0..3: every column phase) and stencil shape against
-    the float64 reference; behind every mechanism's loader for one plane."""
+    """Every plane (partial units, partial tiles, planes of one tile), pointer offset (element
+    0..3: every column phase) and stencil shape against the float64 reference; behind every
+    mechanism's loader for one plane."""
     _mma_capable(device)
     mechanisms = [m for m in cupipe.MECHANISMS
                   if m != "tma" or torch.cuda.get_device_capability() >= (9, 0)]
@@ -557,7 +559,7 @@ def test_stencil_tensor_core_consumer(device, boundary, dtype):
                 if boundary == "reflect" and (H <= ry or W <= rx):
                     continue
                 w = make_weights(wshape, torch.float32, device, seed=61)  # fp32: split into terms
-                every = shape == MMA_PLANES[0] and offset in (0, 1) and wshape in [(3, 3), (9, 9)]
+                every = shape == MMA_PLANES[0] and offset in (0, 1) and wshape in [(7, 7), (9, 9)]
                 for mechanism, stages in (itertools.product(mechanisms, (1, 3)) if every
                                           else [("auto", 0)]):
                     poison_allocator(x.numel() * x.element_size())
@@ -565,16 +567,6 @@ def test_stencil_tensor_core_consumer(device, boundary, dtype):
                     atol, rtol = tol(dtype, w.numel())
                     assert_close(y, _ref2d(x, w, boundary), atol=atol, rtol=rtol,
                                  what=f"2d {mechanism}/{stages} {shape} offset={offset} w={wshape}")
-            for r in (1, 2, 3, 4):
-                if boundary == "reflect" and W <= r:
-                    continue
-                w1 = make_weights((2 * r + 1,), torch.float32, device, seed=62)
-                for mechanism in (mechanisms if shape == MMA_PLANES[0] else ["auto"]):
-                    poison_allocator(x.numel() * x.element_size())
-                    y = cupipe.stencil1d(x, w1, dim=-1, boundary=boundary, mechanism=mechanism)
-                    atol, rtol = tol(dtype, w1.numel())
-                    assert_close(y, _ref1d(x, w1, -1, boundary), atol=atol, rtol=rtol,
-                                 what=f"1d {mechanism} {shape} offset={offset} r={r}")
 
 
 def _both_consumers(monkeypatch, fn):
@@ -597,17 +589,15 @@ def test_stencil_tensor_core_nonfinite(device, monkeypatch, boundary, dtype):
                          ((0, 69, 199), float("-inf")), ((1, 0, 0), float("inf")),
                          ((0, 40, 128), float("inf")), ((0, 40, 131), float("-inf"))]:
         x[b, i, j] = v
-    for wshape in [(3, 3), (5, 5), (9, 9)]:
+    for wshape in [(7, 7), (9, 9), (5, 7)]:
         w = make_weights(wshape, torch.float32, device, seed=64)
         y_mma, y_core = _both_consumers(monkeypatch, lambda: cupipe.stencil2d(x, w, boundary=boundary))
         assert torch.equal(torch.isnan(y_mma), torch.isnan(y_core)), wshape
         assert torch.equal(torch.isinf(y_mma), torch.isinf(y_core)), wshape
         assert bool(torch.isnan(y_mma).any()) and bool(torch.isinf(y_mma).any()), wshape
-        assert_close(y_mma, y_core, atol=0, rtol=2 ** -7, equal_nan=True, what=f"nonfinite w={wshape}")
-    w1 = make_weights((9,), torch.float32, device, seed=65)
-    y_mma, y_core = _both_consumers(monkeypatch, lambda: cupipe.stencil1d(x, w1, boundary=boundary))
-    assert torch.equal(torch.isnan(y_mma), torch.isnan(y_core))
-    assert_close(y_mma, y_core, atol=0, rtol=2 ** -7, equal_nan=True, what="nonfinite 1d")
+        atol, rtol = tol(dtype, w.numel())
+        finite = torch.isfinite(y_core)  # (assert_close would call inf - inf a difference)
+        assert_close(y_mma[finite], y_core[finite], atol=atol, rtol=rtol, what=f"nonfinite w={wshape}")
 
 
 @pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16], ids=["f16", "bf16"])
@@ -622,7 +612,7 @@ def test_stencil_tensor_core_weight_terms(device, monkeypatch, dtype):
     ulp = 2.0 ** -10 if dtype == torch.float16 else 2.0 ** -7
     scales = (1.0, 2.0 ** -8) if dtype == torch.float16 else (1.0, 2.0 ** -60, 2.0 ** 60)
     for scale in scales:
-        w = (torch.randn(5, 5, generator=g) * 2.0 ** torch.randint(-12, 13, (5, 5), generator=g)) * scale
+        w = (torch.randn(7, 7, generator=g) * 2.0 ** torch.randint(-12, 13, (7, 7), generator=g)) * scale
         w = w.to(device)
         exact = stencil2d_ref(x.double(), w.double(), "zero")
         mag = stencil2d_ref(x.double().abs(), w.double().abs(), "zero")  # sum |w x| per output

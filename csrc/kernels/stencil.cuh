@@ -695,16 +695,24 @@ inline StencilFixed choose_fixed(const StencilGeom& g, const void* x, int esz) {
 }
 
 // The tensor-core consumer for a 2-byte input where it applies (see stencil_mma.cuh): sm_80+,
-// rows of whole 16-byte multiples (one shift for every row), tiles a multiple of 128 outputs wide,
-// 3 <= kw <= 9 (1-wide stencils waste 15 of 16 MMA columns), a column phase that lines the
-// window rows up with ldmatrix, and room for the fragments. CUPIPE_STENCIL_MMA=0 turns it off
-// (to compare the consumers). Sets the phase and re-derives the tile grid.
+// 2-D boxes of at least kMmaMinTaps taps (3 <= kw <= 9, kh <= kMmaMaxKh), rows of whole 16-byte
+// multiples (one shift for every row), tiles a multiple of 128 outputs wide, room for the
+// fragments, and a column phase that lines the window rows up with ldmatrix (choose_mma_phase).
+// Re-derives the tile grid for the phase. CUPIPE_STENCIL_MMA=0 turns it off (to compare).
+//
+// Measured (H200, 8192^2 fp16, tma/2, 2026-11-23): 7x7 0.378 -> 0.138 ms and 9x9 0.355 -> 0.162
+// on the tensor cores, but 3x3 0.081 -> 0.097 and 5x5 0.111 -> 0.121: the MMA loop is
+// latency-bound (ncu: "wait" stalls, tensor pipe 22% busy, 1.2 eligible warps per scheduler at
+// two blocks per SM), and each tap row costs about as much as the CUDA cores' whole 3x3 item.
+// 1-D rows (the Row kernel) measured even (r = 4: 0.336 against 0.333 ms) and stay on the CUDA
+// cores.
 inline void choose_mma(StencilGeom& g, const StencilParams& p, const DeviceInfo& dev, int stages) {
   const char* env = std::getenv("CUPIPE_STENCIL_MMA");
   if (env != nullptr && env[0] == '0') return;
   const int kh = 2 * g.ry + 1, kw = 2 * g.rx + 1, esz = 2;
   const int terms = p.dtype == DType::BF16 ? 3 : 2;  // kMmaTerms
-  if (dev.sm < 80 || kw < 3 || kw > 9 || kh > kMmaMaxKh || g.nx * esz % 16 != 0 || g.tile_w % kMmaUnit != 0 ||
+  if (dev.sm < 80 || g.blocking == StencilBlocking::Row || kh * kw < kMmaMinTaps || kw < 3 || kw > 9 ||
+      kh > kMmaMaxKh || g.nx * esz % 16 != 0 || g.tile_w % kMmaUnit != 0 ||
       reinterpret_cast<uintptr_t>(p.out) % 4 != 0 || reinterpret_cast<uintptr_t>(p.x) % esz != 0)
     return;
   const int64_t frag = mma_fragment_bytes(kh, terms);
@@ -748,7 +756,7 @@ __global__ void __launch_bounds__(kStencilThreads, stencil_min_blocks<T, Box>())
   // loads leave unwritten that its 16-byte runs read and multiply by zero weights (finite, they
   // add nothing; left as they were, a NaN there would send units to the exact path).
   // (Nothing of it stays in registers across the ring: the kernels are at their register budget.)
-  if constexpr (sizeof(T) == 2) {
+  if constexpr (sizeof(T) == 2 && Box) {
     if (g.fixed == StencilFixed::Mma) {
       build_mma_fragments<T>(w_s, kh, kw, g.kw_pad, g.mma_a,
                              reinterpret_cast<uint2*>(smem + static_cast<int64_t>(S) * g.stage_bytes + g.weight_bytes),
@@ -768,11 +776,11 @@ __global__ void __launch_bounds__(kStencilThreads, stencil_min_blocks<T, Box>())
 
   const ConsumerGeom cg{g.ny, g.nx, kh, kw, g.kw_pad, g.pitch, g.hdr_bytes, g.items, g.cols_log2};
   auto consume = [&](const char* stage, int64_t, engine::Team team) {
-    if constexpr (sizeof(T) == 2) {
+    if constexpr (sizeof(T) == 2 && Box) {
       if (g.fixed == StencilFixed::Mma) {
         const MmaGeom mg{g.ny, g.nx, kh, kw, g.kw_pad, g.pitch, g.hdr_bytes, g.tile_h, g.cols_log2 - 5, g.mma_a};
         const uint32_t ws = static_cast<uint32_t>(__cvta_generic_to_shared(w_s));
-        consume_tile_mma<T, Box ? 3 : 2>(static_cast<uint32_t>(__cvta_generic_to_shared(stage)),
+        consume_tile_mma<T, 4>(static_cast<uint32_t>(__cvta_generic_to_shared(stage)),
                             ws + static_cast<uint32_t>(g.weight_bytes), ws, mg, out, team.rank, team.size);
         return;
       }
@@ -809,7 +817,6 @@ void launch_stencil_mechanism(const StencilParams& p) {
       StencilGeom g = make_stencil_geom(p, esz, sizeof(A), engine::consumer_threads(M, kStencilThreads),
                                         dev.max_smem_optin - 1024, kTma ? 128 : 16);
       g.fixed = choose_fixed(g, p.x, esz);
-      if constexpr (esz == 2) choose_mma(g, p, dev, S);
       // tma moves a 2-D tile as one tensor-map box when the map can describe the input: rows of
       // whole 16-byte multiples from a 16-byte aligned pointer, boxes of at most 256 x 256.
       CUtensorMap tmap{};
@@ -817,6 +824,7 @@ void launch_stencil_mechanism(const StencilParams& p) {
       g.tensor_tiles = kTma && dev.sm >= 90 && g.blocking != StencilBlocking::Row && p.nx * esz % 16 == 0 &&
                        reinterpret_cast<uintptr_t>(p.x) % 16 == 0 && g.pitch / esz <= 256 && g.win_h <= 256 &&
                        p.nx <= kMaxCoord && p.ny <= kMaxCoord && p.batch <= kMaxCoord;
+      if constexpr (esz == 2) choose_mma(g, p, dev, S);
       if (g.tensor_tiles)
         tmap = make_plane_map(p.x, p.dtype, static_cast<int>(esz), p.batch, p.ny, p.nx, static_cast<int>(g.pitch / esz),
                               g.win_h);

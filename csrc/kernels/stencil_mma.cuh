@@ -11,14 +11,15 @@
 // four 8x8 matrices is 128 contiguous bytes) from 16-byte boundaries, which is what `a` is for:
 // window column -a sits on one. B_k is the same for every unit: each block builds the fragments
 // once, into shared memory after the weights, and a warp reloads one tap row's per round of
-// R units (their accumulators stay in registers across all tap rows: 4 units in the Box kernels,
-// 2 under the Row kernels' tighter register budget).
+// R = 4 units (their accumulators stay in registers across all tap rows).
 //
 // The weights are fp32 (the accumulation type). Each is scaled by a power of two (the largest
 // |w| lands in [0.5, 1): inside fp16's range) and split into 2-byte terms w = w_1 + w_2 (+ w_3),
 // each the rounding of what the earlier ones left: fp16's two terms carry 22 bits, bf16's three
-// 24. The inputs are exact 2-byte values, so every product is exact and the MMAs accumulate in
-// fp32, as the CUDA-core consumer does; the result is unscaled exactly (a power of two).
+// 24 (a weight below 2^-14 of the largest loses fp16 bits to subnormals: at most 2^-22 of the
+// largest weight, where fp32 accumulation itself errs by ~2^-24 per tap). The inputs are exact
+// 2-byte values, so every product is exact and the MMAs accumulate in fp32, as the CUDA-core
+// consumer does; the result is unscaled exactly (a power of two).
 //
 // A's elements outside one output's stencil meet zeros of B, and 0 * inf is NaN: an inf or NaN in
 // the window would reach up to 16 neighbouring outputs. So a unit whose result is not all finite
@@ -26,9 +27,13 @@
 // non-finite inputs (or sums that overflow) pay for it, and no output differs from the
 // CUDA-core consumer's but by fp32 rounding.
 //
-// Preconditions (the launcher's choice, see choose_mma_phase): every window row shares one
-// shift, 2a bytes; tiles start at even columns (outputs leave as 2-element words) and are a
-// multiple of 128 outputs wide; 3 <= kw <= 9, a + kw <= 9.
+// Preconditions (the launcher's choice, choose_mma in stencil.cuh): every window row shares one
+// shift, 2a bytes, which the tiles' column phase arranges (choose_mma_phase: tiles start up to 7
+// columns left of the usual grid); tiles start at even columns (outputs leave as 2-element
+// words) and are a multiple of 128 outputs wide; 3 <= kw <= 9, a + kw <= 9. A tile whose rows
+// arrive at another shift (none should) is computed on the exact path. Tensor-map boxes can not
+// start at the window instead (a = 0 without a phase): an innermost box coordinate off a 16-byte
+// boundary faults (illegal instruction, H200).
 #pragma once
 
 #include <cuda_bf16.h>
@@ -44,6 +49,7 @@ namespace kernels {
 
 constexpr int kMmaUnit = 128;  // outputs per unit (16 groups of 8)
 constexpr int kMmaMaxKh = 17;  // tap rows whose fragments the launcher agrees to hold
+constexpr int kMmaMinTaps = 35;  // smaller stencils run faster on the CUDA cores (choose_mma)
 
 // 2-byte terms that carry an fp32 weight (see above).
 template <typename T>
@@ -210,51 +216,93 @@ __device__ __forceinline__ void consume_tile_mma(uint32_t stage_s, uint32_t frag
   // columns 8 (q >> 1) on (16 bytes per 8 columns; A row m starts 16 m bytes in).
   const uint32_t lane_off = 16u * ((lane & 7) + 8 * ((lane >> 3) & 1) + (lane >> 4));
   const int nunits = g.tile_h << g.units_log2, smask = (1 << g.units_log2) - 1;
-  T* oplane = out + t.b * g.ny * g.nx;
-  for (int u0 = warp; u0 < nunits; u0 += nwarps * R) {
+  const uint32_t pitch = static_cast<uint32_t>(g.pitch);
+  // Outputs of unit u: tile_out + (u >> units_log2) * nx + (u & smask) * 128 + 8g + 2t (+64). A
+  // tile inside the plane (most) stores them unchecked.
+  const int64_t tile_out = (t.b * g.ny + t.y0) * g.nx + t.x0;
+  const bool inside = t.x0 >= 0 && t.x0 + (int64_t(kMmaUnit) << g.units_log2) <= g.nx && t.y0 + g.tile_h <= g.ny;
+  const int lane_col = 8 * (lane >> 2) + 2 * (lane & 3);
+  if (shift != 2 * g.a) {  // not the layout the fragments were built for
+    for (int u = warp; u < nunits; u += nwarps) {
+      const int o = u >> g.units_log2;
+      if (t.y0 + o < g.ny)
+        mma_unit_exact<T>(stage + g.hdr_bytes + shift, static_cast<const float*>(__cvta_shared_to_generic(w_s)), g, o,
+                          u & smask, t.x0, out + (t.b * g.ny + t.y0 + o) * g.nx, lane);
+    }
+    return;
+  }
+  // A warp takes rounds of R consecutive units (rows of the tile, or runs of a wide row). No
+  // per-unit guards in the MMA loop (each would cost a branch and a warp sync per instruction):
+  // a round past the tile's last unit recomputes that unit and stores nothing.
+  for (int u0 = warp * R; u0 < nunits; u0 += nwarps * R) {
+    uint32_t addr[R];
+#pragma unroll
+    for (int i = 0; i < R; ++i) {
+      const int u = min(u0 + i, nunits - 1);
+      addr[i] = rows_s + static_cast<uint32_t>(u >> g.units_log2) * pitch +
+                static_cast<uint32_t>(u & smask) * (2 * kMmaUnit) + lane_off;
+    }
     float acc[R][4] = {};
+    // Pipelined over the tap rows: tap row k + 1's fragments load while k's MMAs run.
+    const uint2* fk = frag + lane;
+    uint2 b[NT];
+    uint32_t a[R][4];
+#pragma unroll
+    for (int term = 0; term < NT; ++term) b[term] = fk[term * 32];
+#pragma unroll
+    for (int i = 0; i < R; ++i) ldmatrix_x4(a[i], addr[i]);
     for (int k = 0; k < g.kh; ++k) {
-      uint2 b[NT];
+      const int kn = min(k + 1, g.kh - 1);  // the last row reloads itself: no branch
+      uint2 bn[NT];
+      uint32_t an[R][4];
 #pragma unroll
-      for (int term = 0; term < NT; ++term) b[term] = frag[(k * NT + term) * 32 + lane];
-      uint32_t a[R][4];
+      for (int term = 0; term < NT; ++term) bn[term] = fk[(kn * NT + term) * 32];
 #pragma unroll
-      for (int i = 0; i < R; ++i) {
-        const int u = u0 + i * nwarps;
-        if (u < nunits)  // warp-uniform
-          ldmatrix_x4(a[i], rows_s + (u >> g.units_log2) * g.pitch + k * g.pitch + (u & smask) * (2 * kMmaUnit) +
-                                lane_off);
-      }
+      for (int i = 0; i < R; ++i) ldmatrix_x4(an[i], addr[i] + static_cast<uint32_t>(kn) * pitch);
 #pragma unroll
       for (int term = 0; term < NT; ++term)
 #pragma unroll
-        for (int i = 0; i < R; ++i)
-          if (u0 + i * nwarps < nunits) mma_16816<T>(acc[i], a[i], b[term]);
+        for (int i = 0; i < R; ++i) mma_16816<T>(acc[i], a[i], b[term]);
+#pragma unroll
+      for (int term = 0; term < NT; ++term) b[term] = bn[term];
+#pragma unroll
+      for (int i = 0; i < R; ++i)
+#pragma unroll
+        for (int q = 0; q < 4; ++q) a[i][q] = an[i][q];
+    }
+    // One non-finite product makes the sum non-finite (a finite sum that overflows sends the
+    // round to the checked path too, which is right for it).
+    float sum = 0.f;
+#pragma unroll
+    for (int i = 0; i < R; ++i) sum += (acc[i][0] + acc[i][1]) + (acc[i][2] + acc[i][3]);
+    const bool finite = __all_sync(0xffffffffu, isfinite(sum));
+    if (finite && inside && u0 + R <= nunits) {
+#pragma unroll
+      for (int i = 0; i < R; ++i) {
+        const int u = u0 + i;
+        T* p = out + tile_out + static_cast<int64_t>(u >> g.units_log2) * g.nx + (u & smask) * kMmaUnit + lane_col;
+        // C fragment: lane (g, t) holds outputs 8g + 2t, +1 (group g) and 64 + 8g + 2t, +1 (g + 8).
+        *reinterpret_cast<uint32_t*>(p) = pack2<T>(acc[i][0] * unscale, acc[i][1] * unscale);
+        *reinterpret_cast<uint32_t*>(p + 64) = pack2<T>(acc[i][2] * unscale, acc[i][3] * unscale);
+      }
+      continue;
     }
 #pragma unroll
-    for (int i = 0; i < R; ++i) {
-      const int u = u0 + i * nwarps;
+    for (int i = 0; i < R; ++i) {  // edge tiles, the last round, non-finite values: unit by unit
+      const int u = u0 + i;
       if (u >= nunits) break;
       const int o = u >> g.units_log2, s = u & smask;
       const int64_t oy = t.y0 + o;
       if (oy >= g.ny) continue;  // warp-uniform: the whole unit is past the plane
-      float v[4];
-      bool finite = true;
-#pragma unroll
-      for (int q = 0; q < 4; ++q) {
-        v[q] = acc[i][q] * unscale;
-        finite = finite && isfinite(v[q]);
-      }
-      T* orow = oplane + oy * g.nx;
-      if (!__all_sync(0xffffffffu, finite)) {
+      T* orow = out + (t.b * g.ny + oy) * g.nx;
+      if (!__all_sync(0xffffffffu, isfinite((acc[i][0] + acc[i][1]) + (acc[i][2] + acc[i][3])))) {
         mma_unit_exact<T>(stage + g.hdr_bytes + shift, static_cast<const float*>(__cvta_shared_to_generic(w_s)), g,
                           o, s, t.x0, orow, lane);
         continue;
       }
-      // C fragment: lane (g, t) holds outputs 8g + 2t, +1 (group g) and 64 + 8g + 2t, +1 (g + 8).
-      const int64_t col = t.x0 + s * kMmaUnit + 8 * (lane >> 2) + 2 * (lane & 3);
-      store_pair<T>(orow, col, g.nx, v[0], v[1]);
-      store_pair<T>(orow, col + 64, g.nx, v[2], v[3]);
+      const int64_t col = t.x0 + s * kMmaUnit + lane_col;
+      store_pair<T>(orow, col, g.nx, acc[i][0] * unscale, acc[i][1] * unscale);
+      store_pair<T>(orow, col + 64, g.nx, acc[i][2] * unscale, acc[i][3] * unscale);
     }
   }
 }
