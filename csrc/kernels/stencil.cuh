@@ -133,17 +133,6 @@ struct StencilGeom {
   int64_t frag_bytes;      // Mma: the tensor-core consumer's weight fragments, after the weights
 };
 
-// Tile shape for `consumers` consuming threads, shrunk until `stages` stages and the weights fit
-// `smem_budget` bytes. Box tiles start at one item per thread: 32 items (a warp) across, one
-// 8-row block per warp down (64 x 128 outputs for fp32); Row tiles are 2048 items of one row, 8
-// per thread, so that a 1-D signal moves in 32 KiB stages (16 for 2-byte types): a tile's fixed
-// cost (its origin, window and copy setup, the ring's wait) is spread over more outputs than at
-// 1024 items (H200, 2^28 r = 4 with primitives/2: fp16 0.70 -> 0.52-0.56 ms, fp32 unchanged
-// within the runs' spread; BENCHMARKS.md, fourth run). Narrow planes
-// trade columns for rows (up to kStencilMaxTileRows), short planes drop rows; when even the
-// smallest Box tile does not fit (huge radii), Row's shorter window is tried.
-// `align`: of the window rows' start in a stage and of the stage size (16; 128 for tensor-map
-// boxes, whose shared-memory destination must be 128-byte aligned).
 // The tile counts and their divisors, from the tile shape and the column phase.
 inline void set_tile_grid(StencilGeom& g) {
   g.tiles_x = (g.nx + g.x_phase + g.tile_w - 1) / g.tile_w;
@@ -155,6 +144,17 @@ inline void set_tile_grid(StencilGeom& g) {
   }
 }
 
+// Tile shape for `consumers` consuming threads, shrunk until `stages` stages and the weights fit
+// `smem_budget` bytes. Box tiles start at one item per thread: 32 items (a warp) across, one
+// 8-row block per warp down (64 x 128 outputs for fp32); Row tiles are 2048 items of one row, 8
+// per thread, so that a 1-D signal moves in 32 KiB stages (16 for 2-byte types): a tile's fixed
+// cost (its origin, window and copy setup, the ring's wait) is spread over more outputs than at
+// 1024 items (H200, 2^28 r = 4 with primitives/2: fp16 0.70 -> 0.52-0.56 ms, fp32 unchanged
+// within the runs' spread; BENCHMARKS.md, fourth run). Narrow planes
+// trade columns for rows (up to kStencilMaxTileRows), short planes drop rows; when even the
+// smallest Box tile does not fit (huge radii), Row's shorter window is tried.
+// `align`: of the window rows' start in a stage and of the stage size (16; 128 for tensor-map
+// boxes, whose shared-memory destination must be 128-byte aligned).
 inline StencilGeom make_stencil_geom(const StencilParams& p, int esz, int acc_size, int consumers,
                                      int64_t smem_budget, int align = 16) {
   StencilGeom g;
