@@ -35,7 +35,7 @@ sig = torch.randn(3, 20000, device="cuda")     # 1-D rows: several 1-row tiles e
 w5x5 = torch.randn(5, 5, device="cuda")
 w3 = torch.randn(3, 3, device="cuda")
 w5 = torch.randn(5, device="cuda")
-w9 = torch.randn(9, 9, device="cuda")          # three 3-row passes of one 9-wide chunk
+w9 = torch.randn(9, 9, device="cuda")          # fp32: the wide consumer (16-byte rows), 3 passes otherwise
 w_wide = torch.randn(3, 17, device="cuda")     # a 9-wide chunk and a partial one
 w7 = torch.randn(7, 7, device="cuda")
 img_h = torch.randn(2, 70, 264, device="cuda").half()  # the tensor-core consumer (7x7, 9x9), phased tiles
@@ -63,7 +63,8 @@ for m in mechs:
         xb = torch.randint(0, 255, (4099,), dtype=torch.uint8, device="cuda")[1:]
         check(torch.equal(cupipe.stream_copy(xb, mechanism=m, stages=s), xb), f"copy u8 {m} {s}")
         for b in ["zero", "reflect", "circular"]:
-            for x, w in [(img, w3), (img16, w9), (img16, w_wide), (img_big, w3), (img_big, w5x5)]:
+            for x, w in [(img, w3), (img, w9), (img16, w9), (img16, w_wide), (img_big, w3), (img_big, w5x5),
+                         (img_big, w9)]:
                 y = cupipe.stencil2d(x, w, boundary=b, mechanism=m, stages=s)
                 ok = torch.allclose(y, ref2d(x, w, b), atol=1e-3)
                 check(ok, f"stencil2d {m} {s} {b} {tuple(w.shape)}")

@@ -245,7 +245,7 @@ def test_stencil2d_odd_planes(device, shape, boundary, dtype):
 
 
 # The CUDA kernel's fixed consumers (StencilFixed in csrc/kernels/stencil.cuh): 3x3 and 5x5
-# boxes, and 1-D rows of radius 1..4 along the last dim, run a compile-time consumer when the
+# boxes, the fp32 9x9 box (the wide consumer, 4 x 8 items), and 1-D rows of radius 1..4 along the last dim, run a compile-time consumer when the
 # plane's rows are a multiple of 16 bytes and the data pointer is aligned; otherwise (an odd
 # storage offset) the general consumer. Both must agree with the reference, on planes with
 # partial items (rows not a multiple of 8, columns not a multiple of a tile), on planes
@@ -253,7 +253,7 @@ def test_stencil2d_odd_planes(device, shape, boundary, dtype):
 # fp32: (2, 150, 384) has them for 3x3 and 5x5). Outputs come from poisoned memory.
 FIXED_PLANES = [(37, 96), (2, 70, 200), (8, 128), (3, 1, 1024),
                 (2, 150, 384)]  # interior tiles (no boundary row or column in their window) too
-FIXED_WEIGHTS = [(3, 3), (5, 5)]
+FIXED_WEIGHTS = [(3, 3), (5, 5), (9, 9)]
 
 
 @pytest.mark.parametrize("dtype", FLOAT_DTYPES, ids=lambda d: DTYPE_IDS[d])

@@ -71,7 +71,9 @@ using BoxBlocking = Blocking<8, 3, CK, CK == 9>;
 // consumer runs.
 // Mma: the tensor-core consumer of the 2-byte types (stencil_mma.cuh), which the launcher picks
 // over the others where it applies.
-enum class StencilFixed : int { None = 0, Row3, Row5, Row7, Row9, Box3x3, Box5x5, Mma };
+// Box9x9: fp32 9x9 boxes, the wide consumer (consume_tile_wide): one pass over 4 x 8 items, the
+// weights read per tap row as three broadcast vectors (rows padded to kWideWeightPitch).
+enum class StencilFixed : int { None = 0, Row3, Row5, Row7, Row9, Box3x3, Box5x5, Mma, Box9x9 };
 
 struct BlockingShape {
   int th, dy, ck;
@@ -654,12 +656,112 @@ __device__ __noinline__ void consume_tile_fixed(uint32_t stage_s, uint32_t w_s, 
   }
 }
 
+// The wide consumer (StencilFixed::Box9x9): an fp32 KH x KW box too wide for consume_tile_fixed
+// (81 weights do not fit in registers beside the accumulators), in one pass. The general consumer
+// ran the 9x9 box in three passes of three tap rows, reloading window rows and weights per pass
+// (ncu, H200, 8192^2 tma/2: 28% of the instructions were not FMAs, the FMA pipe 50% busy). Here an
+// item is 4 rows x 8 columns (32 accumulators); each of its KH + 3 window rows is read once, as
+// aligned 16-byte vectors (the preconditions of consume_tile_fixed, M elements into a vector), and
+// applied to every output row that uses it, with that tap row's weights read as broadcast 16-byte
+// vectors from rows padded to kWideWeightPitch: ~6% of the instructions are not FMAs. The tile is
+// the Box tile (64 x 128 outputs): the same number of items, two per former item across and half
+// as many down, so the launcher passes cols_log2 one less.
+constexpr int kWideTH = 4, kWideTW = 8, kWideWeightPitch = 12;
+
+template <int KH, int KW>
+__device__ __noinline__ void consume_tile_wide(uint32_t stage_s, uint32_t w_s, ConsumerGeom g, float* out, int rank,
+                                               int size) {
+  constexpr int TH = kWideTH, TW = kWideTW, kPerVec = 4;
+  constexpr int M = (kPerVec - (KW / 2) % kPerVec) % kPerVec;
+  constexpr int NX = TW + KW - 1;
+  constexpr int NV = (M + NX + kPerVec - 1) / kPerVec;
+  constexpr int KWV = (KW + kPerVec - 1) / kPerVec;  // weight vectors per tap row
+  static_assert(KWV * kPerVec <= kWideWeightPitch, "weight rows wider than their pitch");
+  const char* stage = static_cast<const char*>(__cvta_shared_to_generic(stage_s));
+  const float4* w = static_cast<const float4*>(__cvta_shared_to_generic(w_s));
+  const TileHeader t = *reinterpret_cast<const TileHeader*>(stage);
+  const int shift = *reinterpret_cast<const int*>(stage + sizeof(TileHeader));
+  const char* rows = stage + g.hdr_bytes + shift - M * 4;  // 16-byte aligned
+  float* oplane = out + t.b * g.ny * g.nx;
+  const bool out_vec_aligned = (reinterpret_cast<uintptr_t>(out) & 15) == 0;
+  for (int p = rank; p < g.items; p += size) {
+    const int j0 = (p & ((1 << g.cols_log2) - 1)) * TW, o0 = (p >> g.cols_log2) * TH;
+    const int64_t oy = t.y0 + o0, ox = t.x0 + j0;
+    if (oy >= g.ny || ox >= g.nx) continue;  // past the plane: nothing to compute
+    const char* item = rows + o0 * g.pitch + j0 * 4;
+    float acc[TH][TW] = {};
+    // Window row r into the output rows o that use it (tap row k = r - o in [0, KH)); `checked`
+    // skips the others, which only the first and last TH - 1 rows have.
+    auto apply_row = [&](int r, auto checked) {
+      uint32_t words[NV * 4];
+#pragma unroll
+      for (int i = 0; i < NV; ++i) {
+        const uint4 u = reinterpret_cast<const uint4*>(item + r * g.pitch)[i];
+        words[4 * i] = u.x; words[4 * i + 1] = u.y; words[4 * i + 2] = u.z; words[4 * i + 3] = u.w;
+      }
+      float x[NX];
+#pragma unroll
+      for (int e = 0; e < NX; ++e) x[e] = __uint_as_float(words[M + e]);
+#pragma unroll
+      for (int o = 0; o < TH; ++o) {
+        const int k = r - o;
+        if (decltype(checked)::value && (k < 0 || k >= KH)) continue;
+        float wk[KWV * kPerVec];
+#pragma unroll
+        for (int i = 0; i < KWV; ++i) {
+          const float4 v = w[k * (kWideWeightPitch / kPerVec) + i];
+          wk[4 * i] = v.x; wk[4 * i + 1] = v.y; wk[4 * i + 2] = v.z; wk[4 * i + 3] = v.w;
+        }
+#pragma unroll
+        for (int c = 0; c < KW; ++c)
+#pragma unroll
+          for (int tt = 0; tt < TW; ++tt) acc[o][tt] = fma(wk[c], x[tt + c], acc[o][tt]);
+      }
+    };
+    // Unrolled where an output row starts or ends its taps (the skips are then compile-time);
+    // rows TH - 1 .. KH - 1 feed every output row and run as a loop: the fully unrolled item was
+    // ~2700 instructions, and the first version's ncu showed instruction-fetch stalls (0.70 per
+    // issue, "no_instruction").
+#pragma unroll
+    for (int r = 0; r < TH - 1; ++r) apply_row(r, std::true_type{});
+#pragma unroll 1
+    for (int r = TH - 1; r < KH; ++r) apply_row(r, std::false_type{});
+#pragma unroll
+    for (int r = KH; r < KH + TH - 1; ++r) apply_row(r, std::true_type{});
+    float* dst = oplane + oy * g.nx + ox;
+    if (out_vec_aligned && oy + TH <= g.ny && ox + TW <= g.nx) {  // inside the plane (most items)
+#pragma unroll
+      for (int o = 0; o < TH; ++o) {
+        reinterpret_cast<float4*>(dst + o * g.nx)[0] = make_float4(acc[o][0], acc[o][1], acc[o][2], acc[o][3]);
+        reinterpret_cast<float4*>(dst + o * g.nx)[1] = make_float4(acc[o][4], acc[o][5], acc[o][6], acc[o][7]);
+      }
+    } else {
+#pragma unroll
+      for (int o = 0; o < TH; ++o) {
+        if (oy + o >= g.ny) break;
+        const float lo[4] = {acc[o][0], acc[o][1], acc[o][2], acc[o][3]};
+        const float hi[4] = {acc[o][4], acc[o][5], acc[o][6], acc[o][7]};
+        store_outputs<float>(dst + o * g.nx, g.nx - ox, lo);
+        if (ox + 4 < g.nx) store_outputs<float>(dst + o * g.nx + 4, g.nx - ox - 4, hi);
+      }
+    }
+  }
+}
+
 // Runs the fixed consumer the launcher chose (see StencilFixed): the Row shapes in the Row kernel,
 // the Box shapes in the Box kernel (each compiled under its kernel's register budget).
 template <typename T, bool Box>
 __device__ __forceinline__ void consume_fixed(StencilFixed f, uint32_t st, uint32_t ws, const ConsumerGeom& cg, T* out,
                                               int rank, int size) {
   if constexpr (Box) {
+    if constexpr (std::is_same_v<T, float>) {
+      if (f == StencilFixed::Box9x9) {
+        ConsumerGeom wg = cg;
+        wg.cols_log2 -= 1;  // items twice as wide (see consume_tile_wide)
+        consume_tile_wide<9, 9>(st, ws, wg, out, rank, size);
+        return;
+      }
+    }
     if (f == StencilFixed::Box3x3) consume_tile_fixed<T, BoxBlocking<3>::TH, 3, 3>(st, ws, cg, out, rank, size);
     else consume_tile_fixed<T, BoxBlocking<5>::TH, 5, 5>(st, ws, cg, out, rank, size);
   } else {
@@ -691,7 +793,21 @@ inline StencilFixed choose_fixed(const StencilGeom& g, const void* x, int esz) {
   }
   if (g.blocking == StencilBlocking::Box3 && kh == 3) return StencilFixed::Box3x3;
   if (g.blocking == StencilBlocking::Box5 && kh == 5) return StencilFixed::Box5x5;
+  // The wide consumer: items 8 columns wide (tiles of at least two fp32 Box items across).
+  if (g.blocking == StencilBlocking::Box9 && kh == 9 && kw == 9 && esz == 4 && g.tile_w % kWideTW == 0)
+    return StencilFixed::Box9x9;
   return StencilFixed::None;
+}
+
+// The wide consumer reads its tap rows as 16-byte vectors: weight rows padded to
+// kWideWeightPitch. False (and g unchanged) when the larger weights would not fit beside the
+// stages.
+inline bool widen_weight_rows(StencilGeom& g, int stages, int64_t smem_budget) {
+  const int64_t bytes = engine::align_up(int64_t(g.kh_pad) * kWideWeightPitch * 4, 16);
+  if (stages * g.stage_bytes + bytes > smem_budget) return false;
+  g.kw_pad = kWideWeightPitch;
+  g.weight_bytes = bytes;
+  return true;
 }
 
 // The tensor-core consumer for a 2-byte input where it applies (see stencil_mma.cuh): sm_80+,
@@ -817,6 +933,8 @@ void launch_stencil_mechanism(const StencilParams& p) {
       StencilGeom g = make_stencil_geom(p, esz, sizeof(A), engine::consumer_threads(M, kStencilThreads),
                                         dev.max_smem_optin - 1024, kTma ? 128 : 16);
       g.fixed = choose_fixed(g, p.x, esz);
+      if (g.fixed == StencilFixed::Box9x9 && !widen_weight_rows(g, S, dev.max_smem_optin - 1024))
+        g.fixed = StencilFixed::None;
       // tma moves a 2-D tile as one tensor-map box when the map can describe the input: rows of
       // whole 16-byte multiples from a 16-byte aligned pointer, boxes of at most 256 x 256.
       CUtensorMap tmap{};

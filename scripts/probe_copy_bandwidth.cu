@@ -1,0 +1,257 @@
+// What a device-wide copy (and a read-only pass) can reach on this GPU, outside cupipe: the
+// ceiling stream_copy and the reductions are measured against. Plain register copies (one
+// 16-byte vector per thread, as an elementwise kernel does; two per thread; cache-streaming
+// loads and stores), cudaMemcpyAsync, and a bulk-copy ring (cp.async.bulk global -> shared ->
+// global, one thread per block, no registers on the data path) over stage counts, stage sizes,
+// blocks per SM and L2 eviction hints. Median of queued repetitions (CUDA events between
+// launches), fresh random data.
+//
+//   nvcc -O3 -std=c++17 -arch=sm_90a -o /tmp/probe_copy scripts/probe_copy_bandwidth.cu
+//   /tmp/probe_copy [log2 elements = 28] [reps = 30]
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <functional>
+#include <string>
+#include <vector>
+
+#define CHECK(x)                                                                          \
+  do {                                                                                    \
+    cudaError_t e_ = (x);                                                                 \
+    if (e_ != cudaSuccess) {                                                              \
+      std::fprintf(stderr, "%s:%d %s: %s\n", __FILE__, __LINE__, #x, cudaGetErrorString(e_)); \
+      std::exit(1);                                                                       \
+    }                                                                                     \
+  } while (0)
+
+__global__ void fill_random(uint32_t* p, int64_t n, uint32_t seed) {
+  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n; i += int64_t(gridDim.x) * blockDim.x) {
+    uint32_t h = static_cast<uint32_t>(i) * 2654435761u ^ seed;
+    h ^= h >> 15; h *= 2246822519u; h ^= h >> 13;
+    p[i] = 0x3f800000u | (h & 0x7fffffu);  // floats in [1, 2)
+  }
+}
+
+// ------------------------------------------------------------------ plain copies through registers
+
+template <int U, bool Stream>
+__global__ void __launch_bounds__(256) copy_plain(const float4* __restrict__ s, float4* __restrict__ d, int64_t n) {
+  const int64_t base = (blockIdx.x * int64_t(blockDim.x)) * U + threadIdx.x;
+  float4 v[U];
+#pragma unroll
+  for (int u = 0; u < U; ++u) {
+    const int64_t i = base + u * int64_t(blockDim.x);
+    if (i < n) v[u] = Stream ? __ldcs(s + i) : s[i];
+  }
+#pragma unroll
+  for (int u = 0; u < U; ++u) {
+    const int64_t i = base + u * int64_t(blockDim.x);
+    if (i < n) {
+      if (Stream) __stcs(d + i, v[u]);
+      else d[i] = v[u];
+    }
+  }
+}
+
+// ------------------------------------------------------------------ read-only pass (a sum)
+
+template <int U, bool Stream>
+__global__ void __launch_bounds__(256) sum_plain(const float4* __restrict__ s, float* __restrict__ part, int64_t n) {
+  float acc = 0.f;
+  for (int64_t b = blockIdx.x * int64_t(blockDim.x) * U + threadIdx.x; b < n; b += int64_t(gridDim.x) * blockDim.x * U) {
+    float4 v[U];
+#pragma unroll
+    for (int u = 0; u < U; ++u) {
+      const int64_t i = b + u * int64_t(blockDim.x);
+      v[u] = i < n ? (Stream ? __ldcs(s + i) : s[i]) : make_float4(0, 0, 0, 0);
+    }
+#pragma unroll
+    for (int u = 0; u < U; ++u) acc += (v[u].x + v[u].y) + (v[u].z + v[u].w);
+  }
+  for (int o = 16; o > 0; o >>= 1) acc += __shfl_xor_sync(0xffffffffu, acc, o);
+  __shared__ float w[8];
+  if ((threadIdx.x & 31) == 0) w[threadIdx.x >> 5] = acc;
+  __syncthreads();
+  if (threadIdx.x == 0) {
+    float t = 0.f;
+    for (int i = 0; i < 8; ++i) t += w[i];
+    part[blockIdx.x] = t;
+  }
+}
+
+// ------------------------------------------------------------------ bulk-copy ring
+
+__device__ __forceinline__ uint32_t sa(const void* p) { return static_cast<uint32_t>(__cvta_generic_to_shared(p)); }
+
+// Hint: 0 none, 1 evict_first on the loads, 2 evict_first on loads and stores.
+template <int Hint>
+__global__ void __launch_bounds__(32) copy_bulk_ring(const char* __restrict__ src, char* __restrict__ dst,
+                                                     int64_t ntiles, int tile, int stages) {
+  extern __shared__ __align__(128) char smem[];
+  __shared__ __align__(8) uint64_t bars[16];
+  if (threadIdx.x != 0) return;
+  uint64_t pol = 0;
+  if (Hint > 0) asm volatile("createpolicy.fractional.L2::evict_first.b64 %0, 1.0;" : "=l"(pol));
+  for (int s = 0; s < stages; ++s) asm volatile("mbarrier.init.shared::cta.b64 [%0], 1;" ::"r"(sa(&bars[s])));
+  asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
+  const int64_t mine = blockIdx.x < ntiles ? (ntiles - blockIdx.x + gridDim.x - 1) / gridDim.x : 0;
+  auto load = [&](int64_t k) {
+    const int s = static_cast<int>(k % stages);
+    const char* g = src + (blockIdx.x + k * gridDim.x) * int64_t(tile);
+    asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" ::"r"(sa(&bars[s])), "r"(tile) : "memory");
+    if (Hint > 0)
+      asm volatile(
+          "cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes.L2::cache_hint [%0], [%1], %2, [%3], %4;" ::"r"(
+              sa(smem + s * tile)),
+          "l"(g), "r"(tile), "r"(sa(&bars[s])), "l"(pol)
+          : "memory");
+    else
+      asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];" ::"r"(
+                       sa(smem + s * tile)),
+                   "l"(g), "r"(tile), "r"(sa(&bars[s]))
+                   : "memory");
+  };
+  for (int64_t k = 0; k < stages && k < mine; ++k) load(k);
+  for (int64_t k = 0; k < mine; ++k) {
+    const int s = static_cast<int>(k % stages);
+    const uint32_t parity = static_cast<uint32_t>((k / stages) & 1);
+    asm volatile(
+        "{\n\t.reg .pred p;\nW_%=:\n\tmbarrier.try_wait.parity.acquire.cta.shared::cta.b64 p, [%0], %1;\n\t@!p bra W_%=;\n\t}" ::"r"(
+            sa(&bars[s])),
+        "r"(parity)
+        : "memory");
+    char* g = dst + (blockIdx.x + k * gridDim.x) * int64_t(tile);
+    if (Hint > 1)
+      asm volatile("cp.async.bulk.global.shared::cta.bulk_group.L2::cache_hint [%0], [%1], %2, %3;" ::"l"(g),
+                   "r"(sa(smem + s * tile)), "r"(tile), "l"(pol)
+                   : "memory");
+    else
+      asm volatile("cp.async.bulk.global.shared::cta.bulk_group [%0], [%1], %2;" ::"l"(g), "r"(sa(smem + s * tile)),
+                   "r"(tile)
+                   : "memory");
+    asm volatile("cp.async.bulk.commit_group;" ::: "memory");
+    // Refill the stage of the previous tile once its store has read it (all groups but the newest).
+    if (k >= 1 && k - 1 + stages < mine) {
+      asm volatile("cp.async.bulk.wait_group.read 1;" ::: "memory");
+      load(k - 1 + stages);
+    }
+  }
+  asm volatile("cp.async.bulk.wait_group.read 0;" ::: "memory");
+}
+
+// ------------------------------------------------------------------ timing
+
+static float median_ms(const std::function<void()>& f, int reps) {
+  std::vector<cudaEvent_t> ev(reps + 1);
+  for (auto& e : ev) CHECK(cudaEventCreate(&e));
+  for (int i = 0; i < 3; ++i) f();
+  CHECK(cudaEventRecord(ev[0]));
+  for (int i = 0; i < reps; ++i) {
+    f();
+    CHECK(cudaEventRecord(ev[i + 1]));
+  }
+  CHECK(cudaEventSynchronize(ev[reps]));
+  CHECK(cudaGetLastError());
+  std::vector<float> t(reps);
+  for (int i = 0; i < reps; ++i) CHECK(cudaEventElapsedTime(&t[i], ev[i], ev[i + 1]));
+  for (auto& e : ev) CHECK(cudaEventDestroy(e));
+  std::sort(t.begin(), t.end());
+  return t[reps / 2];
+}
+
+int main(int argc, char** argv) {
+  const int lg = argc > 1 ? std::atoi(argv[1]) : 28;
+  const int reps = argc > 2 ? std::atoi(argv[2]) : 30;
+  const int64_t n = int64_t(1) << lg, bytes = n * 4, n4 = n / 4;
+  int dev = 0, sms = 0;
+  CHECK(cudaGetDevice(&dev));
+  CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev));
+  cudaDeviceProp prop{};
+  CHECK(cudaGetDeviceProperties(&prop, dev));
+  float *s = nullptr, *d = nullptr, *part = nullptr;
+  CHECK(cudaMalloc(&s, bytes));
+  CHECK(cudaMalloc(&d, bytes));
+  CHECK(cudaMalloc(&part, 1 << 22));
+  fill_random<<<4 * sms, 256>>>(reinterpret_cast<uint32_t*>(s), n, 12345u);
+  CHECK(cudaDeviceSynchronize());
+  std::printf("device %s, %d SMs; %lld fp32 elements (%.2f GB copy traffic), median of %d\n", prop.name, sms,
+              static_cast<long long>(n), 2.0 * bytes / 1e9, reps);
+  const float4* s4 = reinterpret_cast<const float4*>(s);
+  float4* d4 = reinterpret_cast<float4*>(d);
+
+  auto verify = [&](const char* name) {
+    std::vector<uint32_t> a(4096), b(4096);
+    for (int64_t off : {int64_t(0), n / 2, n - 4096}) {
+      CHECK(cudaMemcpy(a.data(), s + off, 4096 * 4, cudaMemcpyDeviceToHost));
+      CHECK(cudaMemcpy(b.data(), d + off, 4096 * 4, cudaMemcpyDeviceToHost));
+      if (a != b) {
+        std::printf("MISMATCH %s at %lld\n", name, static_cast<long long>(off));
+        std::exit(2);
+      }
+    }
+  };
+  double ref = 0;
+  auto report = [&](const std::string& name, float ms, double traffic) {
+    const double gbs = traffic / (ms * 1e-3) / 1e9;
+    if (ref == 0) ref = ms;
+    std::printf("%-44s %8.4f ms %8.0f GB/s  %.3fx first\n", name.c_str(), ms, gbs, ref / ms);
+  };
+  auto run_copy = [&](const std::string& name, const std::function<void()>& f) {
+    CHECK(cudaMemset(d, 0xff, bytes));
+    const float ms = median_ms(f, reps);
+    verify(name.c_str());
+    report(name, ms, 2.0 * bytes);
+  };
+
+  run_copy("cudaMemcpyAsync", [&] { CHECK(cudaMemcpyAsync(d, s, bytes, cudaMemcpyDeviceToDevice)); });
+  run_copy("plain 1x16B/thread", [&] { copy_plain<1, false><<<(n4 + 255) / 256, 256>>>(s4, d4, n4); });
+  run_copy("plain 2x16B/thread", [&] { copy_plain<2, false><<<(n4 + 511) / 512, 256>>>(s4, d4, n4); });
+  run_copy("plain 4x16B/thread", [&] { copy_plain<4, false><<<(n4 + 1023) / 1024, 256>>>(s4, d4, n4); });
+  run_copy("plain 1x16B/thread, ld.cs/st.cs", [&] { copy_plain<1, true><<<(n4 + 255) / 256, 256>>>(s4, d4, n4); });
+  run_copy("plain 2x16B/thread, ld.cs/st.cs", [&] { copy_plain<2, true><<<(n4 + 511) / 512, 256>>>(s4, d4, n4); });
+
+  for (int hint = 0; hint < 3; ++hint) {
+    for (int tile : {8192, 16384, 32768}) {
+      for (int stages : {2, 4, 8}) {
+        for (int bps : {1, 2, 4, 8}) {
+          const int64_t smem = int64_t(stages) * tile;
+          if (smem * bps > 220 * 1024 || smem > 227 * 1024) continue;
+          if (stages * tile * bps < 48 * 1024) continue;  // too few bytes in flight to matter
+          auto k = hint == 0 ? copy_bulk_ring<0> : hint == 1 ? copy_bulk_ring<1> : copy_bulk_ring<2>;
+          CHECK(cudaFuncSetAttribute(k, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem)));
+          const int64_t ntiles = bytes / tile;
+          const int grid = sms * bps;
+          char name[128];
+          std::snprintf(name, sizeof name, "bulk ring %s %2dK x%d, %d blk/SM",
+                        hint == 0 ? "      " : hint == 1 ? "ef-ld " : "ef-all", tile / 1024, stages, bps);
+          run_copy(name, [&] {
+            k<<<grid, 32, smem>>>(reinterpret_cast<const char*>(s), reinterpret_cast<char*>(d), ntiles, tile, stages);
+          });
+        }
+      }
+    }
+  }
+
+  std::printf("-- read only (sum), bytes read once\n");
+  ref = 0;
+  for (int u : {2, 4, 8}) {
+    for (int bps : {4, 8}) {
+      for (int stream = 0; stream < 2; ++stream) {
+        auto k = u == 2 ? (stream ? sum_plain<2, true> : sum_plain<2, false>)
+                 : u == 4 ? (stream ? sum_plain<4, true> : sum_plain<4, false>)
+                          : (stream ? sum_plain<8, true> : sum_plain<8, false>);
+        char name[128];
+        std::snprintf(name, sizeof name, "sum %dx16B/thread, %d blk/SM%s", u, bps, stream ? ", ld.cs" : "");
+        const float ms = median_ms([&] { k<<<sms * bps, 256>>>(s4, part, n4); }, reps);
+        report(name, ms, double(bytes));
+      }
+    }
+  }
+  CHECK(cudaFree(s));
+  CHECK(cudaFree(d));
+  CHECK(cudaFree(part));
+  return 0;
+}
