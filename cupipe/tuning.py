@@ -317,12 +317,12 @@ _STENCIL_REASONS = {
                        "(0.145-0.147 ms against 0.151-0.152 with one wave, sixth run)",
 }
 _TABLE_REASONS = {
-    ("stream_copy", "sync", 2): "measured on an H200 (BENCHMARKS.md, 2026-11-22): sync with 1-2 "
-                                "stages was fastest for 2^28 fp32 (0.94-0.95x of y.copy_(x) in the "
-                                "third run), every other mechanism's best within 0.92-0.94x; with "
-                                "the whole device occupied plain loads already keep enough bytes in "
-                                "flight",
-    ("stream_copy", "primitives", 4): "before sm_90 the table takes the LDGSTS path (primitives, 4 "
+    ("stream_copy", "sync", 1): "measured on an H200 (BENCHMARKS.md, 2026-11-23, eighth run): with "
+                                "grids of short-lived blocks of two 8 KiB tiles, sync with one stage "
+                                "ran 2^28 fp32 at 0.994x of y.copy_(x), every other mechanism at "
+                                "0.965-0.980x; plain loads with the whole device occupied already "
+                                "keep enough bytes in flight",
+    ("stream_copy", "primitives", 2): "before sm_90 the table takes the LDGSTS path (primitives, 2 "
                                       "stages), which needs no Hopper instructions",
     **{(op, m, s): why for op in ("stencil1d", "stencil2d") for (m, s), why in _STENCIL_REASONS.items()},
     ("reduce", "primitives", 2): "primitives with 2 stages: along the innermost dim (32 KiB stages; a "

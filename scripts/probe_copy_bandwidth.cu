@@ -7,7 +7,7 @@
 // launches), fresh random data.
 //
 //   nvcc -O3 -std=c++17 -arch=sm_90a -o /tmp/probe_copy scripts/probe_copy_bandwidth.cu
-//   /tmp/probe_copy [log2 elements = 28] [reps = 30]
+//   /tmp/probe_copy [log2 elements = 28] [reps = 30]     (PROBE_RINGS=1: the bulk-copy ring grid too)
 #include <cuda_runtime.h>
 
 #include <algorithm>
@@ -142,6 +142,66 @@ __global__ void __launch_bounds__(32) copy_bulk_ring(const char* __restrict__ sr
   asm volatile("cp.async.bulk.wait_group.read 0;" ::: "memory");
 }
 
+
+// ------------------------------------------------------------------ copies staged through shared memory
+
+// One tile of 256 x U 16-byte vectors per block round: loaded into shared memory (LDG + STS, or
+// LDGSTS when Async), a barrier, then stored from shared memory by another thread than the one
+// that loaded it (the staging is real). Grid-stride over tiles: a grid of ntiles blocks is one
+// tile per block, like an elementwise kernel.
+template <int U, bool Async>
+__global__ void __launch_bounds__(256) copy_staged(const float4* __restrict__ s, float4* __restrict__ d, int64_t ntiles) {
+  __shared__ float4 buf[256 * U];
+  for (int64_t t = blockIdx.x; t < ntiles; t += gridDim.x) {
+    const float4* src = s + t * 256 * U;
+#pragma unroll
+    for (int u = 0; u < U; ++u) {
+      const int i = u * 256 + threadIdx.x;
+      if (Async) {
+        asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"(static_cast<uint32_t>(__cvta_generic_to_shared(buf + i))),
+                     "l"(src + i) : "memory");
+      } else {
+        buf[i] = src[i];
+      }
+    }
+    if (Async) asm volatile("cp.async.wait_all;" ::: "memory");
+    __syncthreads();
+#pragma unroll
+    for (int u = 0; u < U; ++u) {
+      const int i = u * 256 + (threadIdx.x ^ 32);
+      d[t * 256 * U + i] = buf[i];
+    }
+    __syncthreads();
+  }
+}
+
+// One bulk tile per block and round (one thread: global -> shared on an mbarrier, shared -> global).
+__global__ void __launch_bounds__(32) copy_bulk_single(const char* __restrict__ src, char* __restrict__ dst,
+                                                       int64_t ntiles, int tile) {
+  extern __shared__ __align__(128) char smem[];
+  __shared__ __align__(8) uint64_t bar;
+  if (threadIdx.x != 0) return;
+  asm volatile("mbarrier.init.shared::cta.b64 [%0], 1;" ::"r"(sa(&bar)));
+  asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
+  uint32_t parity = 0;
+  for (int64_t t = blockIdx.x; t < ntiles; t += gridDim.x, parity ^= 1) {
+    asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" ::"r"(sa(&bar)), "r"(tile) : "memory");
+    asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];" ::"r"(sa(smem)),
+                 "l"(src + t * tile), "r"(tile), "r"(sa(&bar))
+                 : "memory");
+    asm volatile(
+        "{\n\t.reg .pred p;\nW_%=:\n\tmbarrier.try_wait.parity.acquire.cta.shared::cta.b64 p, [%0], %1;\n\t@!p bra W_%=;\n\t}" ::"r"(
+            sa(&bar)),
+        "r"(parity)
+        : "memory");
+    asm volatile("cp.async.bulk.global.shared::cta.bulk_group [%0], [%1], %2;" ::"l"(dst + t * tile), "r"(sa(smem)),
+                 "r"(tile)
+                 : "memory");
+    asm volatile("cp.async.bulk.commit_group;" ::: "memory");
+    asm volatile("cp.async.bulk.wait_group.read 0;" ::: "memory");
+  }
+}
+
 // ------------------------------------------------------------------ timing
 
 static float median_ms(const std::function<void()>& f, int reps) {
@@ -213,6 +273,25 @@ int main(int argc, char** argv) {
   run_copy("plain 1x16B/thread, ld.cs/st.cs", [&] { copy_plain<1, true><<<(n4 + 255) / 256, 256>>>(s4, d4, n4); });
   run_copy("plain 2x16B/thread, ld.cs/st.cs", [&] { copy_plain<2, true><<<(n4 + 511) / 512, 256>>>(s4, d4, n4); });
 
+  for (int per : {1, 2, 4, 0}) {  // tiles per block; 0: a persistent grid of 8 blocks per SM
+    auto grid = [&](int64_t ntiles) { return per ? (ntiles + per - 1) / per : int64_t(sms) * 8; };
+    const char* pn = per == 1 ? "1 tile/blk" : per == 2 ? "2 tiles/blk" : per == 4 ? "4 tiles/blk" : "persistent";
+    run_copy(std::string("staged LDG/STS 4K, ") + pn, [&] { copy_staged<1, false><<<grid(n4 / 256), 256>>>(s4, d4, n4 / 256); });
+    run_copy(std::string("staged LDG/STS 8K, ") + pn, [&] { copy_staged<2, false><<<grid(n4 / 512), 256>>>(s4, d4, n4 / 512); });
+    run_copy(std::string("staged LDGSTS 4K, ") + pn, [&] { copy_staged<1, true><<<grid(n4 / 256), 256>>>(s4, d4, n4 / 256); });
+    run_copy(std::string("staged LDGSTS 8K, ") + pn, [&] { copy_staged<2, true><<<grid(n4 / 512), 256>>>(s4, d4, n4 / 512); });
+    for (int tile : {2048, 4096, 8192}) {
+      CHECK(cudaFuncSetAttribute(copy_bulk_single, cudaFuncAttributeMaxDynamicSharedMemorySize, tile));
+      const int64_t nt = bytes / tile;
+      const int64_t g = per ? grid(nt) : int64_t(sms) * 32;
+      char name[96];
+      std::snprintf(name, sizeof name, "bulk single %dK, %s", tile / 1024, per ? pn : "persistent (32/SM)");
+      run_copy(name, [&] { copy_bulk_single<<<g, 32, tile>>>(reinterpret_cast<const char*>(s), reinterpret_cast<char*>(d), nt, tile); });
+    }
+  }
+  run_copy("plain 1x16B/thread (again)", [&] { copy_plain<1, false><<<(n4 + 255) / 256, 256>>>(s4, d4, n4); });
+  if (std::getenv("PROBE_RINGS") == nullptr) goto reads;
+
   for (int hint = 0; hint < 3; ++hint) {
     for (int tile : {8192, 16384, 32768}) {
       for (int stages : {2, 4, 8}) {
@@ -235,6 +314,7 @@ int main(int argc, char** argv) {
     }
   }
 
+reads:
   std::printf("-- read only (sum), bytes read once\n");
   ref = 0;
   for (int u : {2, 4, 8}) {

@@ -41,8 +41,8 @@ struct StreamCopyParams {
   int stages = 2;       // 1..8
   int vec_bytes = 16;   // 4, 8 or 16: width of one async copy
   int tile_bytes = 0;   // bytes per stage; 0 = launcher default
-  int max_blocks = 0;   // blocks of the grid (0 = as many as the device holds at once), at most one
-                        // per tile; fewer for latency studies, more to oversubscribe
+  int max_blocks = 0;   // blocks of the grid, at most one per tile (0 = the launcher's grid of
+                        // short-lived blocks, kCopyTilesPerBlock tiles each); few for latency studies
   Stream stream = nullptr;
 };
 

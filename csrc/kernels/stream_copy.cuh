@@ -13,15 +13,25 @@ namespace kernels {
 
 constexpr int kCopyThreads = 256;
 
-// Default bytes per stage, from the tile sweep on an H200 (BENCHMARKS.md, 2026-11-22, third run):
-// sync peaks at 8 KiB (wider stages cost it occupancy: its copies hold registers, not bytes in
-// flight), the asynchronous mechanisms at 16-32 KiB (0.90-0.92x of copy_ against 0.88-0.90x at
-// 8 KiB). The widest stage that fits the stage count in shared memory.
+// Bytes per stage and tiles per block, from scripts/copy_tile_sweep.py on an H200 (BENCHMARKS.md,
+// 2026-11-23, eighth run; 2^28 fp32 against y.copy_(x) in the same run): grids of short-lived
+// blocks of two 8 KiB tiles ran every mechanism at 0.965-0.994x of copy_ (sync/1 0.994x), where one
+// wave of persistent blocks streaming ~30 tiles each ran 0.90-0.955x at their best stage sizes
+// (sync 8 KiB, the asynchronous mechanisms 32 KiB). A copy outside cupipe showed the same
+// (scripts/probe_copy_bandwidth.cu: a grid-stride copy through shared memory 0.952x of
+// cudaMemcpyAsync, the same code one tile per block 0.991x, an elementwise copy 1.005x): blocks
+// that retire and are replaced in address order keep the device's reads and writes in a narrow
+// window of memory, persistent blocks drift apart. Wider tiles per block lost (16 KiB tiles
+// 0.95-0.99x, one 32 KiB tile 0.94x), as did narrower ones (the ring's set-up per block: 4 KiB
+// 0.85-0.97x). Every mechanism and stage count runs this grid (stages still overlap a block's
+// two tiles); _stream_copy_ex's tile_bytes and max_blocks override it (the latency study).
+constexpr int kCopyTileBytes = 8192;
+constexpr int kCopyTilesPerBlock = 2;
+
 template <engine::Mechanism M>
 int default_copy_tile(int stages, const DeviceInfo& dev) {
-  if (M == engine::Mechanism::Sync) return 8192;
-  int t = 32768;
-  while (t > 4096 && static_cast<int64_t>(stages) * t + 1024 > dev.max_smem_optin) t /= 2;
+  int t = kCopyTileBytes;
+  while (t > 1024 && static_cast<int64_t>(stages) * t + 1024 > dev.max_smem_optin) t /= 2;
   return t;
 }
 
@@ -93,8 +103,7 @@ void launch_stream_copy_mechanism(const StreamCopyParams& p, int head) {
       prepare_smem(kernel, smem, "stream_copy");
       const int64_t body = p.bytes - head;
       const int64_t ntiles = (body + tile - 1) / tile;
-      int64_t grid = static_cast<int64_t>(dev.num_sms) * blocks_per_sm(kernel, kCopyThreads, smem);
-      if (p.max_blocks > 0) grid = p.max_blocks;
+      int64_t grid = p.max_blocks > 0 ? p.max_blocks : (ntiles + kCopyTilesPerBlock - 1) / kCopyTilesPerBlock;
       if (grid > ntiles) grid = ntiles;
       if (grid < 1) grid = 1;
       kernel<<<static_cast<unsigned>(grid), kCopyThreads, smem, reinterpret_cast<cudaStream_t>(p.stream)>>>(

@@ -17,20 +17,21 @@ CopyConfig apply_explicit(CopyConfig best, MechanismArg mech, int64_t stages, in
 
 }  // namespace
 
-// stream_copy, 2^28 fp32 on an H200 (BENCHMARKS.md, 2026-11-22, three runs): sync with 1-2
-// stages was fastest (0.94-0.95x of y.copy_(x) in the third run), every other mechanism's best
-// within 0.92-0.94x (0.88-0.91x before their stages grew to 32 KiB): for a pure copy with the
-// whole device's occupancy, plain loads already keep enough bytes in flight. Older GPUs take the
-// LDGSTS path, which needs no Hopper instructions.
+// stream_copy, 2^28 fp32 on an H200, grids of short-lived blocks of two 8 KiB tiles (see
+// stream_copy.cuh; BENCHMARKS.md, 2026-11-23, eighth run, scripts/copy_tile_sweep.py): sync with
+// one stage 0.994x of y.copy_(x), sync/2 0.980x, pipeline/1 0.980x, the other mechanisms
+// 0.965-0.975x. With two tiles per block a second stage only adds the wait for a ring of two; the
+// plain loads of sync already keep enough bytes in flight with the whole device's occupancy.
+// Older GPUs take the LDGSTS path, which needs no Hopper instructions (not measured there).
 CopyConfig resolve_stream_copy(const DeviceInfo& dev, MechanismArg mech, int64_t stages,
                                int64_t vec_bytes, int64_t /*bytes*/) {
   CopyConfig best;
   if (dev.sm >= 90) {
     best.mechanism = engine::Mechanism::Sync;
-    best.stages = 2;
+    best.stages = 1;
   } else {
     best.mechanism = engine::Mechanism::Primitives;
-    best.stages = 4;
+    best.stages = 2;
   }
   best.vec_bytes = 16;
   return apply_explicit(best, mech, stages, vec_bytes);
