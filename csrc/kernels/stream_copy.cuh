@@ -23,7 +23,7 @@ constexpr int kCopyThreads = 256;
 // that retire and are replaced in address order keep the device's reads and writes in a narrow
 // window of memory, persistent blocks drift apart. Wider tiles per block lost (16 KiB tiles
 // 0.95-0.99x, one 32 KiB tile 0.94x), as did narrower ones (the ring's set-up per block: 4 KiB
-// 0.85-0.97x). Every mechanism and stage count runs this grid (stages still overlap a block's
+// 0.47-0.97x). Every mechanism and stage count runs this grid (stages still overlap a block's
 // two tiles); _stream_copy_ex's tile_bytes and max_blocks override it (the latency study).
 constexpr int kCopyTileBytes = 8192;
 constexpr int kCopyTilesPerBlock = 2;
