@@ -663,7 +663,8 @@ __device__ __noinline__ void consume_tile_fixed(uint32_t stage_s, uint32_t w_s, 
 // item is 4 rows x 8 columns (32 accumulators); each of its KH + 3 window rows is read once, as
 // aligned 16-byte vectors (the preconditions of consume_tile_fixed, M elements into a vector), and
 // applied to every output row that uses it, with that tap row's weights read as broadcast 16-byte
-// vectors from rows padded to kWideWeightPitch: ~6% of the instructions are not FMAs. The tile is
+// vectors from rows padded to kWideWeightPitch: the kernel's non-FMA share fell from 28% to 15% (the
+// rest is mostly the loader and the ring), 9x9 0.335 -> 0.247 ms (BENCHMARKS.md, eighth run). The tile is
 // the Box tile (64 x 128 outputs): the same number of items, two per former item across and half
 // as many down, so the launcher passes cols_log2 one less.
 constexpr int kWideTH = 4, kWideTW = 8, kWideWeightPitch = 12;
