@@ -19,6 +19,7 @@ REDUCE_OPS = ("sum", "mean", "amax", "amin")
 _ops = torch.ops.cupipe
 
 _peek_functorch = getattr(getattr(torch._C, "_functorch", None), "peek_interpreter_stack", None)
+_below_autograd = torch._C._AutoDispatchBelowAutograd
 
 
 def _call(op, inputs, *args, **kwargs):
@@ -34,7 +35,7 @@ def _call(op, inputs, *args, **kwargs):
     if ((torch.is_grad_enabled() and any(t.requires_grad for t in inputs if isinstance(t, torch.Tensor)))
             or torch.compiler.is_compiling() or (_peek_functorch is not None and _peek_functorch() is not None)):
         return op(*args, **kwargs)
-    with torch._C._AutoDispatchBelowAutograd():
+    with _below_autograd():
         return op(*args, **kwargs)
 
 
