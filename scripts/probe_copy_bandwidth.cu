@@ -290,31 +290,30 @@ int main(int argc, char** argv) {
     }
   }
   run_copy("plain 1x16B/thread (again)", [&] { copy_plain<1, false><<<(n4 + 255) / 256, 256>>>(s4, d4, n4); });
-  if (std::getenv("PROBE_RINGS") == nullptr) goto reads;
-
-  for (int hint = 0; hint < 3; ++hint) {
-    for (int tile : {8192, 16384, 32768}) {
-      for (int stages : {2, 4, 8}) {
-        for (int bps : {1, 2, 4, 8}) {
-          const int64_t smem = int64_t(stages) * tile;
-          if (smem * bps > 220 * 1024 || smem > 227 * 1024) continue;
-          if (stages * tile * bps < 48 * 1024) continue;  // too few bytes in flight to matter
-          auto k = hint == 0 ? copy_bulk_ring<0> : hint == 1 ? copy_bulk_ring<1> : copy_bulk_ring<2>;
-          CHECK(cudaFuncSetAttribute(k, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem)));
-          const int64_t ntiles = bytes / tile;
-          const int grid = sms * bps;
-          char name[128];
-          std::snprintf(name, sizeof name, "bulk ring %s %2dK x%d, %d blk/SM",
-                        hint == 0 ? "      " : hint == 1 ? "ef-ld " : "ef-all", tile / 1024, stages, bps);
-          run_copy(name, [&] {
-            k<<<grid, 32, smem>>>(reinterpret_cast<const char*>(s), reinterpret_cast<char*>(d), ntiles, tile, stages);
-          });
+  if (std::getenv("PROBE_RINGS") != nullptr) {  // the bulk-copy ring over its whole grid
+    for (int hint = 0; hint < 3; ++hint) {
+      for (int tile : {8192, 16384, 32768}) {
+        for (int stages : {2, 4, 8}) {
+          for (int bps : {1, 2, 4, 8}) {
+            const int64_t smem = int64_t(stages) * tile;
+            if (smem * bps > 220 * 1024 || smem > 227 * 1024) continue;
+            if (stages * tile * bps < 48 * 1024) continue;  // too few bytes in flight to matter
+            auto k = hint == 0 ? copy_bulk_ring<0> : hint == 1 ? copy_bulk_ring<1> : copy_bulk_ring<2>;
+            CHECK(cudaFuncSetAttribute(k, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem)));
+            const int64_t ntiles = bytes / tile;
+            const int grid = sms * bps;
+            char name[128];
+            std::snprintf(name, sizeof name, "bulk ring %s %2dK x%d, %d blk/SM",
+                          hint == 0 ? "      " : hint == 1 ? "ef-ld " : "ef-all", tile / 1024, stages, bps);
+            run_copy(name, [&] {
+              k<<<grid, 32, smem>>>(reinterpret_cast<const char*>(s), reinterpret_cast<char*>(d), ntiles, tile, stages);
+            });
+          }
         }
       }
     }
   }
 
-reads:
   std::printf("-- read only (sum), bytes read once\n");
   ref = 0;
   for (int u : {2, 4, 8}) {
