@@ -9,6 +9,7 @@ from typing import List, Optional, Sequence, Union
 
 import torch
 
+from . import _C
 from . import tuning as _tuning
 
 MECHANISMS = ("auto", "sync", "pipeline", "pipeline_thread", "primitives", "cg", "barrier",
@@ -19,24 +20,39 @@ REDUCE_OPS = ("sum", "mean", "amax", "amin")
 _ops = torch.ops.cupipe
 
 _peek_functorch = getattr(getattr(torch._C, "_functorch", None), "peek_interpreter_stack", None)
-_below_autograd = torch._C._AutoDispatchBelowAutograd
+_torch_function_mode = getattr(torch._C, "_is_torch_function_mode_enabled", lambda: False)
 
 
-def _call(op, inputs, *args, **kwargs):
-    """``op(*args, **kwargs)``, below the autograd key when none of ``inputs`` needs a gradient.
+def _direct(*inputs) -> bool:
+    """Whether a wrapper may call its op through ``cupipe._C.call_*`` (direct_calls.cpp): typed
+    arguments and the dispatcher below the autograd key, ~8 us less host time per call than
+    ``torch.ops.cupipe.*`` on an H200's host (its generic argument matching and the Python-registered
+    autograd kernel) -- as much as the GPU needs for a 64 MiB reduction when calls are queued.
 
-    The ops' autograd is registered from Python (``torch.library.register_autograd``), so every
-    call would pass through a Python autograd kernel, ~4 us of host time even when nothing needs
-    a gradient -- as long as the GPU work of a 64 MiB reduction (~22 us on an H200) when calls
-    are queued. Without inputs that need a gradient the autograd kernel would only redispatch, so
-    the call goes straight to the backend. Not while torch.compile traces (it sees the plain op)
-    nor inside torch.func transforms (whose levels decide what needs a gradient).
+    Only when the autograd kernel would have redispatched anyway: no input that needs a gradient
+    (or grad mode off). And only for plain tensors with nothing above the dispatcher watching: not
+    while torch.compile traces (it must see the op), not inside torch.func transforms (whose levels
+    decide what needs a gradient), not under a __torch_function__ mode or with tensor subclasses
+    (torch.ops honours those). Python dispatch modes and fake tensors still apply: they sit below
+    the autograd key.
     """
-    if ((torch.is_grad_enabled() and any(t.requires_grad for t in inputs if isinstance(t, torch.Tensor)))
-            or torch.compiler.is_compiling() or (_peek_functorch is not None and _peek_functorch() is not None)):
-        return op(*args, **kwargs)
-    with _below_autograd():
-        return op(*args, **kwargs)
+    grad = torch.is_grad_enabled()
+    for t in inputs:
+        if type(t) is not torch.Tensor or (grad and t.requires_grad):
+            return False
+    return not (torch.compiler.is_compiling() or _torch_function_mode()
+                or (_peek_functorch is not None and _peek_functorch() is not None))
+
+
+def _call(direct, op, *args, **kwargs):
+    """``direct(*args, *kwargs.values())`` (a ``cupipe._C.call_*``), or ``op(*args, **kwargs)`` when
+    pybind11 cannot convert an argument: torch.ops then raises its usual error for it."""
+    try:
+        return direct(*args, *kwargs.values())
+    except TypeError as e:
+        if "incompatible function arguments" not in str(e):
+            raise
+    return op(*args, **kwargs)
 
 
 # ----------------------------------------------------------------------------- public functions
@@ -60,7 +76,10 @@ def stream_copy(x: torch.Tensor, *, mechanism: str = "auto", stages: int = 0,
     if mechanism == "auto":
         mechanism, stages, vec_bytes = _tuning.cached_config("stream_copy", x, mechanism, stages,
                                                              vec_bytes)
-    return _call(_ops.stream_copy, (x,), x, mechanism=mechanism, stages=stages, vec_bytes=vec_bytes)
+    if _direct(x):
+        return _call(_C.call_stream_copy, _ops.stream_copy, x, mechanism=mechanism, stages=stages,
+                     vec_bytes=vec_bytes)
+    return _ops.stream_copy(x, mechanism=mechanism, stages=stages, vec_bytes=vec_bytes)
 
 
 def stencil1d(x: torch.Tensor, weights: torch.Tensor, *, dim: int = -1, boundary: str = "zero",
@@ -76,8 +95,10 @@ def stencil1d(x: torch.Tensor, weights: torch.Tensor, *, dim: int = -1, boundary
     if mechanism == "auto":
         mechanism, stages, _ = _tuning.cached_config("stencil1d", x, mechanism, stages,
                                                      weights=weights, dim=dim)
-    return _call(_ops.stencil1d, (x, weights), x, weights, dim=dim, boundary=boundary, mechanism=mechanism,
-                 stages=stages)
+    if _direct(x, weights):
+        return _call(_C.call_stencil1d, _ops.stencil1d, x, weights, dim=dim, boundary=boundary,
+                     mechanism=mechanism, stages=stages)
+    return _ops.stencil1d(x, weights, dim=dim, boundary=boundary, mechanism=mechanism, stages=stages)
 
 
 def stencil2d(x: torch.Tensor, weights: torch.Tensor, *, boundary: str = "zero",
@@ -91,8 +112,10 @@ def stencil2d(x: torch.Tensor, weights: torch.Tensor, *, boundary: str = "zero",
     if mechanism == "auto":
         mechanism, stages, _ = _tuning.cached_config("stencil2d", x, mechanism, stages,
                                                      weights=weights)
-    return _call(_ops.stencil2d, (x, weights), x, weights, boundary=boundary, mechanism=mechanism,
-                 stages=stages)
+    if _direct(x, weights):
+        return _call(_C.call_stencil2d, _ops.stencil2d, x, weights, boundary=boundary,
+                     mechanism=mechanism, stages=stages)
+    return _ops.stencil2d(x, weights, boundary=boundary, mechanism=mechanism, stages=stages)
 
 
 def reduce(x: torch.Tensor, op: str = "sum", dim: Union[int, Sequence[int], None] = None,
@@ -110,7 +133,10 @@ def reduce(x: torch.Tensor, op: str = "sum", dim: Union[int, Sequence[int], None
         dim = list(dim)
     if mechanism == "auto":
         mechanism, stages, _ = _tuning.cached_config("reduce", x, mechanism, stages, dim=dim)
-    return _call(_ops.reduce, (x,), x, op, dim, keepdim, dtype=dtype, mechanism=mechanism, stages=stages)
+    if _direct(x):
+        return _call(_C.call_reduce, _ops.reduce, x, op, dim, keepdim, dtype=dtype, mechanism=mechanism,
+                     stages=stages)
+    return _ops.reduce(x, op, dim, keepdim, dtype=dtype, mechanism=mechanism, stages=stages)
 
 
 # ----------------------------------------------------------------------------- fake kernels

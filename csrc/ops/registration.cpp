@@ -91,6 +91,12 @@ pybind11::tuple resolve_config(const std::string& op, int sm, const std::string&
 
 }  // namespace
 
+namespace cupipe {
+namespace ops {
+void bind_direct_calls(pybind11::module& m);  // direct_calls.cpp
+}  // namespace ops
+}  // namespace cupipe
+
 PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   m.doc() = "cupipe compiled kernels; the ops are in torch.ops.cupipe";
   m.attr("with_cuda") = static_cast<bool>(CUPIPE_WITH_CUDA);
@@ -105,4 +111,5 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
         pybind11::arg("vec_bytes"), pybind11::arg("outer") = 1, pybind11::arg("r") = 1,
         pybind11::arg("inner") = 1, pybind11::arg("ry") = 0, pybind11::arg("rx") = 0,
         pybind11::arg("esz") = 4, pybind11::arg("rows16") = false);
+  cupipe::ops::bind_direct_calls(m);
 }
