@@ -35,6 +35,7 @@ for name, f in [("torch x.sum(-1)", lambda: img.sum(-1)), ("torch y.copy_(x)", l
                 ("cupipe.reduce sum rows", lambda: cupipe.reduce(img, "sum", -1)),
                 ("cupipe.reduce sum all", lambda: cupipe.reduce(x)),
                 ("torch.ops.cupipe.reduce", lambda: torch.ops.cupipe.reduce(img, "sum", [-1], False)),
+                ("cupipe._C.call_reduce", lambda: cupipe._C.call_reduce(img, "sum", [-1], False, None, "auto", 0)),
                 ("cupipe.stream_copy", lambda: cupipe.stream_copy(x)),
                 ("cupipe.stencil2d 3x3", lambda: cupipe.stencil2d(img, w3)),
                 ("cupipe.stencil1d r=4", lambda: cupipe.stencil1d(x, w1))]:
