@@ -10,23 +10,49 @@ from typing import Callable
 import torch
 
 
+_cycles_per_ms = {}  # device index -> GPU clock cycles per millisecond, as torch.cuda._sleep spins
+
+
+def _gpu_cycles_per_ms() -> float:
+    dev = torch.cuda.current_device()
+    if dev not in _cycles_per_ms:
+        a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        torch.cuda._sleep(10_000)  # clocks up
+        a.record()
+        torch.cuda._sleep(2_000_000)
+        b.record()
+        b.synchronize()
+        _cycles_per_ms[dev] = 2_000_000 / max(a.elapsed_time(b), 1e-3)
+    return _cycles_per_ms[dev]
+
+
 def time_ms(fn: Callable[[], object], reps: int = 30, warmup: int = 3, *, queued: bool = True) -> float:
     """Median milliseconds of `fn` over `reps` CUDA-event-timed calls, after `warmup` calls.
 
-    queued (the default): the calls go back to back with a pair of events around each and one
-    synchronize at the end, as in triton's do_bench, so while the GPU runs one call the host
-    issues the next: each interval is the GPU's time for the call, not the host's time to
-    dispatch it (Python wrapper, dispatcher, allocations). queued=False synchronizes after every
-    call: an idle GPU waits for each dispatch, so the interval adds the host's dispatch time
-    (what a lone call costs from an idle device)."""
+    queued (the default): the GPU's time for the call. Each call is bracketed by a pair of events
+    and preceded on the stream by a short spin kernel (`torch.cuda._sleep`) that lasts longer than
+    the host needs to issue the events and the call, so the GPU never waits for the host inside an
+    interval: the interval holds the call's kernels and the gaps between them, not the host's
+    dispatch time (Python wrapper, dispatcher, allocations, the event records themselves). Without
+    the spin a call whose GPU work is shorter than ~30 us was timed at the host's pace (a 64 MiB
+    reduction on an H200: torch.sum read 0.024 ms on one machine and 0.033 on another). Host time
+    per call is a separate measure (scripts/host_overhead.py). queued=False synchronizes after every
+    call: an idle GPU waits for each dispatch, so the interval adds the host's dispatch time (what a
+    lone call costs from an idle device)."""
+    host_ms = 0.0
     for _ in range(warmup):
+        t0 = time.perf_counter()
         fn()
+        host_ms = (time.perf_counter() - t0) * 1e3  # the last warm-up call: compilation is done
     torch.cuda.synchronize()
     times = []
     if queued:
+        # 2x the call's host time plus 50 us for the two event records, at most 5 ms.
+        lead = int(min(2 * host_ms + 0.05, 5.0) * _gpu_cycles_per_ms())
         events = [(torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True))
                   for _ in range(reps)]
         for a, b in events:
+            torch.cuda._sleep(lead)
             a.record()
             fn()
             b.record()
