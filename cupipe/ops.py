@@ -44,6 +44,18 @@ def _direct(*inputs) -> bool:
                 or (_peek_functorch is not None and _peek_functorch() is not None))
 
 
+def _op(name, *args, **kwargs):
+    """``torch.ops.cupipe.<name>(*args, **kwargs)``; inside torch.func transforms the same op
+    through an autograd.Function with the same formulas (`_TRANSFORMABLE`), since torch.func cannot
+    differentiate the autograd that torch.library.register_autograd generates. Never while
+    torch.compile traces: it sees the op."""
+    if (_peek_functorch is not None and not torch.compiler.is_compiling()
+            and _peek_functorch() is not None):
+        fn, kw_names = _TRANSFORMABLE[name]
+        return fn.apply(*args, *(kwargs[k] for k in kw_names))
+    return getattr(_ops, name)(*args, **kwargs)
+
+
 def _call(direct, op, *args, **kwargs):
     """``direct(*args, *kwargs.values())`` (a ``cupipe._C.call_*``), or ``op(*args, **kwargs)`` when
     pybind11 cannot convert an argument: torch.ops then raises its usual error for it."""
@@ -79,7 +91,7 @@ def stream_copy(x: torch.Tensor, *, mechanism: str = "auto", stages: int = 0,
     if _direct(x):
         return _call(_C.call_stream_copy, _ops.stream_copy, x, mechanism=mechanism, stages=stages,
                      vec_bytes=vec_bytes)
-    return _ops.stream_copy(x, mechanism=mechanism, stages=stages, vec_bytes=vec_bytes)
+    return _op("stream_copy", x, mechanism=mechanism, stages=stages, vec_bytes=vec_bytes)
 
 
 def stencil1d(x: torch.Tensor, weights: torch.Tensor, *, dim: int = -1, boundary: str = "zero",
@@ -98,7 +110,7 @@ def stencil1d(x: torch.Tensor, weights: torch.Tensor, *, dim: int = -1, boundary
     if _direct(x, weights):
         return _call(_C.call_stencil1d, _ops.stencil1d, x, weights, dim=dim, boundary=boundary,
                      mechanism=mechanism, stages=stages)
-    return _ops.stencil1d(x, weights, dim=dim, boundary=boundary, mechanism=mechanism, stages=stages)
+    return _op("stencil1d", x, weights, dim=dim, boundary=boundary, mechanism=mechanism, stages=stages)
 
 
 def stencil2d(x: torch.Tensor, weights: torch.Tensor, *, boundary: str = "zero",
@@ -115,7 +127,7 @@ def stencil2d(x: torch.Tensor, weights: torch.Tensor, *, boundary: str = "zero",
     if _direct(x, weights):
         return _call(_C.call_stencil2d, _ops.stencil2d, x, weights, boundary=boundary,
                      mechanism=mechanism, stages=stages)
-    return _ops.stencil2d(x, weights, boundary=boundary, mechanism=mechanism, stages=stages)
+    return _op("stencil2d", x, weights, boundary=boundary, mechanism=mechanism, stages=stages)
 
 
 def reduce(x: torch.Tensor, op: str = "sum", dim: Union[int, Sequence[int], None] = None,
@@ -136,7 +148,7 @@ def reduce(x: torch.Tensor, op: str = "sum", dim: Union[int, Sequence[int], None
     if _direct(x):
         return _call(_C.call_reduce, _ops.reduce, x, op, dim, keepdim, dtype=dtype, mechanism=mechanism,
                      stages=stages)
-    return _ops.reduce(x, op, dim, keepdim, dtype=dtype, mechanism=mechanism, stages=stages)
+    return _op("reduce", x, op, dim, keepdim, dtype=dtype, mechanism=mechanism, stages=stages)
 
 
 # ----------------------------------------------------------------------------- fake kernels
@@ -342,7 +354,7 @@ def _stencil1d_backward(ctx, grad):
     if ctx.needs_input_grad[0]:
         grad_x = _stencil1d_input_grad(grad, weights, dim, ctx.boundary, ctx.mechanism, ctx.stages)
     if ctx.needs_input_grad[1]:
-        grad_w = _ops._stencil1d_weight_grad(x, grad.to(x.dtype), weights, dim, ctx.boundary)
+        grad_w = _op("_stencil1d_weight_grad", x, grad.to(x.dtype), weights, dim, ctx.boundary)
         grad_w = grad_w.to(weights.dtype)
     return grad_x, grad_w
 
@@ -367,7 +379,7 @@ def _stencil2d_backward(ctx, grad):
     if ctx.needs_input_grad[0]:
         grad_x = _stencil2d_input_grad(grad, weights, ctx.boundary, ctx.mechanism, ctx.stages)
     if ctx.needs_input_grad[1]:
-        grad_w = _ops._stencil2d_weight_grad(x, grad.to(x.dtype), weights, ctx.boundary)
+        grad_w = _op("_stencil2d_weight_grad", x, grad.to(x.dtype), weights, ctx.boundary)
         grad_w = grad_w.to(weights.dtype)
     return grad_x, grad_w
 
@@ -453,3 +465,46 @@ def _reduce_backward(ctx, grad):
 
 
 torch.library.register_autograd("cupipe::reduce", _reduce_backward, setup_context=_reduce_setup)
+
+
+# ----------------------------------------------------------------------------- torch.func
+
+def _transformable(name, setup, backward):
+    """An autograd.Function computing torch.ops.cupipe.<name> with the op's registered formulas,
+    usable under torch.func (grad, vjp, jacrev, vmap and their compositions): the wrappers call it
+    only inside those transforms. Its inputs are the op's positional arguments followed by its
+    keyword-only ones, in schema order. Forward-mode AD (jvp, jacfwd) has no formula."""
+    schema = getattr(_ops, name).default._schema
+    kw_names = [a.name for a in schema.arguments if a.kwarg_only]
+    n_pos = len(schema.arguments) - len(kw_names)
+
+    def forward(*args):
+        return getattr(_ops, name)(*args[:n_pos], **dict(zip(kw_names, args[n_pos:])))
+
+    def setup_context(ctx, inputs, output):
+        if kw_names:
+            setup(ctx, inputs[:n_pos], dict(zip(kw_names, inputs[n_pos:])), output)
+        else:
+            setup(ctx, inputs, output)
+
+    def backward_(ctx, *grads):
+        got = backward(ctx, *grads)
+        got = got if isinstance(got, tuple) else (got,)
+        return (*got, *([None] * (n_pos + len(kw_names) - len(got))))
+
+    cls = type(f"_{name.strip('_')}_function", (torch.autograd.Function,),
+               {"forward": staticmethod(forward), "setup_context": staticmethod(setup_context),
+                "backward": staticmethod(backward_), "generate_vmap_rule": True})
+    return cls, kw_names
+
+
+_TRANSFORMABLE = {
+    "stream_copy": _transformable("stream_copy", _stream_copy_setup, _stream_copy_backward),
+    "stencil1d": _transformable("stencil1d", _stencil1d_setup, _stencil1d_backward),
+    "stencil2d": _transformable("stencil2d", _stencil2d_setup, _stencil2d_backward),
+    "_stencil1d_weight_grad": _transformable("_stencil1d_weight_grad", _wgrad1d_setup, _wgrad1d_backward),
+    "_stencil2d_weight_grad": _transformable("_stencil2d_weight_grad", _wgrad2d_setup, _wgrad2d_backward),
+    "reduce": _transformable("reduce", _reduce_setup, _reduce_backward),
+}
+
+from . import batching  # noqa: E402,F401  (torch.vmap rules for the ops)
