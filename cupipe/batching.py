@@ -8,7 +8,7 @@ weight-gradient ops under per-sample weight gradients (``vmap(grad(...))``): the
 batch dim, and each sample needs its own sum.
 
 An input whose per-sample (logical) shape the op rejects gets the op's own error: the op is called
-once on an empty tensor of that shape.
+on one sample (or on an empty tensor of the sample's shape).
 """
 from __future__ import annotations
 
@@ -50,11 +50,9 @@ def _stencil1d_vmap(info, in_dims, x, weights, *, dim=-1, boundary="zero", mecha
     def one(xi, wi):
         return _ops.stencil1d(xi, wi, dim=dim, boundary=boundary, mechanism=mechanism, stages=stages)
     bx, bw = in_dims
-    if bw is not None or bx is None:
-        return _per_sample(info, in_dims, one, x, weights)
     n = x.dim() - 1
-    if n < 1 or not -n <= dim < n:
-        return _per_sample(info, in_dims, one, x, weights)  # the op raises its error for this shape
+    if bw is not None or bx is None or n < 1 or not -n <= dim < n:
+        return _per_sample(info, in_dims, one, x, weights)  # per-sample weights; or the op's error
     return _ops.stencil1d(_front(x, bx), weights, dim=_shift(dim), boundary=boundary, mechanism=mechanism,
                           stages=stages), 0
 

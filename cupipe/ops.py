@@ -58,10 +58,11 @@ def _op(name, *args, **kwargs):
 
 
 def _call(direct, op, *args, **kwargs):
-    """``direct(*args, *kwargs.values())`` (a ``cupipe._C.call_*``), or ``op(*args, **kwargs)`` when
-    pybind11 cannot convert an argument: torch.ops then raises its usual error for it."""
+    """``direct(*args, **kwargs)`` (a ``cupipe._C.call_*``, whose arguments carry the op's names), or
+    ``op(*args, **kwargs)`` when pybind11 cannot convert an argument: torch.ops then raises its
+    usual error for it."""
     try:
-        return direct(*args, *kwargs.values())
+        return direct(*args, **kwargs)
     except TypeError as e:
         if "incompatible function arguments" not in str(e):
             raise
