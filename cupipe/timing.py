@@ -26,7 +26,18 @@ def _gpu_cycles_per_ms() -> float:
     return _cycles_per_ms[dev]
 
 
-def time_ms(fn: Callable[[], object], reps: int = 30, warmup: int = 3, *, queued: bool = True) -> float:
+def _l2_evictor() -> torch.Tensor:
+    """A buffer of twice the device's L2 size, written once: reading it leaves the L2 holding
+    only its clean lines (reading, not writing, so no dirty line is written back during the
+    next timed call)."""
+    props = torch.cuda.get_device_properties(torch.cuda.current_device())
+    buf = torch.ones(max(2 * props.L2_cache_size, 1 << 20) // 4, device="cuda")
+    buf.amax()
+    return buf
+
+
+def time_ms(fn: Callable[[], object], reps: int = 30, warmup: int = 3, *, queued: bool = True,
+            cold_l2: bool = False) -> float:
     """Median milliseconds of `fn` over `reps` CUDA-event-timed calls, after `warmup` calls.
 
     queued (the default): the GPU's time for the call. Each call is bracketed by a pair of events
@@ -38,7 +49,13 @@ def time_ms(fn: Callable[[], object], reps: int = 30, warmup: int = 3, *, queued
     reduction on an H200: torch.sum read 0.024 ms on one machine and 0.033 on another). Host time
     per call is a separate measure (scripts/host_overhead.py). queued=False synchronizes after every
     call: an idle GPU waits for each dispatch, so the interval adds the host's dispatch time (what a
-    lone call costs from an idle device)."""
+    lone call costs from an idle device).
+
+    cold_l2: each call starts with none of its inputs in L2 (a read of twice the L2's size before
+    it), as in a model where other work ran in between; by default the inputs of the previous
+    repetition may still be partly in L2, which favours inputs near the L2's size (64 MiB on a
+    50 MiB L2)."""
+    evictor = _l2_evictor() if cold_l2 else None
     host_ms = 0.0
     for _ in range(warmup):
         t0 = time.perf_counter()
@@ -52,6 +69,8 @@ def time_ms(fn: Callable[[], object], reps: int = 30, warmup: int = 3, *, queued
         events = [(torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True))
                   for _ in range(reps)]
         for a, b in events:
+            if evictor is not None:
+                evictor.amax()
             torch.cuda._sleep(lead)
             a.record()
             fn()
@@ -61,6 +80,8 @@ def time_ms(fn: Callable[[], object], reps: int = 30, warmup: int = 3, *, queued
     else:
         for _ in range(reps):
             a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            if evictor is not None:
+                evictor.amax()
             a.record()
             fn()
             b.record()

@@ -3,7 +3,8 @@ resident blocks) against grids of w x SMs blocks, for the suite's row cases, nex
 and torch.compile in the same run. Each timed configuration is checked against torch first.
 
     python scripts/reduce_grid_sweep.py [--cases 4096x4096,all] [--configs primitives/2,primitives/1]
-                                        [--tiles 8192,16384,32768] [--waves 0,3,6,12,24,48]
+                                        [--tiles 8192,16384,32768] [--waves 0,3,6,12,24,48] [--cold]
+--cold evicts L2 before every timed call (the 64 MiB case otherwise reads partly from L2).
 """
 import argparse
 
@@ -18,6 +19,7 @@ p.add_argument("--configs", default="primitives/2,primitives/1")
 p.add_argument("--tiles", default="8192,16384,32768")
 p.add_argument("--waves", default="0,3,6,12,24,48")
 p.add_argument("--reps", type=int, default=50)
+p.add_argument("--cold", action="store_true", help="evict L2 before every timed call (time_ms cold_l2)")
 args = p.parse_args()
 configs = [(c.split("/")[0], int(c.split("/")[1])) for c in args.configs.split(",")]
 tiles = [int(t) for t in args.tiles.split(",")]
@@ -35,7 +37,8 @@ cases = {  # name: (input, op, dims, dtype)
     "amax": (x, "amax", None, None),
     "bf16": (xb, "sum", None, torch.float32),
 }
-print(f"device {torch.cuda.get_device_name()}, torch {torch.__version__}, {sms} SMs")
+print(f"device {torch.cuda.get_device_name()}, torch {torch.__version__}, {sms} SMs"
+      + (", L2 evicted before every timed call" if args.cold else ""))
 for name in args.cases.split(","):
     v, op, dims, dt = cases[name]
     if op == "amax":
@@ -46,9 +49,9 @@ for name in args.cases.split(","):
         eager = lambda v=v: v.sum(-1)
     comp = torch.compile(eager)
     expect = eager().float()
-    t_e, t_c = time_ms(eager, reps=args.reps), time_ms(comp, reps=args.reps)
+    t_e, t_c = time_ms(eager, reps=args.reps, cold_l2=args.cold), time_ms(comp, reps=args.reps, cold_l2=args.cold)
     t_best = min(t_e, t_c)
-    t_auto = time_ms(lambda: cupipe.reduce(v, op, dims, dtype=dt), reps=args.reps)
+    t_auto = time_ms(lambda: cupipe.reduce(v, op, dims, dtype=dt), reps=args.reps, cold_l2=args.cold)
     print(f"\n{name}: eager {t_e:.4f} ms, compiled {t_c:.4f}, cupipe auto {t_auto:.4f} ({t_best / t_auto:.3f}x best torch)")
     print("config tile | " + " | ".join("plan" if w == 0 else f"w={w}" for w in waves) + "   (ms, x best torch)")
     for m, s in configs:
@@ -65,6 +68,6 @@ for name in args.cases.split(","):
                     got = got.to(dt)
                 err = (got.float() - expect).abs().max().item() / max(1.0, expect.abs().max().item())
                 assert err < (1e-2 if dt is not None else 1e-4), f"{name} {m}/{s} tile {tile} w={w}: relative error {err}"
-                t = time_ms(fn, reps=args.reps)
+                t = time_ms(fn, reps=args.reps, cold_l2=args.cold)
                 row.append(f"{t:.4f} ({t_best / t:.3f})")
             print(f"{m}/{s} {tile} | " + " | ".join(row))

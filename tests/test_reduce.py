@@ -260,6 +260,7 @@ LAYOUT_CASES = [
     ((300, 1000), 0), ((301, 1003), 0), ((130, 129), 0), ((4, 67, 300), 1), ((2, 33, 5), 1),
     ((20, 4500), 0), ((3, 40, 1500), 1), ((9, 2050), 0),
     ((1500, 700), 0),  # many parts of many columns: the partials pass with lane groups
+    ((37, 4096), 1), ((11, 6000), 1),  # packed rows over 2 KiB: several warps per row
 ]
 
 

@@ -34,3 +34,14 @@ def test_queued_timing_is_the_gpu_time_of_a_host_bound_call():
 def test_queued_timing_of_gpu_bound_calls():
     fn = _host_slow_call(gpu_ms=0.2, host_ms=0.0)
     assert 0.17 < time_ms(fn, reps=20) < 0.26
+
+
+def test_cold_l2_timing_reads_from_dram():
+    """A buffer of a quarter of the L2 stays there between repetitions unless cold_l2 evicts it:
+    the cold read is slower (DRAM against L2 bandwidth). Queued timing only: synced intervals add
+    the host's dispatch, which would dilute the difference."""
+    l2 = torch.cuda.get_device_properties(torch.cuda.current_device()).L2_cache_size
+    x = torch.randn(l2 // 4 // 4, device="cuda")
+    warm = time_ms(x.sum, reps=30)
+    cold = time_ms(x.sum, reps=30, cold_l2=True)
+    assert cold > 1.15 * warm, (warm, cold)

@@ -126,7 +126,7 @@ __device__ A team_combine(A v, Combine<A> comb, engine::Team team, A* scratch) {
 struct RowsPlan {
   int64_t outer, r;
   int rows_per_tile;   // > 0: packed mode
-  int group;           // lanes per row in packed mode (power of two <= 32)
+  int group;           // lanes per row in packed mode (power of two; over 32 only for vec_rows)
   bool vec_rows;       // packed rows all start 16-byte aligned: whole-vector loop, no head/tail
   int64_t parts;       // split mode: parts per row
   int64_t part_len;    // elements per part (a multiple of the tile's elements)
@@ -183,6 +183,39 @@ __global__ void __launch_bounds__(kReduceThreads)
       const T* tile = reinterpret_cast<const T*>(stage + shift_of(x + row0 * pl.r));
       const int G = pl.group, ngroups = team.size / G, gi = team.rank / G, lane = team.rank % G;
       const int r = static_cast<int>(pl.r);
+      if (pl.vec_rows && G > 32) {
+        // Wide rows: a group of G / 32 warps per row. Each warp folds its lanes' vectors, the
+        // group's warps combine in warp order through scratch (deterministic). Every consumer
+        // thread runs the same trip count, so the team barriers are uniform; the second one
+        // keeps the next row's partials from overwriting scratch before it is read.
+        constexpr int VE = 16 / esz;
+        const int nvec = r / VE, wpg = G / 32, warp = team.rank / 32;
+        with_static_combine<A>(op, [&](auto sc) {
+          for (int rr = gi; rr - gi < nrows; rr += ngroups) {
+            const bool live = rr < nrows && gi < ngroups;
+            A acc = comb.init();
+            if (live) {
+              const uint4* v = reinterpret_cast<const uint4*>(tile + static_cast<int64_t>(rr) * r);
+              for (int i = lane; i < nvec; i += G) {
+                A e[VE];
+                unpack16<T>(v[i], e);
+#pragma unroll
+                for (int j = 0; j < VE; ++j) acc = sc(acc, e[j]);
+              }
+            }
+            for (int o = 16; o > 0; o >>= 1) acc = sc(acc, __shfl_xor_sync(0xffffffffu, acc, o));
+            if (team.rank % 32 == 0) scratch[warp] = acc;
+            engine::team_sync(team);
+            if (live && lane == 0) {
+              A total = scratch[warp];
+              for (int w = 1; w < wpg; ++w) total = sc(total, scratch[warp + w]);
+              store_out(out, od, row0 + rr, finalize(op, total, pl.r));
+            }
+            engine::team_sync(team);
+          }
+        });
+        return;
+      }
       if (pl.vec_rows) {
         constexpr int VE = 16 / esz;
         const int nvec = r / VE;
@@ -467,8 +500,11 @@ inline RowsPlan make_rows_plan(const ReduceParams& p, int esz, int tile_bytes, i
     int g = 1;
     if (pl.vec_rows) {
       // About 4 vectors per lane (fewer shuffles per element), but enough lanes that the tile's
-      // rows occupy the whole block.
+      // rows occupy the whole block. Rows of more than 128 vectors take several warps each (up
+      // to the consumer team): one warp per 16 KiB row left 6 of 8 warps idle.
+      const int consumers = engine::consumer_threads(p.mechanism, kReduceThreads);
       while (g < 32 && (g * 4 < vecs || g * pl.rows_per_tile < kReduceThreads)) g *= 2;
+      while (g * 2 <= consumers && g * 4 < vecs && g * pl.rows_per_tile < consumers) g *= 2;
     } else {
       while (g < 32 && g < vecs) g *= 2;  // about one vector per lane
     }
