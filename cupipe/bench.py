@@ -357,8 +357,9 @@ def _slicing_stencil1d(x, w, r):
 def _suite_case(b: Bench, op: str, workload: str, make, ours, eager, eager_name: str, comp, ref,
                 nbytes_of, atol_of=lambda inp: None) -> Task:
     """One row of the performance suite: check `ours` against `ref`, then time ours, eager and
-    compiled. make() -> inputs; ours/eager/comp/ref take the inputs and return a thunk (comp a
-    plain function to compile, or None)."""
+    compiled. make() -> inputs; ours/eager/ref take the inputs and return a thunk; comp (or None)
+    computes from the inputs, passed as its argument: torch.compile sees them as graph inputs, as
+    in a user's `torch.compile(f)(x)` (a compiled closure over the tensors is not what users run)."""
     tbl = f"suite: {op}{b.tag}"
 
     def run():
@@ -368,7 +369,8 @@ def _suite_case(b: Bench, op: str, workload: str, make, ours, eager, eager_name:
             return _fail(b, tbl, err, op=op, workload=workload)
         nbytes = nbytes_of(inp)
         t_ours, t_eager = b.try_time(ours(inp)), b.try_time(eager(inp))
-        t_comp = b.try_time(b.compile(comp(inp))) if comp is not None else float("nan")
+        cf = b.compile(comp) if comp is not None else None
+        t_comp = b.try_time(lambda: cf(inp)) if cf is not None else float("nan")
         valid = [t for t in (t_eager, t_comp) if not math.isnan(t)]
         best = min(valid) if valid else float("nan")
         bw = gbps(nbytes, t_ours)
@@ -392,7 +394,7 @@ def tasks_suite(b: Bench, ops: List[str]) -> List[Task]:
             b, "stream_copy", f"stream copy {nlab} {tag}", make,
             ours=lambda i: (lambda: cupipe.stream_copy(i[0])),
             eager=lambda i: (lambda: i[1].copy_(i[0])), eager_name="y.copy_(x)",
-            comp=lambda i: (lambda: i[0].clone()), ref=lambda i: (lambda: i[0]),
+            comp=lambda i: i[0].clone(), ref=lambda i: (lambda: i[0]),
             nbytes_of=lambda i: 2 * i[0].numel() * i[0].element_size()))
     if "reduce" in ops:
         cases = [("sum all", (n,), None, dt, None), *[("sum rows", s, -1, dt, None) for s in b.rows],
@@ -421,7 +423,7 @@ def tasks_suite(b: Bench, ops: List[str]) -> List[Task]:
             tasks.append(_suite_case(
                 b, "reduce", f"{name} {tuple(shape)} {SHORT[cdt]}",
                 lambda shape=shape, cdt=cdt: b.randn(*shape, dtype=cdt), ours, eager, ename,
-                comp=eager, ref=ref, nbytes_of=lambda i: i.numel() * i.element_size(),
+                comp=lambda i, eager=eager: eager(i)(), ref=ref, nbytes_of=lambda i: i.numel() * i.element_size(),
                 atol_of=lambda i, dim=dim: 1e-4 * math.sqrt(i.numel() if dim is None else i.shape[dim])))
     if "stencil2d" in ops:
         H = W = b.hw
@@ -443,8 +445,7 @@ def tasks_suite(b: Bench, ops: List[str]) -> List[Task]:
                 b, "stencil2d", f"stencil2d {name} {H}x{W} {tag}", make,
                 ours=lambda i: (lambda: cupipe.stencil2d(i[0], i[1])), eager=conv,
                 eager_name="F.conv2d",
-                comp=lambda i: (lambda: _slicing_stencil2d(i[0], i[1], (i[1].shape[0] - 1) // 2,
-                                                           (i[1].shape[1] - 1) // 2)),
+                comp=lambda i: _slicing_stencil2d(i[0], i[1], (i[1].shape[0] - 1) // 2, (i[1].shape[1] - 1) // 2),
                 ref=ref, nbytes_of=lambda i: 2 * i[0].numel() * i[0].element_size()))
     if "stencil1d" in ops:
         def make():
@@ -454,7 +455,7 @@ def tasks_suite(b: Bench, ops: List[str]) -> List[Task]:
             ours=lambda i: (lambda: cupipe.stencil1d(i[0], i[1])),
             eager=lambda i: (lambda: F.conv1d(i[0][None, None], i[1].to(i[0].dtype)[None, None], padding=4)),
             eager_name="F.conv1d",
-            comp=lambda i: (lambda: _slicing_stencil1d(i[0], i[1], 4)),
+            comp=lambda i: _slicing_stencil1d(i[0], i[1], 4),
             ref=lambda i: (lambda: F.conv1d(i[0].float()[None, None], i[1][None, None], padding=4)[0, 0]),
             nbytes_of=lambda i: 2 * i[0].numel() * i[0].element_size()))
     if not b.use_compile:

@@ -331,6 +331,12 @@ _TABLE_REASONS = {
                                  "2026-11-22); over columns (chunks up to 16 KiB wide, 64 KiB "
                                  "stages) 0.251-0.253 ms against 4 stages of 32 KiB's 0.264-0.269 "
                                  "(fifth run)",
+    ("reduce", "primitives", 1): "primitives with 1 stage for rows of 4-32 KiB along the innermost "
+                                 "dim (a row or two per 32 KiB stage, each folded by several warps): "
+                                 "(4096, 4096) fp32 0.0206-0.0212 ms against 2 stages' "
+                                 "0.0215-0.0232 over four H200 runs, L2 warm or evicted "
+                                 "(BENCHMARKS.md, tenth run of 2026-11-23); a block has a tile or "
+                                 "two, little to overlap, and one stage fits twice the blocks",
 }
 
 
@@ -361,17 +367,19 @@ def _table_shape(op: str, x: torch.Tensor, a: Dict[str, object]) -> Dict[str, in
                 "rows16": bool(rows16)}
     if op != "reduce":
         return {}
+    # The element size the kernel reads: dtype=float64 converts a narrower input first.
+    esz = 8 if a.get("dtype") == torch.float64 else x.element_size()
     nd, sizes = x.dim(), list(x.shape)
     d = a["dim"]
     dims = range(nd) if d is None else ([d] if isinstance(d, int) else list(d))
     reduced = sorted({int(k) % max(nd, 1) for k in dims}) if nd else []
     if not reduced:
-        return {"outer": x.numel(), "r": 1, "inner": 1}
+        return {"outer": x.numel(), "r": 1, "inner": 1, "esz": esz}
     if reduced == list(range(reduced[0], reduced[-1] + 1)):
         return {"outer": math.prod(sizes[:reduced[0]]), "r": math.prod(sizes[reduced[0]:reduced[-1] + 1]),
-                "inner": math.prod(sizes[reduced[-1] + 1:])}
+                "inner": math.prod(sizes[reduced[-1] + 1:]), "esz": esz}
     r = math.prod(sizes[k] for k in reduced)
-    return {"outer": x.numel() // max(r, 1), "r": r, "inner": 1}
+    return {"outer": x.numel() // max(r, 1), "r": r, "inner": 1, "esz": esz}
 
 
 @dataclasses.dataclass

@@ -338,8 +338,9 @@ def test_stencil_table_depends_on_the_radii_and_dtype(fake_gpu, monkeypatch):
 
 @needs_table
 def test_reduce_table_depends_on_the_reduced_view(fake_gpu, monkeypatch):
-    """Reductions along the innermost dim and over columns resolve to primitives/2 (measured); explicit arguments win; explain derives the (outer, r, inner) view like the
-    op does."""
+    """Reductions along the innermost dim and over columns resolve to primitives/2, rows of 4-32
+    KiB to primitives/1 (measured); explicit arguments win; explain derives the (outer, r, inner)
+    view and the element size like the op does."""
     rc = cupipe._C.resolve_config
     assert rc("reduce", 90, "auto", 0, 0, outer=1, r=1 << 28, inner=1)[:2] == ("primitives", 2)
     assert rc("reduce", 90, "auto", 0, 0, outer=8192, r=32768, inner=1)[:2] == ("primitives", 2)
@@ -348,13 +349,23 @@ def test_reduce_table_depends_on_the_reduced_view(fake_gpu, monkeypatch):
     assert rc("reduce", 80, "auto", 0, 0, outer=1, r=1 << 28, inner=1)[:2] == ("primitives", 2)
     assert rc("reduce", 90, "auto", 3, 0, outer=1, r=1 << 28, inner=1)[:2] == ("primitives", 3)
     assert rc("reduce", 90, "tma", 0, 0, outer=1, r=1 << 28, inner=1)[:2] == ("tma", 2)
+    # Rows of 4-32 KiB: one stage (the element size counts, not the element count).
+    assert rc("reduce", 90, "auto", 0, 0, outer=4096, r=4096, inner=1, esz=4)[:2] == ("primitives", 1)
+    assert rc("reduce", 90, "auto", 0, 0, outer=4096, r=4096, inner=1, esz=8)[:2] == ("primitives", 1)
+    assert rc("reduce", 90, "auto", 0, 0, outer=4096, r=4096, inner=1, esz=2)[:2] == ("primitives", 1)
+    assert rc("reduce", 90, "auto", 0, 0, outer=4096, r=1024, inner=1, esz=4)[:2] == ("primitives", 2)
+    assert rc("reduce", 90, "auto", 0, 0, outer=4096, r=16384, inner=1, esz=4)[:2] == ("primitives", 2)
+    assert rc("reduce", 90, "auto", 0, 0, outer=1, r=4096, inner=64, esz=4)[:2] == ("primitives", 2)
+    assert rc("reduce", 90, "auto", 2, 0, outer=4096, r=4096, inner=1, esz=4)[:2] == ("primitives", 2)
 
     shape = tuning._table_shape
     x = torch.empty(4, 5, 6)
-    assert shape("reduce", x, {"dim": None}) == {"outer": 1, "r": 120, "inner": 1}
-    assert shape("reduce", x, {"dim": 1}) == {"outer": 4, "r": 5, "inner": 6}
-    assert shape("reduce", x, {"dim": [-1, -2]}) == {"outer": 4, "r": 30, "inner": 1}
-    assert shape("reduce", x, {"dim": [0, 2]}) == {"outer": 5, "r": 24, "inner": 1}
+    assert shape("reduce", x, {"dim": None}) == {"outer": 1, "r": 120, "inner": 1, "esz": 4}
+    assert shape("reduce", x, {"dim": 1}) == {"outer": 4, "r": 5, "inner": 6, "esz": 4}
+    assert shape("reduce", x, {"dim": [-1, -2]}) == {"outer": 4, "r": 30, "inner": 1, "esz": 4}
+    assert shape("reduce", x, {"dim": [0, 2]}) == {"outer": 5, "r": 24, "inner": 1, "esz": 4}
+    assert shape("reduce", x.half(), {"dim": 1, "dtype": torch.float64})["esz"] == 8
+    assert shape("reduce", x.half(), {"dim": 1, "dtype": None})["esz"] == 2
     assert shape("stream_copy", x, {}) == {}
 
     monkeypatch.setattr(cupipe._C, "cuda_device_info", lambda index: {"sm": 90})
@@ -362,6 +373,8 @@ def test_reduce_table_depends_on_the_reduced_view(fake_gpu, monkeypatch):
     assert (e.mechanism, e.stages) == ("primitives", 2) and "0.263 ms" in e.reason
     e = cupipe.explain("reduce", torch.empty(64, 1024, device="cuda"), "sum", 0)
     assert (e.mechanism, e.stages) == ("primitives", 2) and "columns" in e.reason
+    e = cupipe.explain("reduce", torch.empty(64, 4096, device="cuda"), "sum", -1)
+    assert (e.mechanism, e.stages) == ("primitives", 1) and "4-32 KiB" in e.reason
 
 
 def test_tune_on_cpu_raises_a_clear_error(cache):

@@ -214,7 +214,7 @@ at::Tensor reduce_impl(const at::Tensor& x, c10::string_view op, at::OptionalInt
   p.acc_double = plan.acc_double;
   p.outer = outer; p.r = r; p.inner = inner;
   p.op = plan.op;
-  const CopyConfig cfg = resolve_reduce(dev, mech, stages, outer, r, inner);
+  const CopyConfig cfg = resolve_reduce(dev, mech, stages, outer, r, inner, static_cast<int>(xin.element_size()));
   check_mechanism_supported("reduce", cfg.mechanism, dev);
   p.mechanism = cfg.mechanism;
   p.stages = cfg.stages;

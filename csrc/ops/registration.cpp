@@ -80,7 +80,7 @@ pybind11::tuple resolve_config(const std::string& op, int sm, const std::string&
     g.rows16 = rows16;
     cfg = resolve_stencil(dev, mech, stages, g);
   } else if (op == "reduce") {
-    cfg = resolve_reduce(dev, mech, stages, outer, r, inner);
+    cfg = resolve_reduce(dev, mech, stages, outer, r, inner, esz);
   } else {
     TORCH_CHECK_VALUE(false, "cupipe.resolve_config: unknown op '", op,
                       "'; expected stream_copy, stencil1d, stencil2d or reduce");

@@ -90,11 +90,17 @@ CopyConfig resolve_stencil(const DeviceInfo& dev, MechanismArg mech, int64_t sta
 // run, scripts/reduce_sweep.py): primitives/2 with 64 KiB stages 0.251-0.253 ms, /4 with 32 KiB
 // 0.264-0.269, /2 with 16 KiB 0.271-0.274 (they had run fastest at 4 stages of 16 KiB with
 // 512-byte chunks). Older GPUs take the same LDGSTS path (sm_80+), not yet measured there.
+// Rows of 4-32 KiB (a row or a few per 32 KiB stage, each row folded by several warps): one
+// stage (2026-11-23, tenth run, scripts/reduce_grid_sweep.py, (4096, 4096) fp32 in 0.0206-0.0212
+// ms against 2 stages' 0.0215-0.0232 over four runs, L2 warm or evicted): with a tile or two
+// per block there is little to overlap within a block, and one stage fits twice the blocks.
 CopyConfig resolve_reduce(const DeviceInfo& /*dev*/, MechanismArg mech, int64_t stages, int64_t /*outer*/,
-                          int64_t /*r*/, int64_t /*inner*/) {
+                          int64_t r, int64_t inner, int esz) {
   CopyConfig best;
   best.mechanism = engine::Mechanism::Primitives;
   best.stages = 2;
+  const int64_t row_bytes = r * esz;
+  if (inner == 1 && row_bytes > 4096 && row_bytes <= 32768) best.stages = 1;
   return apply_explicit(best, mech, stages, 0);
 }
 

@@ -22,7 +22,7 @@ CopyConfig resolve_stream_copy(const DeviceInfo& dev, MechanismArg mech, int64_t
 CopyConfig resolve_stencil(const DeviceInfo& dev, MechanismArg mech, int64_t stages,
                            const StencilGeometry& g);
 CopyConfig resolve_reduce(const DeviceInfo& dev, MechanismArg mech, int64_t stages, int64_t outer,
-                          int64_t r, int64_t inner);
+                          int64_t r, int64_t inner, int esz);
 
 }  // namespace ops
 }  // namespace cupipe
