@@ -201,7 +201,11 @@ class Bench:
         if not self.use_compile:
             return None
         try:
-            return torch.compile(fn, fullgraph=True)
+            # Each case compiles from scratch for its own shapes: the cases share code objects
+            # (lambdas built in a loop), and without the reset dynamo's automatic dynamic shapes
+            # would compile every case after the first as a shape-generic kernel.
+            torch._dynamo.reset()
+            return torch.compile(fn, fullgraph=True, dynamic=False)
         except Exception as e:  # pragma: no cover
             self.res.note(f"torch.compile unavailable: {e}")
             return None

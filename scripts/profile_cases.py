@@ -72,7 +72,8 @@ rmechs = ["primitives", "pipeline_thread", "barrier", "specialized"] + (["tma"] 
 for name, (v, dims, ref) in views.items():
     torch_ms = time_ms(ref, reps=50)
     try:
-        compiled = torch.compile(lambda t: t.sum(dims) if dims else t.sum())
+        torch._dynamo.reset()  # a static-shape kernel per view (the lambda's code object is shared)
+        compiled = torch.compile(lambda t: t.sum(dims) if dims else t.sum(), dynamic=False)
         torch_ms = min(torch_ms, time_ms(lambda: compiled(v), reps=50))
     except Exception as e:  # noqa: BLE001 - the sweep still runs against eager
         print(f"  torch.compile failed for {name}: {str(e)[:60]}")

@@ -129,3 +129,33 @@ def test_plot_bench_script_parses_the_h200_log(tmp_path):
     assert pb.main([log, "--stream-copy-figure", str(fig), "--out", str(tmp_path / "all")]) == 0
     assert fig.stat().st_size > 20_000
     assert len(list((tmp_path / "all").glob("*.png"))) == 3
+
+
+def test_compiled_baselines_are_static_per_case_and_take_the_inputs(monkeypatch):
+    """Each suite case compiles its torch.compile baseline from a reset dynamo with static shapes
+    (the cases share code objects; automatic dynamic shapes had made every case after the first
+    a shape-generic kernel), and calls it with the case's inputs as its argument."""
+    import torch
+
+    events = []
+    monkeypatch.setattr(torch._dynamo, "reset", lambda: events.append("reset"))
+
+    def fake_compile(fn, **kw):
+        events.append(("compile", kw))
+
+        def run(*args):
+            events.append(("call", args))
+            return fn(*args)
+        return run
+    monkeypatch.setattr(torch, "compile", fake_compile)
+    res = bench.Results()
+    b = bench.Bench(True, True, 1, None, True, res)
+    b.use_compile = True  # the CPU run skips compile baselines; drive the GPU path's logic
+    for task in bench.tasks_suite(b, ["reduce"])[:2]:
+        task.run()
+    compiles = [e for e in events if isinstance(e, tuple) and e[0] == "compile"]
+    assert len(compiles) == 2 and all(kw.get("dynamic") is False and kw.get("fullgraph") for _, kw in compiles)
+    assert [e for e in events if e == "reset" or e[0] == "compile"] == ["reset", compiles[0], "reset", compiles[1]]
+    calls = [e[1] for e in events if isinstance(e, tuple) and e[0] == "call"]
+    assert calls and all(len(a) == 1 and isinstance(a[0], torch.Tensor) for a in calls)
+    assert all(r["compiled_ms"] > 0 for r in res.rows), res.rows
