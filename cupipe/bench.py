@@ -362,8 +362,9 @@ def _suite_case(b: Bench, op: str, workload: str, make, ours, eager, eager_name:
                 nbytes_of, atol_of=lambda inp: None) -> Task:
     """One row of the performance suite: check `ours` against `ref`, then time ours, eager and
     compiled. make() -> inputs; ours/eager/ref take the inputs and return a thunk; comp (or None)
-    computes from the inputs, passed as its argument: torch.compile sees them as graph inputs, as
-    in a user's `torch.compile(f)(x)` (a compiled closure over the tensors is not what users run)."""
+    computes from the inputs, passed as its argument, as in a user's `torch.compile(f)(x)` (a
+    closure over the same tensors measured the same, tenth run; the static shapes are what mattered,
+    see Bench.compile)."""
     tbl = f"suite: {op}{b.tag}"
 
     def run():
