@@ -86,6 +86,20 @@ __device__ __forceinline__ A finalize(ReduceOp op, A v, int64_t r) {
   return op == ReduceOp::Mean ? v / static_cast<A>(r) : v;  // mean of nothing: 0/0 = nan
 }
 
+// Folds nvec 16-byte vectors at v (shared memory) into acc with the static combine sc, thread
+// `rank` of `size` taking every size-th vector, in index order.
+template <typename T, typename A, typename SC>
+__device__ __forceinline__ void fold_vectors(const void* v, int nvec, int rank, int size, A& acc, SC sc) {
+  constexpr int VE = 16 / sizeof(T);
+  const uint4* u = static_cast<const uint4*>(v);
+  for (int i = rank; i < nvec; i += size) {
+    A e[VE];
+    unpack16<T>(u[i], e);
+#pragma unroll
+    for (int j = 0; j < VE; ++j) acc = sc(acc, e[j]);
+  }
+}
+
 // Folds the n elements at p (shared memory, any element-aligned address) into acc, thread
 // `rank` of `size` taking every size-th 16-byte vector; the elements before the first 16-byte
 // boundary and after the last one are taken one each. The order is fixed by (rank, size, n, p).
@@ -96,15 +110,7 @@ __device__ __forceinline__ void fold_span(const T* p, int n, int rank, int size,
   const int head = min(n, mis == 0 ? 0 : VE - mis);
   for (int i = rank; i < head; i += size) acc = comb(acc, to_acc<A>(p[i]));
   const int nvec = (n - head) / VE;
-  const uint4* v = reinterpret_cast<const uint4*>(p + head);
-  with_static_combine<A>(comb.op, [&](auto sc) {
-    for (int i = rank; i < nvec; i += size) {
-      A e[VE];
-      unpack16<T>(v[i], e);
-#pragma unroll
-      for (int j = 0; j < VE; ++j) acc = sc(acc, e[j]);
-    }
-  });
+  with_static_combine<A>(comb.op, [&](auto sc) { fold_vectors<T>(p + head, nvec, rank, size, acc, sc); });
   for (int i = head + nvec * VE + rank; i < n; i += size) acc = comb(acc, to_acc<A>(p[i]));
 }
 
@@ -188,21 +194,12 @@ __global__ void __launch_bounds__(kReduceThreads)
         // group's warps combine in warp order through scratch (deterministic). Every consumer
         // thread runs the same trip count, so the team barriers are uniform; the second one
         // keeps the next row's partials from overwriting scratch before it is read.
-        constexpr int VE = 16 / esz;
-        const int nvec = r / VE, wpg = G / 32, warp = team.rank / 32;
+        const int nvec = r / (16 / esz), wpg = G / 32, warp = team.rank / 32;
         with_static_combine<A>(op, [&](auto sc) {
           for (int rr = gi; rr - gi < nrows; rr += ngroups) {
             const bool live = rr < nrows && gi < ngroups;
             A acc = comb.init();
-            if (live) {
-              const uint4* v = reinterpret_cast<const uint4*>(tile + static_cast<int64_t>(rr) * r);
-              for (int i = lane; i < nvec; i += G) {
-                A e[VE];
-                unpack16<T>(v[i], e);
-#pragma unroll
-                for (int j = 0; j < VE; ++j) acc = sc(acc, e[j]);
-              }
-            }
+            if (live) fold_vectors<T>(tile + static_cast<int64_t>(rr) * r, nvec, lane, G, acc, sc);
             for (int o = 16; o > 0; o >>= 1) acc = sc(acc, __shfl_xor_sync(0xffffffffu, acc, o));
             if (team.rank % 32 == 0) scratch[warp] = acc;
             engine::team_sync(team);
@@ -217,21 +214,12 @@ __global__ void __launch_bounds__(kReduceThreads)
         return;
       }
       if (pl.vec_rows) {
-        constexpr int VE = 16 / esz;
-        const int nvec = r / VE;
+        const int nvec = r / (16 / esz);
         with_static_combine<A>(op, [&](auto sc) {
           for (int rr = gi; rr - gi < nrows; rr += ngroups) {
             const bool live = rr < nrows && gi < ngroups;
             A acc = comb.init();
-            if (live) {
-              const uint4* v = reinterpret_cast<const uint4*>(tile + static_cast<int64_t>(rr) * r);
-              for (int i = lane; i < nvec; i += G) {
-                A e[VE];
-                unpack16<T>(v[i], e);
-#pragma unroll
-                for (int j = 0; j < VE; ++j) acc = sc(acc, e[j]);
-              }
-            }
+            if (live) fold_vectors<T>(tile + static_cast<int64_t>(rr) * r, nvec, lane, G, acc, sc);
             for (int o = G / 2; o > 0; o >>= 1) acc = sc(acc, __shfl_xor_sync(0xffffffffu, acc, o, G));
             if (live && lane == 0) store_out(out, od, row0 + rr, finalize(op, acc, pl.r));
           }

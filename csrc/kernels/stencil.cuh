@@ -848,11 +848,20 @@ inline void choose_mma(StencilGeom& g, const StencilParams& p, const DeviceInfo&
 // Register budgets: Row kernels 85 (three blocks per SM: 1-D signals stream); Box kernels 128
 // (two blocks: a 9-wide pass keeps 27 weights and up to 8 x 4 accumulators live), fp64 Box
 // kernels all they need (one block; their 9-wide passes would spill at 128).
-template <typename T, bool Box>
-constexpr int stencil_min_blocks() { return !Box ? 3 : sizeof(T) == 8 ? 1 : 2; }
+// Narrow kernels (Box only, NarrowTH > 0) compile the fixed 3x3 consumer alone, in items of
+// NarrowTH rows, at 80 registers: three blocks per SM instead of two. ncu of the 3x3 box at
+// 8192^2 fp32 (H200, primitives/2, eleventh run): DRAM reads exactly the input (the halos hit
+// L2), 24% of warps active, barrier stalls on top; no tile shape (8-64 rows x 128-512 columns),
+// stage count or grid moved it below ~0.143 ms. With 8-row items the narrow kernel spilled (76
+// bytes) and lost (fp32 0.149 -> 0.170 ms); with 4-row items it has no spills: fp16/bf16 3x3
+// and 5-point 0.080 -> 0.076 ms (tma/2; 0.82 -> 0.87x of copy_), fp32 0.149 -> 0.146
+// (primitives/2). BENCHMARKS.md, eleventh run.
+constexpr int kNarrowTH = 4;
+template <typename T, bool Box, int NarrowTH = 0>
+constexpr int stencil_min_blocks() { return !Box ? 3 : NarrowTH > 0 ? 3 : sizeof(T) == 8 ? 1 : 2; }
 
-template <engine::Mechanism M, int S, typename T, bool Box>
-__global__ void __launch_bounds__(kStencilThreads, stencil_min_blocks<T, Box>())
+template <engine::Mechanism M, int S, typename T, bool Box, int NarrowTH = 0>
+__global__ void __launch_bounds__(kStencilThreads, stencil_min_blocks<T, Box, NarrowTH>())
     stencil_kernel(const T* __restrict__ x, T* __restrict__ out, const acc_t<T>* __restrict__ weights,
                    StencilGeom g, Boundary boundary, const __grid_constant__ CUtensorMap tmap) {
   using A = acc_t<T>;
@@ -873,7 +882,7 @@ __global__ void __launch_bounds__(kStencilThreads, stencil_min_blocks<T, Box>())
   // loads leave unwritten that its 16-byte runs read and multiply by zero weights (finite, they
   // add nothing; left as they were, a NaN there would send units to the exact path).
   // (Nothing of it stays in registers across the ring: the kernels are at their register budget.)
-  if constexpr (sizeof(T) == 2 && Box) {
+  if constexpr (sizeof(T) == 2 && Box && NarrowTH == 0) {
     if (g.fixed == StencilFixed::Mma) {
       build_mma_fragments<T>(w_s, kh, kw, g.kw_pad, g.mma_a,
                              reinterpret_cast<uint2*>(smem + static_cast<int64_t>(S) * g.stage_bytes + g.weight_bytes),
@@ -893,28 +902,36 @@ __global__ void __launch_bounds__(kStencilThreads, stencil_min_blocks<T, Box>())
 
   const ConsumerGeom cg{g.ny, g.nx, kh, kw, g.kw_pad, g.pitch, g.hdr_bytes, g.items, g.cols_log2};
   auto consume = [&](const char* stage, int64_t, engine::Team team) {
-    if constexpr (sizeof(T) == 2 && Box) {
-      if (g.fixed == StencilFixed::Mma) {
-        const MmaGeom mg{g.ny, g.nx, kh, kw, g.kw_pad, g.pitch, g.hdr_bytes, g.tile_h, g.cols_log2 - 5, g.mma_a};
-        const uint32_t ws = static_cast<uint32_t>(__cvta_generic_to_shared(w_s));
-        consume_tile_mma<T, 4>(static_cast<uint32_t>(__cvta_generic_to_shared(stage)),
-                            ws + static_cast<uint32_t>(g.weight_bytes), ws, mg, out, team.rank, team.size);
-        return;
-      }
-    }
-    if (g.fixed != StencilFixed::None) {
-      consume_fixed<T, Box>(g.fixed, static_cast<uint32_t>(__cvta_generic_to_shared(stage)),
-                       static_cast<uint32_t>(__cvta_generic_to_shared(w_s)), cg, out, team.rank, team.size);
-    } else if constexpr (!Box) {
-      consume_tile<T, RowBlocking>(stage, w_s, cg, out, team.rank, team.size);
+    if constexpr (NarrowTH > 0) {  // the launcher's precondition: g.fixed == Box3x3
+      ConsumerGeom ng = cg;
+      ng.items = cg.items * (BoxBlocking<3>::TH / NarrowTH);  // the same tile in items of NarrowTH rows
+      consume_tile_fixed<T, NarrowTH, 3, 3>(static_cast<uint32_t>(__cvta_generic_to_shared(stage)),
+                                            static_cast<uint32_t>(__cvta_generic_to_shared(w_s)), ng, out, team.rank,
+                                            team.size);
     } else {
-      const uint32_t st = static_cast<uint32_t>(__cvta_generic_to_shared(stage));
-      const uint32_t ws = static_cast<uint32_t>(__cvta_generic_to_shared(w_s));
-      switch (g.blocking) {
-        case StencilBlocking::Box1: consume_box_tile<T, 1>(st, ws, cg, out, team.rank, team.size); break;
-        case StencilBlocking::Box3: consume_box_tile<T, 3>(st, ws, cg, out, team.rank, team.size); break;
-        case StencilBlocking::Box5: consume_box_tile<T, 5>(st, ws, cg, out, team.rank, team.size); break;
-        default: consume_box_tile<T, 9>(st, ws, cg, out, team.rank, team.size); break;
+      if constexpr (sizeof(T) == 2 && Box) {
+        if (g.fixed == StencilFixed::Mma) {
+          const MmaGeom mg{g.ny, g.nx, kh, kw, g.kw_pad, g.pitch, g.hdr_bytes, g.tile_h, g.cols_log2 - 5, g.mma_a};
+          const uint32_t ws = static_cast<uint32_t>(__cvta_generic_to_shared(w_s));
+          consume_tile_mma<T, 4>(static_cast<uint32_t>(__cvta_generic_to_shared(stage)),
+                              ws + static_cast<uint32_t>(g.weight_bytes), ws, mg, out, team.rank, team.size);
+          return;
+        }
+      }
+      if (g.fixed != StencilFixed::None) {
+        consume_fixed<T, Box>(g.fixed, static_cast<uint32_t>(__cvta_generic_to_shared(stage)),
+                         static_cast<uint32_t>(__cvta_generic_to_shared(w_s)), cg, out, team.rank, team.size);
+      } else if constexpr (!Box) {
+        consume_tile<T, RowBlocking>(stage, w_s, cg, out, team.rank, team.size);
+      } else {
+        const uint32_t st = static_cast<uint32_t>(__cvta_generic_to_shared(stage));
+        const uint32_t ws = static_cast<uint32_t>(__cvta_generic_to_shared(w_s));
+        switch (g.blocking) {
+          case StencilBlocking::Box1: consume_box_tile<T, 1>(st, ws, cg, out, team.rank, team.size); break;
+          case StencilBlocking::Box3: consume_box_tile<T, 3>(st, ws, cg, out, team.rank, team.size); break;
+          case StencilBlocking::Box5: consume_box_tile<T, 5>(st, ws, cg, out, team.rank, team.size); break;
+          default: consume_box_tile<T, 9>(st, ws, cg, out, team.rank, team.size); break;
+        }
       }
     }
   };
@@ -965,8 +982,21 @@ void launch_stencil_mechanism(const StencilParams& p) {
             static_cast<const T*>(p.x), static_cast<T*>(p.out), static_cast<const A*>(p.weights), g, p.boundary, tmap);
         CUPIPE_LAUNCH_CHECK();
       };
-      if (g.blocking == StencilBlocking::Row) launch(stencil_kernel<M, S, T, false>);
-      else launch(stencil_kernel<M, S, T, true>);
+      if (g.blocking == StencilBlocking::Row) {
+        launch(stencil_kernel<M, S, T, false>);
+        return;
+      }
+      // The fixed 3x3 consumer in a kernel of its own (three blocks per SM; see
+      // stencil_min_blocks), for one or two stages: deeper rings do not fit three blocks' shared
+      // memory at the 64 x 128 tile, so they keep the general kernel (and the instantiations stay
+      // few). fp64 keeps its one-block kernel.
+      if constexpr (S <= 2 && sizeof(T) <= 4) {
+        if (g.fixed == StencilFixed::Box3x3) {
+          launch(stencil_kernel<M, S, T, true, kNarrowTH>);
+          return;
+        }
+      }
+      launch(stencil_kernel<M, S, T, true>);
     });
   });
 }
