@@ -301,10 +301,13 @@ _STENCIL_REASONS = {
                     "and primitives/2's 0.764-0.815 (H200, BENCHMARKS.md, fourth run); fp32 runs "
                     "about two tiles per block (0.543 ms against 0.571 with one wave of persistent "
                     "blocks, sixth run)",
-    ("tma", 2): "on sm_90, 2-D boxes of 2-byte types and fp32 boxes wider than 5, whose rows are "
-                "whole 16-byte multiples from an aligned pointer: tma with 2 stages moves each tile "
-                "as one tensor-map box (fp16 8192^2 3x3 0.083 ms against primitives/2's 0.112, "
-                "fp32 9x9 0.344 against 0.380; H200, BENCHMARKS.md, sixth run)",
+    ("tma", 2): "on sm_90, 2-D boxes of 2-byte types, fp32 3x3 and 5x5 boxes and fp32 boxes "
+                "wider than 5, whose rows are whole 16-byte multiples from an aligned pointer: tma "
+                "with 2 stages moves each tile as one tensor-map box (fp16 8192^2 3x3 0.083 ms "
+                "against primitives/2's 0.112, fp32 9x9 0.344 against 0.380; H200, BENCHMARKS.md, "
+                "sixth run); fp32 3x3 and 5x5 run their fixed consumers in 128-thread blocks, one "
+                "and two tiles per block (8192^2 0.142 and 0.1435 ms against primitives/2's 0.146 "
+                "and 0.152, twelfth run)",
     ("specialized", 2): "on sm_90, 2-byte signals along the last dim: specialized (one producer "
                         "warp, the other warps consume) with 2 stages; fp16 2^28 r=4 0.406-0.430 ms "
                         "against barrier/2's 0.462-0.537 (H200, BENCHMARKS.md, fourth run; fifth "
@@ -313,8 +316,9 @@ _STENCIL_REASONS = {
                        "sm_90 (fp32 8192^2 3x3 0.157 ms against specialized/2's 0.169, 5x5 0.156 "
                        "against 0.190; fp16 3x3 0.127 against 0.205; H200, BENCHMARKS.md, fifth "
                        "run), stencils along a strided dim, and GPUs before sm_90 (not measured per "
-                       "shape there); fp32 3x3 and 5-point boxes run about two tiles per block "
-                       "(0.145-0.147 ms against 0.151-0.152 with one wave, sixth run)",
+                       "shape there); fp32 3x3 and 5-point boxes whose rows are not whole 16-byte "
+                       "multiples run about two tiles per block (8192^2 0.145-0.147 ms against "
+                       "0.151-0.152 with one wave, sixth run)",
 }
 _TABLE_REASONS = {
     ("stream_copy", "sync", 1): "measured on an H200 (BENCHMARKS.md, 2026-11-23, eighth run): with "

@@ -249,8 +249,9 @@ def test_stencil2d_odd_planes(device, shape, boundary, dtype):
 # plane's rows are a multiple of 16 bytes and the data pointer is aligned; otherwise (an odd
 # storage offset) the general consumer. Both must agree with the reference, on planes with
 # partial items (rows not a multiple of 8, columns not a multiple of a tile), on planes
-# shorter or narrower than one tile, and on planes with interior tiles (64 x 128 outputs for
-# fp32: (2, 150, 384) has them for 3x3 and 5x5). Outputs come from poisoned memory.
+# shorter or narrower than one tile, and on planes with interior tiles (64 x 128 outputs, or 32 x
+# 128 in the fp32 narrow kernels' 128-thread blocks: (2, 150, 384) has them for 3x3 and 5x5).
+# Outputs come from poisoned memory.
 FIXED_PLANES = [(37, 96), (2, 70, 200), (8, 128), (3, 1, 1024),
                 (2, 150, 384)]  # interior tiles (no boundary row or column in their window) too
 FIXED_WEIGHTS = [(3, 3), (5, 5), (9, 9)]

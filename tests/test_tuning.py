@@ -287,9 +287,9 @@ def test_explain_on_a_gpu_table_and_cache(fake_gpu, monkeypatch):
 @needs_table
 def test_stencil_table_depends_on_the_radii_and_dtype(fake_gpu, monkeypatch):
     """On sm_90 (measured): along the last dim only (ry = 0) barrier/2, or specialized/2 for 2-byte
-    types; 2-D boxes of 2-byte types and fp32 boxes wider than 5 on rows of 16-byte multiples
-    tma/2; other 2-D boxes, a strided dim and older GPUs primitives/2. explain derives (ry, rx,
-    esz, rows16) like the kernels."""
+    types; 2-D boxes of 2-byte types, fp32 3x3 and 5x5 boxes and fp32 boxes wider than 5 on rows
+    of 16-byte multiples tma/2; other 2-D boxes, a strided dim and older GPUs primitives/2.
+    explain derives (ry, rx, esz, rows16) like the kernels."""
     rc = cupipe._C.resolve_config
     assert rc("stencil1d", 90, "auto", 0, 0, ry=0, rx=4)[:2] == ("barrier", 2)
     assert rc("stencil1d", 90, "auto", 0, 0, ry=0, rx=4, esz=8)[:2] == ("barrier", 2)
@@ -299,10 +299,13 @@ def test_stencil_table_depends_on_the_radii_and_dtype(fake_gpu, monkeypatch):
     assert rc("stencil2d", 90, "auto", 0, 0, ry=1, rx=1)[:2] == ("primitives", 2)
     assert rc("stencil2d", 90, "auto", 0, 0, ry=1, rx=1, esz=2)[:2] == ("primitives", 2)  # rows16 unknown
     # Rows of whole 16-byte multiples from an aligned pointer: tma's tensor-map tiles for 2-byte
-    # types and for fp32 boxes wider than 5; fp32 3x3 and 5x5 stay on primitives.
+    # types, for the fp32 3x3 and 5x5 boxes (the narrow kernels) and for fp32 boxes wider than 5;
+    # other fp32 shapes (3 x 5) stay on primitives.
     assert rc("stencil2d", 90, "auto", 0, 0, ry=1, rx=1, esz=2, rows16=True)[:2] == ("tma", 2)
     assert rc("stencil2d", 90, "auto", 0, 0, ry=4, rx=4, esz=4, rows16=True)[:2] == ("tma", 2)
-    assert rc("stencil2d", 90, "auto", 0, 0, ry=2, rx=2, esz=4, rows16=True)[:2] == ("primitives", 2)
+    assert rc("stencil2d", 90, "auto", 0, 0, ry=1, rx=1, esz=4, rows16=True)[:2] == ("tma", 2)
+    assert rc("stencil2d", 90, "auto", 0, 0, ry=2, rx=2, esz=4, rows16=True)[:2] == ("tma", 2)
+    assert rc("stencil2d", 90, "auto", 0, 0, ry=1, rx=2, esz=4, rows16=True)[:2] == ("primitives", 2)
     assert rc("stencil2d", 90, "auto", 0, 0, ry=4, rx=4, esz=8, rows16=True)[:2] == ("primitives", 2)
     assert rc("stencil2d", 80, "auto", 0, 0, ry=1, rx=1, esz=2, rows16=True)[:2] == ("primitives", 2)
     assert rc("stencil2d", 80, "auto", 0, 0, ry=1, rx=1)[:2] == ("primitives", 2)
@@ -331,7 +334,9 @@ def test_stencil_table_depends_on_the_radii_and_dtype(fake_gpu, monkeypatch):
     e = cupipe.explain("stencil1d", sig.half(), torch.empty(9, device="cuda"))
     assert (e.mechanism, e.stages) == ("specialized", 2) and "fp16" in e.reason
     e = cupipe.explain("stencil2d", torch.empty(64, 64, device="cuda"), torch.empty(3, 3, device="cuda"))
-    assert (e.mechanism, e.stages) == ("primitives", 2) and "3x3" in e.reason
+    assert (e.mechanism, e.stages) == ("tma", 2) and "fp32 3x3" in e.reason
+    e = cupipe.explain("stencil2d", torch.empty(64, 63, device="cuda"), torch.empty(3, 3, device="cuda"))
+    assert (e.mechanism, e.stages) == ("primitives", 2) and "3x3" in e.reason  # 252-byte rows
     e = cupipe.explain("stencil1d", torch.empty(64, 64, device="cuda"), torch.empty(9, device="cuda"), dim=0)
     assert (e.mechanism, e.stages) == ("primitives", 2) and "strided" in e.reason
 
@@ -403,7 +408,7 @@ def test_tune_search_logic_on_cpu(cache, monkeypatch):
                      timer=timer, mechanisms=["sync", "cg", "tma"], stage_counts=(1, 2),
                      vec_widths=(16,), save=True, verbose=False)
     assert (r["mechanism"], r["stages"], r["ms"], r["table_ms"]) == ("cg", 1, 1.5, 5.0)
-    assert r["table_config"] == "primitives/2"  # the sm_90 table for a 2-D fp32 box
+    assert r["table_config"] == "tma/2"  # the sm_90 table for a 2-D fp32 3x3 box on 64-byte rows
     bad = [c for c in r["results"] if c["ms"] is None]
     assert [(c["mechanism"], c["stages"]) for c in bad] == [("cg", 2)]
     key = _key("stencil2d", (16, 16), radius=(1, 1))

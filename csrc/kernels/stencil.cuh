@@ -848,20 +848,53 @@ inline void choose_mma(StencilGeom& g, const StencilParams& p, const DeviceInfo&
 // Register budgets: Row kernels 85 (three blocks per SM: 1-D signals stream); Box kernels 128
 // (two blocks: a 9-wide pass keeps 27 weights and up to 8 x 4 accumulators live), fp64 Box
 // kernels all they need (one block; their 9-wide passes would spill at 128).
-// Narrow kernels (Box only, NarrowTH > 0) compile the fixed 3x3 consumer alone, in items of
-// NarrowTH rows, at 80 registers: three blocks per SM instead of two. ncu of the 3x3 box at
-// 8192^2 fp32 (H200, primitives/2, eleventh run): DRAM reads exactly the input (the halos hit
-// L2), 24% of warps active, barrier stalls on top; no tile shape (8-64 rows x 128-512 columns),
-// stage count or grid moved it below ~0.143 ms. With 8-row items the narrow kernel spilled (76
-// bytes) and lost (fp32 0.149 -> 0.170 ms); with 4-row items it has no spills: fp16/bf16 3x3
-// and 5-point 0.080 -> 0.076 ms (tma/2; 0.82 -> 0.87x of copy_), fp32 0.149 -> 0.146
-// (primitives/2). BENCHMARKS.md, eleventh run.
+// Narrow kernels (Box only, NarrowK = 3 or 5) compile one fixed K x K consumer alone, in items of
+// kNarrowTH rows: the 3x3 at 80 registers, the 5x5 at 102. ncu of the 3x3 box at 8192^2 fp32
+// (H200, primitives/2, eleventh run): DRAM reads exactly the input (the halos hit L2), 24% of
+// warps active, barrier stalls on top. With 8-row items the narrow 3x3 spilled (76 bytes) and
+// lost (fp32 0.149 -> 0.170 ms); with 4-row items it has no spills: fp16/bf16 3x3 and 5-point
+// 0.080 -> 0.076 ms (tma/2), fp32 0.149 -> 0.146 (primitives/2). BENCHMARKS.md, eleventh run.
+// Their block size (scripts/probe_stencil_blocks.cu, H200, twelfth run, 8192^2, ms): 4-byte
+// types run 128-thread blocks on 32-row tiles, six (3x3) or five (5x5) blocks per SM: fp32 3x3
+// tma with one tile per block 0.1415-0.1417 against 0.1428-0.1433 at 256 threads (0.90 -> 0.91x
+// of cudaMemcpyAsync), fp32 5x5 tma, two tiles per block, narrow at 128 threads 0.1435 against
+// the general kernel's 0.1474-0.1498 (0.86 -> 0.90x). 2-byte types keep 256 threads: fp16 3x3
+// tma/2 0.0772 against 0.0786-0.0797 at 128, and their 5x5 keeps the general kernel (its
+// consumer, not the block size, bounds it: 0.108-0.110 ms at any size).
 constexpr int kNarrowTH = 4;
-template <typename T, bool Box, int NarrowTH = 0>
-constexpr int stencil_min_blocks() { return !Box ? 3 : NarrowTH > 0 ? 3 : sizeof(T) == 8 ? 1 : 2; }
+// Resident warps per SM each kernel is compiled for (the register budget: 65536 / (32 x warps)
+// registers per thread): Row 24 (85), narrow 3x3 24 (80), narrow 5x5 20 (102), Box 16 (128),
+// fp64 Box 8 (all they need).
+template <typename T, bool Box, int NarrowK = 0>
+constexpr int stencil_min_warps() {
+  return !Box ? 24 : NarrowK == 3 ? 24 : NarrowK == 5 ? 20 : sizeof(T) == 8 ? 8 : 16;
+}
+template <typename T, bool Box, int NarrowK = 0, int Threads = kStencilThreads>
+constexpr int stencil_min_blocks() {
+  return std::max(1, stencil_min_warps<T, Box, NarrowK>() / (Threads / 32));
+}
+// The narrow kernels' block size (see above).
+template <typename T>
+constexpr int narrow_threads() { return sizeof(T) == 4 ? 128 : kStencilThreads; }
+// The narrow kernel for a box the launcher found a fixed consumer for: K, or 0 for none. One or
+// two stages (deeper rings do not fit the narrow kernels' blocks per SM at these tiles, so they
+// keep the general kernel, and the instantiations stay few); 3x3 for 2- and 4-byte types, 5x5 for
+// fp32 (the 2-byte 5x5 gains nothing); fp64 keeps its one-block kernel.
+template <typename T>
+int narrow_box(StencilFixed f, int stages) {
+  if (stages > 2 || sizeof(T) > 4) return 0;
+  if (f == StencilFixed::Box3x3) return 3;
+  if (f == StencilFixed::Box5x5 && std::is_same_v<T, float>) return 5;
+  return 0;
+}
 
-template <engine::Mechanism M, int S, typename T, bool Box, int NarrowTH = 0>
-__global__ void __launch_bounds__(kStencilThreads, stencil_min_blocks<T, Box, NarrowTH>())
+// NarrowK (Box only): 0, the general kernel; 3 or 5, the fixed K x K consumer alone in items of
+// kNarrowTH rows (the launcher's precondition: g.fixed is that box). Threads: the block size
+// (the launcher's: narrow_threads for narrow kernels, else kStencilThreads; the probe compares
+// others).
+template <engine::Mechanism M, int S, typename T, bool Box, int NarrowK = 0,
+          int Threads = (NarrowK > 0 ? narrow_threads<T>() : kStencilThreads)>
+__global__ void __launch_bounds__(Threads, stencil_min_blocks<T, Box, NarrowK, Threads>())
     stencil_kernel(const T* __restrict__ x, T* __restrict__ out, const acc_t<T>* __restrict__ weights,
                    StencilGeom g, Boundary boundary, const __grid_constant__ CUtensorMap tmap) {
   using A = acc_t<T>;
@@ -882,7 +915,7 @@ __global__ void __launch_bounds__(kStencilThreads, stencil_min_blocks<T, Box, Na
   // loads leave unwritten that its 16-byte runs read and multiply by zero weights (finite, they
   // add nothing; left as they were, a NaN there would send units to the exact path).
   // (Nothing of it stays in registers across the ring: the kernels are at their register budget.)
-  if constexpr (sizeof(T) == 2 && Box && NarrowTH == 0) {
+  if constexpr (sizeof(T) == 2 && Box && NarrowK == 0) {
     if (g.fixed == StencilFixed::Mma) {
       build_mma_fragments<T>(w_s, kh, kw, g.kw_pad, g.mma_a,
                              reinterpret_cast<uint2*>(smem + static_cast<int64_t>(S) * g.stage_bytes + g.weight_bytes),
@@ -902,10 +935,11 @@ __global__ void __launch_bounds__(kStencilThreads, stencil_min_blocks<T, Box, Na
 
   const ConsumerGeom cg{g.ny, g.nx, kh, kw, g.kw_pad, g.pitch, g.hdr_bytes, g.items, g.cols_log2};
   auto consume = [&](const char* stage, int64_t, engine::Team team) {
-    if constexpr (NarrowTH > 0) {  // the launcher's precondition: g.fixed == Box3x3
+    if constexpr (NarrowK > 0) {
+      static_assert(BoxBlocking<3>::TH == BoxBlocking<5>::TH, "narrow items split the Box item");
       ConsumerGeom ng = cg;
-      ng.items = cg.items * (BoxBlocking<3>::TH / NarrowTH);  // the same tile in items of NarrowTH rows
-      consume_tile_fixed<T, NarrowTH, 3, 3>(static_cast<uint32_t>(__cvta_generic_to_shared(stage)),
+      ng.items = cg.items * (BoxBlocking<3>::TH / kNarrowTH);  // the same tile in items of kNarrowTH rows
+      consume_tile_fixed<T, kNarrowTH, NarrowK, NarrowK>(static_cast<uint32_t>(__cvta_generic_to_shared(stage)),
                                             static_cast<uint32_t>(__cvta_generic_to_shared(w_s)), ng, out, team.rank,
                                             team.size);
     } else {
@@ -948,11 +982,20 @@ void launch_stencil_mechanism(const StencilParams& p) {
       const DeviceInfo dev = device_info(current_device());
       constexpr bool kTma = M == engine::Mechanism::Tma;
       constexpr int64_t esz = sizeof(T);
-      StencilGeom g = make_stencil_geom(p, esz, sizeof(A), engine::consumer_threads(M, kStencilThreads),
-                                        dev.max_smem_optin - 1024, kTma ? 128 : 16);
+      const int64_t smem_budget = dev.max_smem_optin - 1024, align = kTma ? 128 : 16;
+      StencilGeom g = make_stencil_geom(p, esz, sizeof(A), engine::consumer_threads(M, kStencilThreads), smem_budget,
+                                        align);
       g.fixed = choose_fixed(g, p.x, esz);
-      if (g.fixed == StencilFixed::Box9x9 && !widen_weight_rows(g, S, dev.max_smem_optin - 1024))
-        g.fixed = StencilFixed::None;
+      // A narrow kernel of another block size tiles for its own consumer count (the fixed
+      // consumer's choice does not depend on the tile).
+      const int narrow = g.blocking == StencilBlocking::Row ? 0 : narrow_box<T>(g.fixed, S);
+      const int threads = narrow > 0 ? narrow_threads<T>() : kStencilThreads;
+      if (threads != kStencilThreads) {
+        const StencilFixed f = g.fixed;
+        g = make_stencil_geom(p, esz, sizeof(A), engine::consumer_threads(M, threads), smem_budget, align);
+        g.fixed = f;
+      }
+      if (g.fixed == StencilFixed::Box9x9 && !widen_weight_rows(g, S, smem_budget)) g.fixed = StencilFixed::None;
       // tma moves a 2-D tile as one tensor-map box when the map can describe the input: rows of
       // whole 16-byte multiples from a 16-byte aligned pointer, boxes of at most 256 x 256.
       CUtensorMap tmap{};
@@ -972,13 +1015,13 @@ void launch_stencil_mechanism(const StencilParams& p) {
         // With tiles_per_block, more blocks than one wave (the scheduler balances the SMs; see
         // resolve_stencil) except when SMs are to stay free: later waves would fill them.
         const int sms = std::max(1, dev.num_sms - std::max(0, p.free_sms));
-        int64_t grid = static_cast<int64_t>(sms) * blocks_per_sm(kernel, kStencilThreads, smem);
+        int64_t grid = static_cast<int64_t>(sms) * blocks_per_sm(kernel, threads, smem);
         if (p.blocks > 0) grid = p.blocks;
         else if (p.tiles_per_block > 0 && p.free_sms <= 0)
           grid = std::max(grid, (g.ntiles + p.tiles_per_block - 1) / p.tiles_per_block);
         if (grid > g.ntiles) grid = g.ntiles;
         if (grid < 1) grid = 1;
-        kernel<<<static_cast<unsigned>(grid), kStencilThreads, smem, reinterpret_cast<cudaStream_t>(p.stream)>>>(
+        kernel<<<static_cast<unsigned>(grid), threads, smem, reinterpret_cast<cudaStream_t>(p.stream)>>>(
             static_cast<const T*>(p.x), static_cast<T*>(p.out), static_cast<const A*>(p.weights), g, p.boundary, tmap);
         CUPIPE_LAUNCH_CHECK();
       };
@@ -986,14 +1029,17 @@ void launch_stencil_mechanism(const StencilParams& p) {
         launch(stencil_kernel<M, S, T, false>);
         return;
       }
-      // The fixed 3x3 consumer in a kernel of its own (three blocks per SM; see
-      // stencil_min_blocks), for one or two stages: deeper rings do not fit three blocks' shared
-      // memory at the 64 x 128 tile, so they keep the general kernel (and the instantiations stay
-      // few). fp64 keeps its one-block kernel.
+      // The fixed 3x3 and 5x5 consumers in kernels of their own (see narrow_box).
       if constexpr (S <= 2 && sizeof(T) <= 4) {
-        if (g.fixed == StencilFixed::Box3x3) {
-          launch(stencil_kernel<M, S, T, true, kNarrowTH>);
+        if (narrow == 3) {
+          launch(stencil_kernel<M, S, T, true, 3>);
           return;
+        }
+        if constexpr (std::is_same_v<T, float>) {
+          if (narrow == 5) {
+            launch(stencil_kernel<M, S, T, true, 5>);
+            return;
+          }
         }
       }
       launch(stencil_kernel<M, S, T, true>);

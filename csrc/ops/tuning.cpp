@@ -69,6 +69,12 @@ CopyConfig resolve_stream_copy(const DeviceInfo& dev, MechanismArg mech, int64_t
 // against 0.380; fp32 3x3 0.153-0.157 against 0.151 and 5x5 0.153-0.169 against 0.159 (no
 // change worth a switch). Only where the box applies (rows16: rows of whole 16-byte multiples
 // from an aligned pointer); elsewhere tma copies row by row, two times slower than primitives.
+// The narrow kernels' 128-thread blocks (twelfth run, scripts/probe_stencil_blocks.cu, 8192^2
+// fp32, ms, against cudaMemcpyAsync's 0.1286-0.1288): 3x3 (and the 5-point star) tma/2 with one
+// tile per block 0.1416-0.1421 (0.91x), two 0.1427-0.1431, persistent 0.151, primitives/2 with two
+// 0.1444-0.1446; 5x5 tma/2 with two tiles per block 0.1435 (0.90x), one 0.1474, four 0.1456,
+// persistent 0.154, primitives/2 persistent 0.152. Where the tensor-map box does not apply (rows
+// not whole 16-byte multiples) the general kernel runs, as before.
 CopyConfig resolve_stencil(const DeviceInfo& dev, MechanismArg mech, int64_t stages, const StencilGeometry& g) {
   CopyConfig best;
   best.mechanism = engine::Mechanism::Primitives;
@@ -76,9 +82,14 @@ CopyConfig resolve_stencil(const DeviceInfo& dev, MechanismArg mech, int64_t sta
   if (dev.sm >= 90 && g.rx > 0 && g.ry == 0)
     best.mechanism = g.esz == 2 ? engine::Mechanism::Specialized : engine::Mechanism::Barrier;
   if (dev.sm >= 90 && g.esz == 4 && ((g.ry == 0 && g.rx > 0) || (g.ry == 1 && g.rx == 1))) best.tiles_per_block = 2;
-  if (dev.sm >= 90 && g.ry > 0 && g.rx > 0 && g.rows16 && (g.esz == 2 || (g.esz == 4 && g.rx > 2))) {
-    best.mechanism = engine::Mechanism::Tma;
-    best.tiles_per_block = 0;
+  if (dev.sm >= 90 && g.ry > 0 && g.rx > 0 && g.rows16) {
+    if (g.esz == 2 || (g.esz == 4 && g.rx > 2)) {
+      best.mechanism = engine::Mechanism::Tma;
+      best.tiles_per_block = 0;
+    } else if (g.esz == 4 && g.ry == g.rx) {  // 3x3 and 5x5: the narrow kernels
+      best.mechanism = engine::Mechanism::Tma;
+      best.tiles_per_block = g.rx == 1 ? 1 : 2;
+    }
   }
   return apply_explicit(best, mech, stages, 0);
 }

@@ -1,0 +1,250 @@
+// What the block size buys the fixed 3x3 and 5x5 stencil consumers, outside the torch extension:
+// cupipe's own kernel template (stencil.cuh), general (NarrowK 0) or narrow (the fixed consumer
+// alone, NarrowK = K), at 64, 128 and 256 threads per block (tiles of 16, 32 and 64 rows; the
+// same registers per thread, so more blocks per SM for smaller blocks) over stage counts and
+// tiles per block, on an 8192 x 8192 plane, against cudaMemcpyAsync of the same bytes in the
+// same run. Every configuration's output is compared
+// with a plain reference kernel (fp32 accumulation; tolerance in check()) and with the
+// launcher's configuration (256 threads, 2 stages) bit for bit (every variant adds a point's
+// products in the same order). Median of queued repetitions
+// (CUDA events between launches), fresh random data.
+//
+//   nvcc -O3 -std=c++17 -arch=sm_90a --expt-relaxed-constexpr -Icsrc -DPROBE_DTYPE=0 -DPROBE_MECH=Primitives \
+//        -o /tmp/probe_f32 scripts/probe_stencil_blocks.cu csrc/kernels/device_info.cu
+//   /tmp/probe_f32 [reps = 30]
+// PROBE_DTYPE: 0 fp32, 1 fp16. PROBE_MECH: Primitives or Tma (an engine::Mechanism enumerator).
+// PROBE_K: 3 or 5 (the box).
+#include <cuda_fp16.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <cstdlib>
+#include <vector>
+
+#include "kernels/stencil.cuh"
+
+#ifndef PROBE_DTYPE
+#define PROBE_DTYPE 0
+#endif
+#ifndef PROBE_K
+#define PROBE_K 3
+#endif
+#ifndef PROBE_MECH
+#define PROBE_MECH Primitives
+#endif
+
+using namespace cupipe;
+using namespace cupipe::kernels;
+
+#if PROBE_DTYPE == 0
+using T = float;
+constexpr DType kDType = DType::F32;
+#else
+using T = __half;
+constexpr DType kDType = DType::F16;
+#endif
+constexpr engine::Mechanism kMech = engine::Mechanism::PROBE_MECH;
+constexpr int K = PROBE_K, R = K / 2;
+// The launcher's kernel for the box: the narrow 3x3 kernel, the general kernel for 5x5.
+constexpr int kLauncherNarrow = K == 3 ? 3 : 0;
+
+__global__ void fill_random(T* p, int64_t n, uint32_t seed) {
+  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n; i += int64_t(gridDim.x) * blockDim.x) {
+    uint32_t h = static_cast<uint32_t>(i) * 2654435761u ^ seed;
+    h ^= h >> 15; h *= 2246822519u; h ^= h >> 13;
+    p[i] = static_cast<T>(static_cast<float>(h & 0xffffu) / 32768.0f - 1.0f);  // [-1, 1)
+  }
+}
+
+__global__ void fill_value(T* p, int64_t n, float v) {
+  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n; i += int64_t(gridDim.x) * blockDim.x)
+    p[i] = static_cast<T>(v);
+}
+
+// The K x K stencil with a zero boundary, one output per thread, fp32 accumulation.
+__global__ void reference_box(const T* x, float* out, const float* w, int ny, int nx) {
+  const int j = blockIdx.x * blockDim.x + threadIdx.x, i = blockIdx.y;
+  if (j >= nx) return;
+  float acc = 0.f;
+  for (int a = 0; a < K; ++a)
+    for (int c = 0; c < K; ++c) {
+      const int y = i + a - R, xx = j + c - R;
+      if (y >= 0 && y < ny && xx >= 0 && xx < nx) acc += w[a * K + c] * static_cast<float>(x[int64_t(y) * nx + xx]);
+    }
+  out[int64_t(i) * nx + j] = acc;
+}
+
+struct Buffers {
+  T* x;
+  T* out;
+  T* base;  // the launcher's configuration's output
+  float* ref;
+  float* w;
+  int64_t ny, nx;
+};
+
+template <int Threads, int S, int NarrowK>
+float run(const Buffers& b, int tiles_per_block, int reps, int* blocks_out, int64_t* grid_out) {
+  StencilParams p;
+  p.x = b.x; p.out = b.out; p.weights = b.w; p.dtype = kDType;
+  p.batch = 1; p.ny = b.ny; p.nx = b.nx; p.ry = R; p.rx = R; p.boundary = Boundary::Zero;
+  p.mechanism = kMech; p.stages = S;
+  const DeviceInfo dev = device_info(current_device());
+  constexpr bool kTma = kMech == engine::Mechanism::Tma;
+  StencilGeom g = make_stencil_geom(p, sizeof(T), sizeof(float), engine::consumer_threads(kMech, Threads),
+                                    dev.max_smem_optin - 1024, kTma ? 128 : 16);
+  g.fixed = choose_fixed(g, p.x, sizeof(T));
+  if (g.fixed != (K == 3 ? StencilFixed::Box3x3 : StencilFixed::Box5x5)) {
+    std::fprintf(stderr, "no fixed %dx%d consumer\n", K, K);
+    std::exit(1);
+  }
+  CUtensorMap tmap{};
+  g.tensor_tiles = kTma;
+  if (kTma) tmap = make_plane_map(p.x, p.dtype, sizeof(T), 1, p.ny, p.nx, g.pitch / sizeof(T), g.win_h);
+  auto kernel = stencil_kernel<kMech, S, T, true, NarrowK, Threads>;
+  const size_t smem = static_cast<size_t>(S) * g.stage_bytes + g.weight_bytes;
+  prepare_smem(kernel, smem, "probe");
+  const int bps = blocks_per_sm(kernel, Threads, smem);
+  int64_t grid = int64_t(dev.num_sms) * bps;
+  if (tiles_per_block > 0) grid = std::max(grid, (g.ntiles + tiles_per_block - 1) / tiles_per_block);
+  grid = std::min(grid, g.ntiles);
+  *blocks_out = bps;
+  *grid_out = grid;
+  auto launch = [&] {
+    kernel<<<static_cast<unsigned>(grid), Threads, smem>>>(b.x, b.out, b.w, g, Boundary::Zero, tmap);
+  };
+  std::vector<cudaEvent_t> ev(reps + 1);
+  for (auto& e : ev) CUPIPE_CUDA_CHECK(cudaEventCreate(&e));
+  launch();
+  CUPIPE_CUDA_CHECK(cudaGetLastError());
+  CUPIPE_CUDA_CHECK(cudaEventRecord(ev[0]));
+  for (int r = 0; r < reps; ++r) {
+    launch();
+    CUPIPE_CUDA_CHECK(cudaEventRecord(ev[r + 1]));
+  }
+  CUPIPE_CUDA_CHECK(cudaDeviceSynchronize());
+  std::vector<float> ms(reps);
+  for (int r = 0; r < reps; ++r) CUPIPE_CUDA_CHECK(cudaEventElapsedTime(&ms[r], ev[r], ev[r + 1]));
+  for (auto& e : ev) CUPIPE_CUDA_CHECK(cudaEventDestroy(e));
+  std::sort(ms.begin(), ms.end());
+  return ms[reps / 2];
+}
+
+__global__ void compare(const T* out, const T* base, const float* ref, int64_t n, float tol, unsigned long long* bad_ref,
+                        unsigned long long* bad_base) {
+  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n; i += int64_t(gridDim.x) * blockDim.x) {
+    const float o = static_cast<float>(out[i]);
+    if (!(fabsf(o - ref[i]) <= tol * (1.f + fabsf(ref[i])))) atomicAdd(bad_ref, 1ull);
+    if (base != nullptr) {
+      unsigned short a, c;
+      if (sizeof(T) == 2) {
+        a = reinterpret_cast<const unsigned short*>(out)[i];
+        c = reinterpret_cast<const unsigned short*>(base)[i];
+        if (a != c) atomicAdd(bad_base, 1ull);
+      } else if (reinterpret_cast<const unsigned*>(out)[i] != reinterpret_cast<const unsigned*>(base)[i]) {
+        atomicAdd(bad_base, 1ull);
+      }
+    }
+  }
+}
+
+// fp32: the reference's order of the K x K products differs from the consumer's (a few ulp); fp16:
+// plus the output's rounding (half an ulp of fp16, 2^-11 relative).
+constexpr float kTol = sizeof(T) == 4 ? 1e-5f : 1e-3f;
+
+void check(const Buffers& b, bool against_base, const char* what) {
+  unsigned long long* bad;
+  CUPIPE_CUDA_CHECK(cudaMalloc(&bad, 16));
+  CUPIPE_CUDA_CHECK(cudaMemset(bad, 0, 16));
+  compare<<<1024, 256>>>(b.out, against_base ? b.base : nullptr, b.ref, b.ny * b.nx, kTol, bad, bad + 1);
+  unsigned long long h[2];
+  CUPIPE_CUDA_CHECK(cudaMemcpy(h, bad, 16, cudaMemcpyDeviceToHost));
+  CUPIPE_CUDA_CHECK(cudaFree(bad));
+  if (h[0] != 0 || h[1] != 0) {
+    std::printf("FAIL %s: %llu outputs off the reference, %llu differ from the launcher's configuration\n", what, h[0],
+                h[1]);
+    std::exit(1);
+  }
+}
+
+int main(int argc, char** argv) {
+  const int reps = argc > 1 ? std::atoi(argv[1]) : 30;
+  Buffers b;
+  b.ny = b.nx = 8192;
+  const int64_t n = b.ny * b.nx;
+  CUPIPE_CUDA_CHECK(cudaMalloc(&b.x, n * sizeof(T)));
+  CUPIPE_CUDA_CHECK(cudaMalloc(&b.out, n * sizeof(T)));
+  CUPIPE_CUDA_CHECK(cudaMalloc(&b.base, n * sizeof(T)));
+  CUPIPE_CUDA_CHECK(cudaMalloc(&b.ref, n * sizeof(float)));
+  CUPIPE_CUDA_CHECK(cudaMalloc(&b.w, K * K * sizeof(float)));
+  fill_random<<<1024, 256>>>(b.x, n, 12345u);
+  float w[K * K];
+  for (int i = 0; i < K * K; ++i) w[i] = static_cast<float>((i * 37) % 17 - 8) / 64.0f;
+  CUPIPE_CUDA_CHECK(cudaMemcpy(b.w, w, sizeof(w), cudaMemcpyHostToDevice));
+  reference_box<<<dim3(static_cast<unsigned>(b.nx / 256), static_cast<unsigned>(b.ny)), 256>>>(b.x, b.ref, b.w,
+                                                                                            int(b.ny), int(b.nx));
+  CUPIPE_CUDA_CHECK(cudaGetLastError());
+
+  // cudaMemcpyAsync of the same bytes (the suite's copy_), median of the same repetitions.
+  float copy_ms;
+  {
+    std::vector<cudaEvent_t> ev(reps + 1);
+    for (auto& e : ev) CUPIPE_CUDA_CHECK(cudaEventCreate(&e));
+    CUPIPE_CUDA_CHECK(cudaMemcpyAsync(b.base, b.x, n * sizeof(T), cudaMemcpyDeviceToDevice));
+    CUPIPE_CUDA_CHECK(cudaEventRecord(ev[0]));
+    for (int r = 0; r < reps; ++r) {
+      CUPIPE_CUDA_CHECK(cudaMemcpyAsync(b.base, b.x, n * sizeof(T), cudaMemcpyDeviceToDevice));
+      CUPIPE_CUDA_CHECK(cudaEventRecord(ev[r + 1]));
+    }
+    CUPIPE_CUDA_CHECK(cudaDeviceSynchronize());
+    std::vector<float> ms(reps);
+    for (int r = 0; r < reps; ++r) CUPIPE_CUDA_CHECK(cudaEventElapsedTime(&ms[r], ev[r], ev[r + 1]));
+    std::sort(ms.begin(), ms.end());
+    copy_ms = ms[reps / 2];
+  }
+
+  int bps;
+  int64_t grid;
+  const float poison = sizeof(T) == 4 ? 1e30f : 60000.f;
+  // The launcher's configuration first: its output is the bit-for-bit baseline.
+  fill_value<<<1024, 256>>>(b.out, n, poison);
+  const float base_ms = run<256, 2, kLauncherNarrow>(b, 2, reps, &bps, &grid);
+  check(b, false, "the launcher's kernel");
+  CUPIPE_CUDA_CHECK(cudaMemcpy(b.base, b.out, n * sizeof(T), cudaMemcpyDeviceToDevice));
+  std::printf("%s %dx%d 8192^2, %s; cudaMemcpyAsync %.4f ms; the launcher's kernel (%s, 256 threads, 2 stages, 2 "
+              "tiles per block) %.4f ms = %.3fx of the copy\n",
+              sizeof(T) == 4 ? "fp32" : "fp16", K, K, engine::mechanism_name(kMech), copy_ms,
+              kLauncherNarrow ? "narrow" : "general", base_ms, copy_ms / base_ms);
+  std::printf("%8s %8s %6s %10s %8s %8s %9s %8s\n", "kernel", "threads", "stages", "tiles/blk", "blk/SM", "grid", "ms",
+              "x copy");
+  auto row = [&](int narrow, int threads, int stages, int tpb, float ms) {
+    std::printf("%8s %8d %6d %10d %8d %8lld %9.4f %8.3f\n", narrow ? "narrow" : "general", threads, stages, tpb, bps,
+                static_cast<long long>(grid), ms, copy_ms / ms);
+  };
+  auto sweep = [&](auto narrow_c, auto threads_c, auto stages_c) {
+    constexpr int N = decltype(narrow_c)::value, Th = decltype(threads_c)::value, S = decltype(stages_c)::value;
+    for (int tpb : {1, 2, 4, 0}) {
+      fill_value<<<1024, 256>>>(b.out, n, poison);
+      const float ms = run<Th, S, N>(b, tpb, reps, &bps, &grid);
+      check(b, true, "a configuration");
+      row(N, Th, S, tpb, ms);
+    }
+  };
+  constexpr int kNarrow = K;
+  sweep(int_c<kNarrow>{}, int_c<256>{}, int_c<1>{});
+  sweep(int_c<kNarrow>{}, int_c<256>{}, int_c<2>{});
+  sweep(int_c<kNarrow>{}, int_c<128>{}, int_c<1>{});
+  sweep(int_c<kNarrow>{}, int_c<128>{}, int_c<2>{});
+  sweep(int_c<kNarrow>{}, int_c<64>{}, int_c<1>{});
+  sweep(int_c<kNarrow>{}, int_c<64>{}, int_c<2>{});
+  if constexpr (K == 5) {
+    sweep(int_c<0>{}, int_c<256>{}, int_c<1>{});
+    sweep(int_c<0>{}, int_c<256>{}, int_c<2>{});
+    sweep(int_c<0>{}, int_c<128>{}, int_c<1>{});
+    sweep(int_c<0>{}, int_c<128>{}, int_c<2>{});
+  }
+  // The launcher's configuration again: the run's drift.
+  const float again = run<256, 2, kLauncherNarrow>(b, 2, reps, &bps, &grid);
+  std::printf("launcher's configuration again %.4f ms = %.3fx\n", again, copy_ms / again);
+  return 0;
+}
