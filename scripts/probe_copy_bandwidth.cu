@@ -175,6 +175,27 @@ __global__ void __launch_bounds__(256) copy_staged(const float4* __restrict__ s,
   }
 }
 
+// The same staging with a run of `per` consecutive tiles per block (tiles b * per ... b * per +
+// per - 1) instead of tiles gridDim.x apart: one address window for the whole grid, not `per`.
+// Own: each thread stores what it loaded (no barrier needed between the halves, kept anyway).
+template <int U, bool Own>
+__global__ void __launch_bounds__(256) copy_staged_runs(const float4* __restrict__ s, float4* __restrict__ d,
+                                                        int64_t ntiles, int per) {
+  __shared__ float4 buf[256 * U];
+  for (int64_t t = blockIdx.x * int64_t(per); t < min(ntiles, (blockIdx.x + 1) * int64_t(per)); ++t) {
+    const float4* src = s + t * 256 * U;
+#pragma unroll
+    for (int u = 0; u < U; ++u) buf[u * 256 + threadIdx.x] = src[u * 256 + threadIdx.x];
+    __syncthreads();
+#pragma unroll
+    for (int u = 0; u < U; ++u) {
+      const int i = u * 256 + (Own ? threadIdx.x : (threadIdx.x ^ 32));
+      d[t * 256 * U + i] = buf[i];
+    }
+    __syncthreads();
+  }
+}
+
 // One bulk tile per block and round (one thread: global -> shared on an mbarrier, shared -> global).
 __global__ void __launch_bounds__(32) copy_bulk_single(const char* __restrict__ src, char* __restrict__ dst,
                                                        int64_t ntiles, int tile) {
@@ -289,6 +310,16 @@ int main(int argc, char** argv) {
       run_copy(name, [&] { copy_bulk_single<<<g, 32, tile>>>(reinterpret_cast<const char*>(s), reinterpret_cast<char*>(d), nt, tile); });
     }
   }
+  for (int per : {1, 2, 4}) {
+    char name[96];
+    std::snprintf(name, sizeof name, "staged LDG/STS 8K, runs of %d", per);
+    run_copy(name, [&] { copy_staged_runs<2, false><<<(n4 / 512 + per - 1) / per, 256>>>(s4, d4, n4 / 512, per); });
+    std::snprintf(name, sizeof name, "staged LDG/STS 8K, runs of %d, own", per);
+    run_copy(name, [&] { copy_staged_runs<2, true><<<(n4 / 512 + per - 1) / per, 256>>>(s4, d4, n4 / 512, per); });
+    std::snprintf(name, sizeof name, "staged LDG/STS 4K, runs of %d", per);
+    run_copy(name, [&] { copy_staged_runs<1, false><<<(n4 / 256 + per - 1) / per, 256>>>(s4, d4, n4 / 256, per); });
+  }
+  run_copy("cudaMemcpyAsync (again)", [&] { CHECK(cudaMemcpyAsync(d, s, bytes, cudaMemcpyDeviceToDevice)); });
   run_copy("plain 1x16B/thread (again)", [&] { copy_plain<1, false><<<(n4 + 255) / 256, 256>>>(s4, d4, n4); });
   if (std::getenv("PROBE_RINGS") != nullptr) {  // the bulk-copy ring over its whole grid
     for (int hint = 0; hint < 3; ++hint) {

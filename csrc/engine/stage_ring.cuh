@@ -6,6 +6,11 @@
 //   load(writer, k)          issue the copies of the block's k-th tile: writer.copy(dst, src, n)
 //                            for each segment (dst inside writer.stage)
 //   consume(stage, k, team)  use the landed tile; team = {rank, size} of the consuming threads
+//   ready()                  optional: the kernel's own set-up (a stencil's weights into shared
+//                            memory), run once by every thread of a block that has tiles, after
+//                            its first tile's copies are issued and before the first wait, so
+//                            that the set-up's own memory latency overlaps them. It must end in
+//                            a block-wide barrier if the consumers read what it writes.
 //
 // Unified (all threads produce and consume), Stages > 1:
 //
@@ -66,8 +71,12 @@ struct StageWriter {
   }
 };
 
-template <class Ring, class Load, class Consume>
-CUPIPE_DEVICE void run_unified(Ring& ring, int64_t ntiles, Load&& load, Consume&& consume) {
+struct NoSetup {
+  CUPIPE_DEVICE void operator()() const {}
+};
+
+template <class Ring, class Load, class Consume, class Ready>
+CUPIPE_DEVICE void run_unified(Ring& ring, int64_t ntiles, Load&& load, Consume&& consume, Ready&& ready) {
   constexpr int S = Ring::kStages;
   StageState<S> ps, cs;
   int64_t fetched = 0;
@@ -82,6 +91,7 @@ CUPIPE_DEVICE void run_unified(Ring& ring, int64_t ntiles, Load&& load, Consume&
   const Team team{Ring::consumer_rank(), Ring::num_consumers()};
   for (int64_t k = 0; k < ntiles; ++k) {
     if (S == 1) produce();
+    if (k == 0) ready();
     ring.consumer_wait(cs, static_cast<int>(fetched - k - 1));
     if (S > 1 && fetched < ntiles) produce();
     consume(ring.stage(cs.index), k, team);
@@ -90,8 +100,10 @@ CUPIPE_DEVICE void run_unified(Ring& ring, int64_t ntiles, Load&& load, Consume&
   }
 }
 
-template <class Ring, class Load, class Consume>
-CUPIPE_DEVICE void run_partitioned(Ring& ring, int64_t ntiles, Load&& load, Consume&& consume) {
+// ready() on both sides: the producer's after its first tile (whose acquire cannot block), the
+// consumers' before their first wait, so a barrier in it meets every thread.
+template <class Ring, class Load, class Consume, class Ready>
+CUPIPE_DEVICE void run_partitioned(Ring& ring, int64_t ntiles, Load&& load, Consume&& consume, Ready&& ready) {
   constexpr int S = Ring::kStages;
   StageState<S> st;
   if (Ring::is_producer()) {
@@ -100,10 +112,12 @@ CUPIPE_DEVICE void run_partitioned(Ring& ring, int64_t ntiles, Load&& load, Cons
       load(StageWriter<Ring>{ring, st, ring.stage(st.index)}, k);
       ring.producer_commit(st);
       st.advance();
+      if (k == 0) ready();
     }
   } else {
     const Team team{Ring::consumer_rank(), Ring::num_consumers()};
     for (int64_t k = 0; k < ntiles; ++k) {
+      if (k == 0) ready();
       ring.consumer_wait(st, 0);
       consume(ring.stage(st.index), k, team);
       if (Ring::kReleaseEveryTile || k + S < ntiles) ring.consumer_release(st);
@@ -113,12 +127,12 @@ CUPIPE_DEVICE void run_partitioned(Ring& ring, int64_t ntiles, Load&& load, Cons
 }
 
 // Runs the block's tiles through `ring` with the driver its mechanism needs.
-template <class Ring, class Load, class Consume>
-CUPIPE_DEVICE void run_ring(Ring& ring, int64_t ntiles, Load&& load, Consume&& consume) {
+template <class Ring, class Load, class Consume, class Ready = NoSetup>
+CUPIPE_DEVICE void run_ring(Ring& ring, int64_t ntiles, Load&& load, Consume&& consume, Ready&& ready = Ready{}) {
   if constexpr (Ring::kPartitioned)
-    run_partitioned(ring, ntiles, load, consume);
+    run_partitioned(ring, ntiles, load, consume, ready);
   else
-    run_unified(ring, ntiles, load, consume);
+    run_unified(ring, ntiles, load, consume, ready);
 }
 
 }  // namespace engine

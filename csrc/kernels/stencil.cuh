@@ -906,17 +906,24 @@ __global__ void __launch_bounds__(Threads, stencil_min_blocks<T, Box, NarrowK, T
   // whole passes and chunks: any radius fits (kernel parameters would cap it near 4 KiB), and a
   // pass reads its DY x CK weights once into registers with broadcast loads.
   A* w_s = reinterpret_cast<A*>(smem + static_cast<int64_t>(S) * g.stage_bytes);
-  for (int i = threadIdx.x; i < g.kh_pad * g.kw_pad; i += blockDim.x) {
-    const int a = i / g.kw_pad, c = i - a * g.kw_pad;
-    w_s[i] = a < kh && c < kw ? weights[a * kw + c] : A(0);
-  }
-  __syncthreads();
+  auto stage_weights = [&] {
+    for (int i = threadIdx.x; i < g.kh_pad * g.kw_pad; i += blockDim.x) {
+      const int a = i / g.kw_pad, c = i - a * g.kw_pad;
+      w_s[i] = a < kh && c < kw ? weights[a * kw + c] : A(0);
+    }
+    __syncthreads();
+  };
   // The tensor-core consumer: its weight fragments, and the stages zeroed once, for the bytes the
   // loads leave unwritten that its 16-byte runs read and multiply by zero weights (finite, they
-  // add nothing; left as they were, a NaN there would send units to the exact path).
+  // add nothing; left as they were, a NaN there would send units to the exact path). All before
+  // the ring's first copy. Every other consumer stages its weights while the first tiles load
+  // (run_ring's ready): a block of one or two tiles otherwise waits for the weights' global load
+  // before it issues a copy.
   // (Nothing of it stays in registers across the ring: the kernels are at their register budget.)
+  bool weights_staged = false;
   if constexpr (sizeof(T) == 2 && Box && NarrowK == 0) {
     if (g.fixed == StencilFixed::Mma) {
+      stage_weights();
       build_mma_fragments<T>(w_s, kh, kw, g.kw_pad, g.mma_a,
                              reinterpret_cast<uint2*>(smem + static_cast<int64_t>(S) * g.stage_bytes + g.weight_bytes),
                              threadIdx.x, blockDim.x);
@@ -924,6 +931,7 @@ __global__ void __launch_bounds__(Threads, stencil_min_blocks<T, Box, NarrowK, T
         reinterpret_cast<uint4*>(smem)[i] = make_uint4(0, 0, 0, 0);
       if constexpr (M == engine::Mechanism::Tma) engine::sm90::fence_proxy_async_shared();  // bulk copies follow
       __syncthreads();
+      weights_staged = true;
     }
   }
   Ring ring(ss.get(), smem, static_cast<int>(g.stage_bytes));
@@ -969,7 +977,9 @@ __global__ void __launch_bounds__(Threads, stencil_min_blocks<T, Box, NarrowK, T
       }
     }
   };
-  engine::run_ring(ring, mine, load, consume);
+  engine::run_ring(ring, mine, load, consume, [&] {
+    if (!weights_staged) stage_weights();
+  });
 }
 
 template <engine::Mechanism M>
