@@ -306,7 +306,7 @@ _STENCIL_REASONS = {
                 "with 2 stages moves each tile as one tensor-map box (fp16 8192^2 3x3 0.083 ms "
                 "against primitives/2's 0.112, fp32 9x9 0.344 against 0.380; H200, BENCHMARKS.md, "
                 "sixth run); fp32 3x3 and 5x5 run their fixed consumers in 128-thread blocks, one "
-                "and two tiles per block (8192^2 0.142 and 0.1435 ms against primitives/2's 0.146 "
+                "and two tiles per block (8192^2 0.141 and 0.142 ms against primitives/2's 0.146 "
                 "and 0.152, twelfth run)",
     ("specialized", 2): "on sm_90, 2-byte signals along the last dim: specialized (one producer "
                         "warp, the other warps consume) with 2 stages; fp16 2^28 r=4 0.406-0.430 ms "

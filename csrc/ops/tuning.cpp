@@ -73,8 +73,11 @@ CopyConfig resolve_stream_copy(const DeviceInfo& dev, MechanismArg mech, int64_t
 // fp32, ms, against cudaMemcpyAsync's 0.1286-0.1288): 3x3 (and the 5-point star) tma/2 with one
 // tile per block 0.1416-0.1421 (0.91x), two 0.1427-0.1431, persistent 0.151, primitives/2 with two
 // 0.1444-0.1446; 5x5 tma/2 with two tiles per block 0.1435 (0.90x), one 0.1474, four 0.1456,
-// persistent 0.154, primitives/2 persistent 0.152. Where the tensor-map box does not apply (rows
-// not whole 16-byte multiples) the general kernel runs, as before.
+// persistent 0.154, primitives/2 persistent 0.152. With the weights staged while the first tile
+// loads (run_ring's ready hook): 3x3 one tile per block 0.1412-0.1413, 5x5 two 0.1424-0.1425 and
+// one 0.1420 (a tie; two kept). In the suite (python -m cupipe.bench): 3x3 and 5-point 0.141 ms,
+// 5x5 0.142. Where the tensor-map box does not apply (rows not whole 16-byte multiples) the
+// general kernel runs, as before.
 CopyConfig resolve_stencil(const DeviceInfo& dev, MechanismArg mech, int64_t stages, const StencilGeometry& g) {
   CopyConfig best;
   best.mechanism = engine::Mechanism::Primitives;
