@@ -83,6 +83,27 @@ struct Buffers {
   int64_t ny, nx;
 };
 
+// Median of `reps` queued calls of launch() (one untimed call first), CUDA events between them.
+template <class F>
+float median_ms(F&& launch, int reps) {
+  std::vector<cudaEvent_t> ev(reps + 1);
+  for (auto& e : ev) CUPIPE_CUDA_CHECK(cudaEventCreate(&e));
+  launch();
+  CUPIPE_CUDA_CHECK(cudaGetLastError());
+  CUPIPE_CUDA_CHECK(cudaEventRecord(ev[0]));
+  for (int r = 0; r < reps; ++r) {
+    launch();
+    CUPIPE_CUDA_CHECK(cudaEventRecord(ev[r + 1]));
+  }
+  CUPIPE_CUDA_CHECK(cudaDeviceSynchronize());
+  CUPIPE_CUDA_CHECK(cudaGetLastError());
+  std::vector<float> ms(reps);
+  for (int r = 0; r < reps; ++r) CUPIPE_CUDA_CHECK(cudaEventElapsedTime(&ms[r], ev[r], ev[r + 1]));
+  for (auto& e : ev) CUPIPE_CUDA_CHECK(cudaEventDestroy(e));
+  std::sort(ms.begin(), ms.end());
+  return ms[reps / 2];
+}
+
 template <int Threads, int S, int NarrowK>
 float run(const Buffers& b, int tiles_per_block, int reps, int* blocks_out, int64_t* grid_out) {
   StencilParams p;
@@ -113,21 +134,7 @@ float run(const Buffers& b, int tiles_per_block, int reps, int* blocks_out, int6
   auto launch = [&] {
     kernel<<<static_cast<unsigned>(grid), Threads, smem>>>(b.x, b.out, b.w, g, Boundary::Zero, tmap);
   };
-  std::vector<cudaEvent_t> ev(reps + 1);
-  for (auto& e : ev) CUPIPE_CUDA_CHECK(cudaEventCreate(&e));
-  launch();
-  CUPIPE_CUDA_CHECK(cudaGetLastError());
-  CUPIPE_CUDA_CHECK(cudaEventRecord(ev[0]));
-  for (int r = 0; r < reps; ++r) {
-    launch();
-    CUPIPE_CUDA_CHECK(cudaEventRecord(ev[r + 1]));
-  }
-  CUPIPE_CUDA_CHECK(cudaDeviceSynchronize());
-  std::vector<float> ms(reps);
-  for (int r = 0; r < reps; ++r) CUPIPE_CUDA_CHECK(cudaEventElapsedTime(&ms[r], ev[r], ev[r + 1]));
-  for (auto& e : ev) CUPIPE_CUDA_CHECK(cudaEventDestroy(e));
-  std::sort(ms.begin(), ms.end());
-  return ms[reps / 2];
+  return median_ms(launch, reps);
 }
 
 __global__ void compare(const T* out, const T* base, const float* ref, int64_t n, float tol, unsigned long long* bad_ref,
@@ -186,22 +193,8 @@ int main(int argc, char** argv) {
   CUPIPE_CUDA_CHECK(cudaGetLastError());
 
   // cudaMemcpyAsync of the same bytes (the suite's copy_), median of the same repetitions.
-  float copy_ms;
-  {
-    std::vector<cudaEvent_t> ev(reps + 1);
-    for (auto& e : ev) CUPIPE_CUDA_CHECK(cudaEventCreate(&e));
-    CUPIPE_CUDA_CHECK(cudaMemcpyAsync(b.base, b.x, n * sizeof(T), cudaMemcpyDeviceToDevice));
-    CUPIPE_CUDA_CHECK(cudaEventRecord(ev[0]));
-    for (int r = 0; r < reps; ++r) {
-      CUPIPE_CUDA_CHECK(cudaMemcpyAsync(b.base, b.x, n * sizeof(T), cudaMemcpyDeviceToDevice));
-      CUPIPE_CUDA_CHECK(cudaEventRecord(ev[r + 1]));
-    }
-    CUPIPE_CUDA_CHECK(cudaDeviceSynchronize());
-    std::vector<float> ms(reps);
-    for (int r = 0; r < reps; ++r) CUPIPE_CUDA_CHECK(cudaEventElapsedTime(&ms[r], ev[r], ev[r + 1]));
-    std::sort(ms.begin(), ms.end());
-    copy_ms = ms[reps / 2];
-  }
+  const float copy_ms =
+      median_ms([&] { CUPIPE_CUDA_CHECK(cudaMemcpyAsync(b.base, b.x, n * sizeof(T), cudaMemcpyDeviceToDevice)); }, reps);
 
   int bps;
   int64_t grid;

@@ -948,8 +948,8 @@ __global__ void __launch_bounds__(Threads, stencil_min_blocks<T, Box, NarrowK, T
       ConsumerGeom ng = cg;
       ng.items = cg.items * (BoxBlocking<3>::TH / kNarrowTH);  // the same tile in items of kNarrowTH rows
       consume_tile_fixed<T, kNarrowTH, NarrowK, NarrowK>(static_cast<uint32_t>(__cvta_generic_to_shared(stage)),
-                                            static_cast<uint32_t>(__cvta_generic_to_shared(w_s)), ng, out, team.rank,
-                                            team.size);
+                                                         static_cast<uint32_t>(__cvta_generic_to_shared(w_s)), ng,
+                                                         out, team.rank, team.size);
     } else {
       if constexpr (sizeof(T) == 2 && Box) {
         if (g.fixed == StencilFixed::Mma) {
