@@ -1,4 +1,5 @@
-// What the block size buys the fixed 3x3 and 5x5 stencil consumers, outside the torch extension:
+// What the block size buys the fixed 3x3 and 5x5 stencil consumers (and, with PROBE_MMA, the
+// tensor-core consumers of fp16/bf16 boxes), outside the torch extension:
 // cupipe's own kernel template (stencil.cuh), general (NarrowK 0) or narrow (the fixed consumer
 // alone, NarrowK = K), at 64, 128 and 256 threads per block (tiles of 16, 32 and 64 rows; the
 // same registers per thread, so more blocks per SM for smaller blocks) over stage counts and
@@ -12,8 +13,11 @@
 //   nvcc -O3 -std=c++17 -arch=sm_90a --expt-relaxed-constexpr -Icsrc -DPROBE_DTYPE=0 -DPROBE_MECH=Primitives \
 //        -o /tmp/probe_f32 scripts/probe_stencil_blocks.cu csrc/kernels/device_info.cu
 //   /tmp/probe_f32 [reps = 30]
-// PROBE_DTYPE: 0 fp32, 1 fp16. PROBE_MECH: Primitives or Tma (an engine::Mechanism enumerator).
-// PROBE_K: 3 or 5 (the box).
+// PROBE_DTYPE: 0 fp32, 1 fp16, 2 bf16. PROBE_MECH: Primitives or Tma (an engine::Mechanism enumerator).
+// PROBE_K: 3 or 5 (the box); 7 or 9 with PROBE_MMA (the tensor-core kernels only).
+// PROBE_MMA=1 (fp16, bf16): the tensor-core consumer, narrow (NarrowK = -K) and general, instead of
+// the CUDA cores', compared with the reference and bit for bit with the first such configuration.
+#include <cuda_bf16.h>
 #include <cuda_fp16.h>
 
 #include <algorithm>
@@ -29,6 +33,9 @@
 #ifndef PROBE_K
 #define PROBE_K 3
 #endif
+#ifndef PROBE_MMA
+#define PROBE_MMA 0
+#endif
 #ifndef PROBE_MECH
 #define PROBE_MECH Primitives
 #endif
@@ -39,9 +46,12 @@ using namespace cupipe::kernels;
 #if PROBE_DTYPE == 0
 using T = float;
 constexpr DType kDType = DType::F32;
-#else
+#elif PROBE_DTYPE == 1
 using T = __half;
 constexpr DType kDType = DType::F16;
+#else
+using T = __nv_bfloat16;
+constexpr DType kDType = DType::BF16;
 #endif
 constexpr engine::Mechanism kMech = engine::Mechanism::PROBE_MECH;
 constexpr int K = PROBE_K, R = K / 2;
@@ -104,26 +114,35 @@ float median_ms(F&& launch, int reps) {
   return ms[reps / 2];
 }
 
-template <int Threads, int S, int NarrowK>
-float run(const Buffers& b, int tiles_per_block, int reps, int* blocks_out, int64_t* grid_out) {
+// Mma: the tensor-core consumer (2-byte types): in the general kernel (NarrowK 0) or alone
+// (NarrowK -K, the narrow tensor-core kernel).
+template <int Threads, int S, int NarrowK, bool Mma = (NarrowK < 0)>
+float run(const Buffers& b, int tiles_per_block, int reps, int* blocks_out, int64_t* grid_out, int tile_threads = Threads) {
   StencilParams p;
   p.x = b.x; p.out = b.out; p.weights = b.w; p.dtype = kDType;
   p.batch = 1; p.ny = b.ny; p.nx = b.nx; p.ry = R; p.rx = R; p.boundary = Boundary::Zero;
   p.mechanism = kMech; p.stages = S;
   const DeviceInfo dev = device_info(current_device());
   constexpr bool kTma = kMech == engine::Mechanism::Tma;
-  StencilGeom g = make_stencil_geom(p, sizeof(T), sizeof(float), engine::consumer_threads(kMech, Threads),
+  StencilGeom g = make_stencil_geom(p, sizeof(T), sizeof(float), engine::consumer_threads(kMech, tile_threads),
                                     dev.max_smem_optin - 1024, kTma ? 128 : 16);
-  g.fixed = choose_fixed(g, p.x, sizeof(T));
-  if (g.fixed != (K == 3 ? StencilFixed::Box3x3 : StencilFixed::Box5x5)) {
+  g.fixed = K <= 5 ? choose_fixed(g, p.x, sizeof(T)) : StencilFixed::None;  // 7x7, 9x9: the general consumer
+  if (K <= 5 && g.fixed != (K == 3 ? StencilFixed::Box3x3 : StencilFixed::Box5x5)) {
     std::fprintf(stderr, "no fixed %dx%d consumer\n", K, K);
     std::exit(1);
   }
   CUtensorMap tmap{};
   g.tensor_tiles = kTma;
+  if constexpr (Mma) {
+    choose_mma(g, p, dev, S, 0);
+    if (g.fixed != StencilFixed::Mma) {
+      std::fprintf(stderr, "no tensor-core consumer\n");
+      std::exit(1);
+    }
+  }
   if (kTma) tmap = make_plane_map(p.x, p.dtype, sizeof(T), 1, p.ny, p.nx, g.pitch / sizeof(T), g.win_h);
   auto kernel = stencil_kernel<kMech, S, T, true, NarrowK, Threads>;
-  const size_t smem = static_cast<size_t>(S) * g.stage_bytes + g.weight_bytes;
+  const size_t smem = static_cast<size_t>(S) * g.stage_bytes + g.weight_bytes + g.frag_bytes;
   prepare_smem(kernel, smem, "probe");
   const int bps = blocks_per_sm(kernel, Threads, smem);
   int64_t grid = int64_t(dev.num_sms) * bps;
@@ -155,9 +174,9 @@ __global__ void compare(const T* out, const T* base, const float* ref, int64_t n
   }
 }
 
-// fp32: the reference's order of the K x K products differs from the consumer's (a few ulp); fp16:
-// plus the output's rounding (half an ulp of fp16, 2^-11 relative).
-constexpr float kTol = sizeof(T) == 4 ? 1e-5f : 1e-3f;
+// fp32: the reference's order of the K x K products differs from the consumer's (a few ulp); fp16
+// and bf16: plus the output's rounding (half an ulp: 2^-11 and 2^-8 relative).
+constexpr float kTol = sizeof(T) == 4 ? 1e-5f : kDType == DType::F16 ? 1e-3f : 8e-3f;
 
 void check(const Buffers& b, bool against_base, const char* what) {
   unsigned long long* bad;
@@ -206,12 +225,13 @@ int main(int argc, char** argv) {
   CUPIPE_CUDA_CHECK(cudaMemcpy(b.base, b.out, n * sizeof(T), cudaMemcpyDeviceToDevice));
   std::printf("%s %dx%d 8192^2, %s; cudaMemcpyAsync %.4f ms; the launcher's kernel (%s, 256 threads, 2 stages, 2 "
               "tiles per block) %.4f ms = %.3fx of the copy\n",
-              sizeof(T) == 4 ? "fp32" : "fp16", K, K, engine::mechanism_name(kMech), copy_ms,
+              sizeof(T) == 4 ? "fp32" : kDType == DType::F16 ? "fp16" : "bf16", K, K, engine::mechanism_name(kMech), copy_ms,
               kLauncherNarrow ? "narrow" : "general", base_ms, copy_ms / base_ms);
   std::printf("%8s %8s %6s %10s %8s %8s %9s %8s\n", "kernel", "threads", "stages", "tiles/blk", "blk/SM", "grid", "ms",
               "x copy");
   auto row = [&](int narrow, int threads, int stages, int tpb, float ms) {
-    std::printf("%8s %8d %6d %10d %8d %8lld %9.4f %8.3f\n", narrow ? "narrow" : "general", threads, stages, tpb, bps,
+    std::printf("%8s %8d %6d %10d %8d %8lld %9.4f %8.3f\n",
+                narrow > 0 ? "narrow" : narrow < 0 ? "mma" : "general", threads, stages, tpb, bps,
                 static_cast<long long>(grid), ms, copy_ms / ms);
   };
   auto sweep = [&](auto narrow_c, auto threads_c, auto stages_c) {
@@ -224,18 +244,48 @@ int main(int argc, char** argv) {
     }
   };
   constexpr int kNarrow = K;
+#if !PROBE_MMA
   sweep(int_c<kNarrow>{}, int_c<256>{}, int_c<1>{});
   sweep(int_c<kNarrow>{}, int_c<256>{}, int_c<2>{});
   sweep(int_c<kNarrow>{}, int_c<128>{}, int_c<1>{});
   sweep(int_c<kNarrow>{}, int_c<128>{}, int_c<2>{});
   sweep(int_c<kNarrow>{}, int_c<64>{}, int_c<1>{});
   sweep(int_c<kNarrow>{}, int_c<64>{}, int_c<2>{});
+#endif
+#if PROBE_MMA
+  if constexpr (sizeof(T) == 2) {
+    // Tensor-core products round differently from the CUDA cores': compared with the reference, and
+    // bit for bit with the first tensor-core configuration.
+    // tile_threads: the tile is the one of a block of that many threads (rows of 8 per warp).
+    auto mma_sweep = [&](auto narrow_c, auto threads_c, auto stages_c, bool first, int tile_threads = 0) {
+      constexpr int N = decltype(narrow_c)::value, Th = decltype(threads_c)::value, S = decltype(stages_c)::value;
+      if (tile_threads > 0) std::printf("tiles of a %d-thread block:\n", tile_threads);
+      for (int tpb : {0, 8}) {
+        fill_value<<<1024, 256>>>(b.out, n, poison);
+        const float ms = run<Th, S, N, true>(b, tpb, reps, &bps, &grid, tile_threads > 0 ? tile_threads : Th);
+        check(b, !first, "a tensor-core configuration");
+        if (first) CUPIPE_CUDA_CHECK(cudaMemcpy(b.base, b.out, n * sizeof(T), cudaMemcpyDeviceToDevice));
+        first = false;
+        row(N, Th, S, tpb, ms);
+      }
+    };
+    mma_sweep(int_c<-K>{}, int_c<128>{}, int_c<2>{}, true);
+    mma_sweep(int_c<-K>{}, int_c<128>{}, int_c<2>{}, false, 256);
+    mma_sweep(int_c<-K>{}, int_c<128>{}, int_c<2>{}, false, 512);
+    mma_sweep(int_c<-K>{}, int_c<128>{}, int_c<3>{}, false, 256);
+    mma_sweep(int_c<-K>{}, int_c<64>{}, int_c<2>{}, false, 256);
+    mma_sweep(int_c<-K>{}, int_c<256>{}, int_c<2>{}, false, 512);
+    std::printf("general kernel, tensor-core consumer:\n");
+    mma_sweep(int_c<0>{}, int_c<256>{}, int_c<2>{}, false);
+  }
+#else
   if constexpr (K == 5) {
     sweep(int_c<0>{}, int_c<256>{}, int_c<1>{});
     sweep(int_c<0>{}, int_c<256>{}, int_c<2>{});
     sweep(int_c<0>{}, int_c<128>{}, int_c<1>{});
     sweep(int_c<0>{}, int_c<128>{}, int_c<2>{});
   }
+#endif
   // The launcher's configuration again: the run's drift.
   const float again = run<256, 2, kLauncherNarrow>(b, 2, reps, &bps, &grid);
   std::printf("launcher's configuration again %.4f ms = %.3fx\n", again, copy_ms / again);

@@ -38,7 +38,8 @@ w5 = torch.randn(5, device="cuda")
 w9 = torch.randn(9, 9, device="cuda")          # fp32: the wide consumer (16-byte rows), 3 passes otherwise
 w_wide = torch.randn(3, 17, device="cuda")     # a 9-wide chunk and a partial one
 w7 = torch.randn(7, 7, device="cuda")
-img_h = torch.randn(2, 70, 264, device="cuda").half()  # the tensor-core consumer (7x7, 9x9), phased tiles
+img_h = torch.randn(2, 70, 264, device="cuda").half()  # the tensor-core consumers (5x5 at 2 stages: the
+# narrow kernel; 7x7, 9x9: narrow at 2 stages, general otherwise), phased tiles
 img_h[1, 30, 100] = float("inf")                       # ... and its exact path
 
 
@@ -69,7 +70,7 @@ for m in mechs:
                 ok = torch.allclose(y, ref2d(x, w, b), atol=1e-3)
                 check(ok, f"stencil2d {m} {s} {b} {tuple(w.shape)}")
         for b in ["zero", "reflect"]:
-            for w in (w7, w9):
+            for w in (w5x5, w7, w9):
                 y = cupipe.stencil2d(img_h, w, boundary=b, mechanism=m, stages=s).float()
                 os.environ["CUPIPE_STENCIL_MMA"] = "0"  # the CUDA-core consumer as the reference
                 ref = cupipe.stencil2d(img_h, w, boundary=b, mechanism=m, stages=s).float()

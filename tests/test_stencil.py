@@ -519,11 +519,14 @@ def test_stencil2d_tma_tensor_tiles(device, boundary, dtype):
 
 
 # The tensor-core consumer of fp16/bf16 (StencilFixed::Mma, csrc/kernels/stencil_mma.cuh): sm_80+,
-# 2-D boxes of at least 35 taps with 3 <= kw <= 9, rows of whole 16-byte multiples, tiles of whole
-# 128-output units. Tiles start at a column phase that depends on the pointer's offset and rx (the
+# rows of whole 16-byte multiples, tiles of whole 128-output units; with two stages, boxes of 5, 7
+# or 9 tap rows and 5 to 9 columns run the narrow tensor-core kernels (rounds of rows), other
+# boxes of at least 35 taps with 3 <= kw <= 9 (and every box at 1 or 3 stages) the general
+# kernel's consumer. Tiles start at a column phase that depends on the pointer's offset and rx (the
 # tile grid shifts left by up to 7 columns), weights are split into 2-byte terms, and units near
 # non-finite values are recomputed on the CUDA cores. CUPIPE_STENCIL_MMA=0 turns it off: the
-# CUDA-core consumers are the control. (5, 5) and (3, 3) stay on the CUDA cores: controls.
+# CUDA-core consumers are the control. (3, 3) stays on the CUDA cores, and (5, 5) at 1 or 3
+# stages: controls.
 MMA_PLANES = [(2, 70, 200), (1, 67, 1024), (9, 136), (2, 8, 264)]
 MMA_WEIGHTS = [(9, 9), (7, 7), (5, 7), (7, 5), (13, 3), (17, 3), (5, 9), (5, 5), (3, 3)]
 
@@ -560,8 +563,8 @@ def test_stencil_tensor_core_consumer(device, boundary, dtype):
                 if boundary == "reflect" and (H <= ry or W <= rx):
                     continue
                 w = make_weights(wshape, torch.float32, device, seed=61)  # fp32: split into terms
-                every = shape == MMA_PLANES[0] and offset in (0, 1) and wshape in [(7, 7), (9, 9)]
-                for mechanism, stages in (itertools.product(mechanisms, (1, 3)) if every
+                every = shape == MMA_PLANES[0] and offset in (0, 1) and wshape in [(5, 5), (7, 7), (9, 9)]
+                for mechanism, stages in (itertools.product(mechanisms, (1, 2, 3)) if every
                                           else [("auto", 0)]):
                     poison_allocator(x.numel() * x.element_size())
                     y = cupipe.stencil2d(x, w, boundary=boundary, mechanism=mechanism, stages=stages)
@@ -590,7 +593,7 @@ def test_stencil_tensor_core_nonfinite(device, monkeypatch, boundary, dtype):
                          ((0, 69, 199), float("-inf")), ((1, 0, 0), float("inf")),
                          ((0, 40, 128), float("inf")), ((0, 40, 131), float("-inf"))]:
         x[b, i, j] = v
-    for wshape in [(7, 7), (9, 9), (5, 7)]:
+    for wshape in [(5, 5), (7, 7), (9, 9), (5, 7), (13, 3)]:
         w = make_weights(wshape, torch.float32, device, seed=64)
         y_mma, y_core = _both_consumers(monkeypatch, lambda: cupipe.stencil2d(x, w, boundary=boundary))
         assert torch.equal(torch.isnan(y_mma), torch.isnan(y_core)), wshape
@@ -612,8 +615,8 @@ def test_stencil_tensor_core_weight_terms(device, monkeypatch, dtype):
     g = torch.Generator(device="cpu").manual_seed(67)
     ulp = 2.0 ** -10 if dtype == torch.float16 else 2.0 ** -7
     scales = (1.0, 2.0 ** -8) if dtype == torch.float16 else (1.0, 2.0 ** -60, 2.0 ** 60)
-    for scale in scales:
-        w = (torch.randn(7, 7, generator=g) * 2.0 ** torch.randint(-12, 13, (7, 7), generator=g)) * scale
+    for scale, k in itertools.product(scales, (5, 7)):
+        w = (torch.randn(k, k, generator=g) * 2.0 ** torch.randint(-12, 13, (k, k), generator=g)) * scale
         w = w.to(device)
         exact = stencil2d_ref(x.double(), w.double(), "zero")
         mag = stencil2d_ref(x.double().abs(), w.double().abs(), "zero")  # sum |w x| per output
@@ -623,7 +626,7 @@ def test_stencil_tensor_core_weight_terms(device, monkeypatch, dtype):
         for name, y in zip(("mma", "cuda cores"),
                            _both_consumers(monkeypatch, lambda: cupipe.stencil2d(x, w))):
             err = (y.double() - exact).abs()
-            assert bool((err <= bound)[in_range].all()), (name, scale, float((err - bound)[in_range].max()))
+            assert bool((err <= bound)[in_range].all()), (name, scale, k, float((err - bound)[in_range].max()))
 
 
 # ----------------------------------------------------------------------------- gradients

@@ -823,12 +823,13 @@ inline bool widen_weight_rows(StencilGeom& g, int stages, int64_t smem_budget) {
 // two blocks per SM), and each tap row costs about as much as the CUDA cores' whole 3x3 item.
 // 1-D rows (the Row kernel) measured even (r = 4: 0.336 against 0.333 ms) and stay on the CUDA
 // cores.
-inline void choose_mma(StencilGeom& g, const StencilParams& p, const DeviceInfo& dev, int stages) {
+inline void choose_mma(StencilGeom& g, const StencilParams& p, const DeviceInfo& dev, int stages,
+                       int min_taps = kMmaMinTaps) {
   const char* env = std::getenv("CUPIPE_STENCIL_MMA");
   if (env != nullptr && env[0] == '0') return;
   const int kh = 2 * g.ry + 1, kw = 2 * g.rx + 1, esz = 2;
   const int terms = p.dtype == DType::BF16 ? 3 : 2;  // kMmaTerms
-  if (dev.sm < 80 || g.blocking == StencilBlocking::Row || kh * kw < kMmaMinTaps || kw < 3 || kw > 9 ||
+  if (dev.sm < 80 || g.blocking == StencilBlocking::Row || kh * kw < min_taps || kw < 3 || kw > 9 ||
       kh > kMmaMaxKh || g.nx * esz % 16 != 0 || g.tile_w % kMmaUnit != 0 ||
       reinterpret_cast<uintptr_t>(p.out) % 4 != 0 || reinterpret_cast<uintptr_t>(p.x) % esz != 0)
     return;
@@ -863,11 +864,11 @@ inline void choose_mma(StencilGeom& g, const StencilParams& p, const DeviceInfo&
 // consumer, not the block size, bounds it: 0.108-0.110 ms at any size).
 constexpr int kNarrowTH = 4;
 // Resident warps per SM each kernel is compiled for (the register budget: 65536 / (32 x warps)
-// registers per thread): Row 24 (85), narrow 3x3 24 (80), narrow 5x5 20 (102), Box 16 (128),
-// fp64 Box 8 (all they need).
+// registers per thread): Row 24 (85), narrow 3x3 24 (80), narrow 5x5 20 (102), Box and narrow
+// tensor-core 16 (128), fp64 Box 8 (all they need).
 template <typename T, bool Box, int NarrowK = 0>
 constexpr int stencil_min_warps() {
-  return !Box ? 24 : NarrowK == 3 ? 24 : NarrowK == 5 ? 20 : sizeof(T) == 8 ? 8 : 16;
+  return !Box ? 24 : NarrowK == 3 ? 24 : NarrowK == 5 ? 20 : NarrowK < 0 ? 16 : sizeof(T) == 8 ? 8 : 16;
 }
 template <typename T, bool Box, int NarrowK = 0, int Threads = kStencilThreads>
 constexpr int stencil_min_blocks() {
@@ -876,6 +877,31 @@ constexpr int stencil_min_blocks() {
 // The narrow kernels' block size (see above).
 template <typename T>
 constexpr int narrow_threads() { return sizeof(T) == 4 ? 128 : kStencilThreads; }
+
+// Narrow tensor-core kernels (NarrowK = -KH: consume_tile_mma_rows alone, KH tap rows at compile
+// time) for 2-byte boxes of KH = 5, 7 or 9 tap rows and 5 to 9 columns, two stages, in
+// 128-thread blocks (four per SM at 128 registers), rounds of 8 rows (4 for KH = 9, whose
+// fragments need the registers). scripts/probe_stencil_blocks.cu with PROBE_MMA=1 (H200,
+// thirteenth run, fp16 8192^2, tma, persistent blocks, ms; cudaMemcpyAsync 0.067): 5x5 0.0844
+// (0.80x) against the CUDA cores' 0.110 and the general kernel's tensor-core consumer 0.121; 7x7
+// 0.102 against 0.138; 9x9 0.119 against 0.162. Rounds of 4 rows: 5x5 0.0893; 256-thread blocks
+// 0.0886, 64-thread 0.0890; 3 or 4 stages 0.100-0.102; blocks of a few tiles 0.103-0.110 (each
+// block builds its fragments and zeroes its stages). The 3x3 stays on the CUDA cores (0.0818
+// against the narrow 3x3's 0.076-0.077).
+constexpr int kMmaNarrowThreads = 128;
+template <typename T>
+constexpr int mma_round_rows(int kh) { return (kh <= 7 ? 8 : 4) / (kMmaTerms<T> == 2 ? 1 : 2); }
+// The narrow tensor-core kernel's KH for a 2-byte box, or 0 (choose_mma still has to agree).
+// bf16's three weight terms cost 15 MMAs per tap row and 128 outputs where fp16 needs 10: its 5x5
+// ran 0.109-0.115 ms on them against the CUDA cores' 0.113, so bf16 keeps the 35-tap threshold
+// (7x7 0.134 against the general kernel's tensor-core 0.156, 9x9 0.177 against 0.183).
+template <typename T>
+int narrow_mma_rows(const StencilGeom& g, int stages, int sm) {
+  const int kh = 2 * g.ry + 1, kw = 2 * g.rx + 1;
+  if (stages != 2 || sm < 80 || g.blocking == StencilBlocking::Row || kw < 5 || kw > 9) return 0;
+  if (kMmaTerms<T> > 2 && kh * kw < kMmaMinTaps) return 0;
+  return kh == 5 || kh == 7 || kh == 9 ? kh : 0;
+}
 // The narrow kernel for a box the launcher found a fixed consumer for: K, or 0 for none. One or
 // two stages (deeper rings do not fit the narrow kernels' blocks per SM at these tiles, so they
 // keep the general kernel, and the instantiations stay few); 3x3 for 2- and 4-byte types, 5x5 for
@@ -889,11 +915,12 @@ int narrow_box(StencilFixed f, int stages) {
 }
 
 // NarrowK (Box only): 0, the general kernel; 3 or 5, the fixed K x K consumer alone in items of
-// kNarrowTH rows (the launcher's precondition: g.fixed is that box). Threads: the block size
+// kNarrowTH rows (the launcher's precondition: g.fixed is that box); -KH (2-byte types), the
+// tensor-core consumer alone with KH tap rows (precondition: g.fixed is Mma, see narrow_mma_rows). Threads: the block size
 // (the launcher's: narrow_threads for narrow kernels, else kStencilThreads; the probe compares
 // others).
 template <engine::Mechanism M, int S, typename T, bool Box, int NarrowK = 0,
-          int Threads = (NarrowK > 0 ? narrow_threads<T>() : kStencilThreads)>
+          int Threads = (NarrowK > 0 ? narrow_threads<T>() : NarrowK < 0 ? kMmaNarrowThreads : kStencilThreads)>
 __global__ void __launch_bounds__(Threads, stencil_min_blocks<T, Box, NarrowK, Threads>())
     stencil_kernel(const T* __restrict__ x, T* __restrict__ out, const acc_t<T>* __restrict__ weights,
                    StencilGeom g, Boundary boundary, const __grid_constant__ CUtensorMap tmap) {
@@ -918,13 +945,13 @@ __global__ void __launch_bounds__(Threads, stencil_min_blocks<T, Box, NarrowK, T
   // issuing a copy (fp32 5x5 0.1435 -> 0.1424 ms, 3x3 0.1417 -> 0.1413). The general kernel's
   // persistent blocks stage them first: in the hook their code ran the fp16 5x5 at 0.1125 ms
   // against 0.1102 (H200, one machine, twelfth run).
-  if constexpr (NarrowK == 0) stage_weights();
+  if constexpr (NarrowK <= 0) stage_weights();
   // The tensor-core consumer: its weight fragments, and the stages zeroed once, for the bytes the
   // loads leave unwritten that its 16-byte runs read and multiply by zero weights (finite, they
   // add nothing; left as they were, a NaN there would send units to the exact path).
   // (Nothing of it stays in registers across the ring: the kernels are at their register budget.)
-  if constexpr (sizeof(T) == 2 && Box && NarrowK == 0) {
-    if (g.fixed == StencilFixed::Mma) {
+  if constexpr (sizeof(T) == 2 && Box && NarrowK <= 0) {
+    if (NarrowK < 0 || g.fixed == StencilFixed::Mma) {
       build_mma_fragments<T>(w_s, kh, kw, g.kw_pad, g.mma_a,
                              reinterpret_cast<uint2*>(smem + static_cast<int64_t>(S) * g.stage_bytes + g.weight_bytes),
                              threadIdx.x, blockDim.x);
@@ -943,7 +970,13 @@ __global__ void __launch_bounds__(Threads, stencil_min_blocks<T, Box, NarrowK, T
 
   const ConsumerGeom cg{g.ny, g.nx, kh, kw, g.kw_pad, g.pitch, g.hdr_bytes, g.items, g.cols_log2};
   auto consume = [&](const char* stage, int64_t, engine::Team team) {
-    if constexpr (NarrowK > 0) {
+    if constexpr (NarrowK < 0) {
+      const MmaGeom mg{g.ny, g.nx, kh, kw, g.kw_pad, g.pitch, g.hdr_bytes, g.tile_h, g.cols_log2 - 5, g.mma_a};
+      const uint32_t ws = static_cast<uint32_t>(__cvta_generic_to_shared(w_s));
+      consume_tile_mma_rows<T, -NarrowK, mma_round_rows<T>(-NarrowK)>(static_cast<uint32_t>(__cvta_generic_to_shared(stage)),
+                                                          ws + static_cast<uint32_t>(g.weight_bytes), ws, mg, out,
+                                                          team.rank, team.size);
+    } else if constexpr (NarrowK > 0) {
       static_assert(BoxBlocking<3>::TH == BoxBlocking<5>::TH, "narrow items split the Box item");
       ConsumerGeom ng = cg;
       ng.items = cg.items * (BoxBlocking<3>::TH / kNarrowTH);  // the same tile in items of kNarrowTH rows
@@ -994,17 +1027,28 @@ void launch_stencil_mechanism(const StencilParams& p) {
       constexpr bool kTma = M == engine::Mechanism::Tma;
       constexpr int64_t esz = sizeof(T);
       const int64_t smem_budget = dev.max_smem_optin - 1024, align = kTma ? 128 : 16;
-      StencilGeom g = make_stencil_geom(p, esz, sizeof(A), engine::consumer_threads(M, kStencilThreads), smem_budget,
-                                        align);
-      g.fixed = choose_fixed(g, p.x, esz);
       // A narrow kernel of another block size tiles for its own consumer count (the fixed
       // consumer's choice does not depend on the tile).
-      const int narrow = g.blocking == StencilBlocking::Row ? 0 : narrow_box<T>(g.fixed, S);
-      const int threads = narrow > 0 ? narrow_threads<T>() : kStencilThreads;
-      if (threads != kStencilThreads) {
-        const StencilFixed f = g.fixed;
-        g = make_stencil_geom(p, esz, sizeof(A), engine::consumer_threads(M, threads), smem_budget, align);
-        g.fixed = f;
+      auto geom_for = [&](int block) {
+        StencilGeom gb = make_stencil_geom(p, esz, sizeof(A), engine::consumer_threads(M, block), smem_budget, align);
+        gb.fixed = choose_fixed(gb, p.x, esz);
+        return gb;
+      };
+      StencilGeom g = geom_for(kStencilThreads);
+      // narrow: K of a narrow CUDA-core kernel, -KH of a narrow tensor-core kernel, 0 for none.
+      int narrow = g.blocking == StencilBlocking::Row ? 0 : narrow_box<T>(g.fixed, S);
+      int threads = narrow > 0 ? narrow_threads<T>() : kStencilThreads;
+      if (threads != kStencilThreads) g = geom_for(threads);
+      if constexpr (esz == 2) {
+        if (const int kh = narrow == 0 ? narrow_mma_rows<T>(g, S, dev.sm) : 0; kh > 0) {
+          StencilGeom gm = geom_for(kMmaNarrowThreads);
+          choose_mma(gm, p, dev, S, 0);
+          if (gm.fixed == StencilFixed::Mma) {
+            g = gm;
+            narrow = -kh;
+            threads = kMmaNarrowThreads;
+          }
+        }
       }
       if (g.fixed == StencilFixed::Box9x9 && !widen_weight_rows(g, S, smem_budget)) g.fixed = StencilFixed::None;
       // tma moves a 2-D tile as one tensor-map box when the map can describe the input: rows of
@@ -1014,7 +1058,9 @@ void launch_stencil_mechanism(const StencilParams& p) {
       g.tensor_tiles = kTma && dev.sm >= 90 && g.blocking != StencilBlocking::Row && p.nx * esz % 16 == 0 &&
                        reinterpret_cast<uintptr_t>(p.x) % 16 == 0 && g.pitch / esz <= 256 && g.win_h <= 256 &&
                        p.nx <= kMaxCoord && p.ny <= kMaxCoord && p.batch <= kMaxCoord;
-      if constexpr (esz == 2) choose_mma(g, p, dev, S);
+      if constexpr (esz == 2) {
+        if (narrow == 0) choose_mma(g, p, dev, S);
+      }
       if (g.tensor_tiles)
         tmap = make_plane_map(p.x, p.dtype, static_cast<int>(esz), p.batch, p.ny, p.nx, static_cast<int>(g.pitch / esz),
                               g.win_h);
@@ -1039,6 +1085,12 @@ void launch_stencil_mechanism(const StencilParams& p) {
       if (g.blocking == StencilBlocking::Row) {
         launch(stencil_kernel<M, S, T, false>);
         return;
+      }
+      // The tensor-core consumer in kernels of their own (see narrow_mma_rows).
+      if constexpr (S == 2 && sizeof(T) == 2) {
+        if (narrow == -5) return launch(stencil_kernel<M, S, T, true, -5>);
+        if (narrow == -7) return launch(stencil_kernel<M, S, T, true, -7>);
+        if (narrow == -9) return launch(stencil_kernel<M, S, T, true, -9>);
       }
       // The fixed 3x3 and 5x5 consumers in kernels of their own (see narrow_box).
       if constexpr (S <= 2 && sizeof(T) <= 4) {

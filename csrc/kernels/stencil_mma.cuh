@@ -307,6 +307,83 @@ __device__ __forceinline__ void consume_tile_mma(uint32_t stage_s, uint32_t frag
   }
 }
 
+// The same products by rounds of R consecutive rows of one unit column (the narrow kernel's
+// consumer: KH, the tap rows, is a compile-time constant). Window row r of a round feeds output
+// rows r - k for every tap row k, so a round loads R + KH - 1 A fragments instead of R x KH, and
+// every tap row's B fragments stay in registers for the whole tile. R rows' accumulators give the
+// tensor pipe R independent chains. Preconditions as consume_tile_mma's, and tile_h % R == 0.
+template <typename T, int KH, int R>
+__device__ __forceinline__ void consume_tile_mma_rows(uint32_t stage_s, uint32_t frag_s, uint32_t w_s, MmaGeom g,
+                                                      T* out, int rank, int size) {
+  constexpr int NT = kMmaTerms<T>;
+  const int lane = rank & 31, warp = rank >> 5, nwarps = size >> 5;
+  const char* stage = static_cast<const char*>(__cvta_shared_to_generic(stage_s));
+  const uint2* frag = static_cast<const uint2*>(__cvta_shared_to_generic(frag_s));
+  const TileHeader t = *reinterpret_cast<const TileHeader*>(stage);
+  const int shift = *reinterpret_cast<const int*>(stage + sizeof(TileHeader));
+  const float* w = static_cast<const float*>(__cvta_shared_to_generic(w_s));
+  const int smask = (1 << g.units_log2) - 1, nrounds = (g.tile_h / R) << g.units_log2;
+  if (shift != 2 * g.a) {  // not the layout the fragments were built for
+    for (int u = warp; u < (g.tile_h << g.units_log2); u += nwarps) {
+      const int o = u >> g.units_log2;
+      if (t.y0 + o < g.ny)
+        mma_unit_exact<T>(stage + g.hdr_bytes + shift, w, g, o, u & smask, t.x0, out + (t.b * g.ny + t.y0 + o) * g.nx,
+                          lane);
+    }
+    return;
+  }
+  const float unscale = *reinterpret_cast<const float*>(frag + KH * NT * 32);
+  uint2 b[KH][NT];
+#pragma unroll
+  for (int k = 0; k < KH; ++k)
+#pragma unroll
+    for (int term = 0; term < NT; ++term) b[k][term] = frag[(k * NT + term) * 32 + lane];
+  const uint32_t lane_off = 16u * ((lane & 7) + 8 * ((lane >> 3) & 1) + (lane >> 4));  // as consume_tile_mma
+  const uint32_t pitch = static_cast<uint32_t>(g.pitch);
+  const int lane_col = 8 * (lane >> 2) + 2 * (lane & 3);
+  const bool inside = t.x0 >= 0 && t.x0 + (int64_t(kMmaUnit) << g.units_log2) <= g.nx && t.y0 + g.tile_h <= g.ny;
+  for (int round = warp; round < nrounds; round += nwarps) {
+    const int o0 = (round >> g.units_log2) * R, s = round & smask;
+    const uint32_t addr = stage_s + g.hdr_bytes + static_cast<uint32_t>(o0) * pitch + s * (2u * kMmaUnit) + lane_off;
+    float acc[R][4] = {};
+#pragma unroll
+    for (int r = 0; r < R + KH - 1; ++r) {
+      uint32_t a[4];
+      ldmatrix_x4(a, addr + r * pitch);
+#pragma unroll
+      for (int term = 0; term < NT; ++term)
+#pragma unroll
+        for (int i = 0; i < R; ++i)
+          if (r - i >= 0 && r - i < KH) mma_16816<T>(acc[i], a, b[r - i][term]);
+    }
+    float sum = 0.f;
+#pragma unroll
+    for (int i = 0; i < R; ++i) sum += (acc[i][0] + acc[i][1]) + (acc[i][2] + acc[i][3]);
+    if (__all_sync(0xffffffffu, isfinite(sum)) && inside) {
+      T* p = out + (t.b * g.ny + t.y0 + o0) * g.nx + t.x0 + s * kMmaUnit + lane_col;
+#pragma unroll
+      for (int i = 0; i < R; ++i) {
+        *reinterpret_cast<uint32_t*>(p + i * g.nx) = pack2<T>(acc[i][0] * unscale, acc[i][1] * unscale);
+        *reinterpret_cast<uint32_t*>(p + i * g.nx + 64) = pack2<T>(acc[i][2] * unscale, acc[i][3] * unscale);
+      }
+      continue;
+    }
+#pragma unroll
+    for (int i = 0; i < R; ++i) {  // edge tiles and non-finite values: row by row
+      const int64_t oy = t.y0 + o0 + i;
+      if (oy >= g.ny) break;  // warp-uniform: this row and the rest are past the plane
+      T* orow = out + (t.b * g.ny + oy) * g.nx;
+      if (!__all_sync(0xffffffffu, isfinite((acc[i][0] + acc[i][1]) + (acc[i][2] + acc[i][3])))) {
+        mma_unit_exact<T>(stage + g.hdr_bytes + shift, w, g, o0 + i, s, t.x0, orow, lane);
+        continue;
+      }
+      const int64_t col = t.x0 + s * kMmaUnit + lane_col;
+      store_pair<T>(orow, col, g.nx, acc[i][0] * unscale, acc[i][1] * unscale);
+      store_pair<T>(orow, col + 64, g.nx, acc[i][2] * unscale, acc[i][3] * unscale);
+    }
+  }
+}
+
 #endif  // __CUDACC__
 
 }  // namespace kernels
