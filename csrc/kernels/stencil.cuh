@@ -329,6 +329,24 @@ template <typename T, class W>
 __device__ __forceinline__ void load_stencil_tile(const W& w, const T* x, const StencilGeom& g, Boundary boundary,
                                                   int64_t tile, const void* tmap) {
   constexpr int64_t esz = sizeof(T);
+  if constexpr (W::kTensorCopies) {
+    // The zero boundary's tensor-map tiles (every tile one box, see below): one warp does the
+    // whole load (thread 0 the copy, the warp the header and shifts), the others nothing but the
+    // ring's arrival. Each warp used to derive the tile's origin and window itself, ~150
+    // instructions per warp and tile.
+    if (g.tensor_tiles && boundary == Boundary::Zero) {
+      if (threadIdx.x >= 32) return;
+      const TileHeader t = tile_origin(tile, g);
+      const int64_t yw = t.y0 - g.ry, xw = t.x0 - g.rx;
+      const int shift = row_shift(x + t.b * g.ny * g.nx, yw, g.nx, xw);
+      w.copy_tensor_3d(g.hdr_bytes, tmap, static_cast<int>(xw - shift / esz), static_cast<int>(yw),
+                       static_cast<int>(t.b), static_cast<uint32_t>(g.win_h) * static_cast<uint32_t>(g.pitch));
+      if (threadIdx.x == 0) *reinterpret_cast<TileHeader*>(w.stage) = t;
+      int* shifts = reinterpret_cast<int*>(w.stage + sizeof(TileHeader));
+      for (int i = threadIdx.x; i < g.win_h; i += 32) shifts[i] = shift;
+      return;
+    }
+  }
   // Rows of a multiple of 16 bytes: every row of a plane has the same shift.
   const bool uniform_rows = g.nx * esz % 16 == 0;
   TileWindow tw;
@@ -346,7 +364,7 @@ __device__ __forceinline__ void load_stencil_tile(const W& w, const T* x, const 
     // columns outside the plane arrive as zeros, which is the zero boundary (other boundaries:
     // interior tiles only). No per-thread address arithmetic, one instruction for the tile.
     const bool interior = tw.i_lo == 0 && tw.i_hi == g.win_h && tw.c_lo == tw.xw && tw.c_hi == tw.xw + g.win_w;
-    if (g.tensor_tiles && (interior || boundary == Boundary::Zero)) {
+    if (g.tensor_tiles && interior) {  // (the zero boundary's tiles took the one-warp path above)
       const int shift = row_shift(plane, tw.yw, g.nx, tw.xw);  // every row's (nx * esz % 16 == 0)
       w.copy_tensor_3d(g.hdr_bytes, tmap, static_cast<int>(tw.xw - shift / esz), static_cast<int>(tw.yw),
                        static_cast<int>(tw.t.b), static_cast<uint32_t>(g.win_h) * static_cast<uint32_t>(g.pitch));

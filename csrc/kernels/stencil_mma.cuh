@@ -103,7 +103,9 @@ __device__ __forceinline__ uint32_t pack2(float lo, float hi) {
 }
 
 // The power of two e with the largest finite |w| in [0.5, 1) * 2^e (0 when there is none),
-// clamped so that 2^-e and 2^e are normal floats.
+// clamped so that 2^-e and 2^e are normal floats; 0 also when the largest |w| is in [0.5, 4)
+// (common weights: inside fp16's range as they are, and the narrow kernel skips the unscale
+// multiply, 32 FMULs per round).
 __device__ __forceinline__ int mma_weight_exponent(const float* w, int kh, int kw, int kw_pad) {
   float m = 0.f;
   for (int k = 0; k < kh; ++k)
@@ -114,7 +116,7 @@ __device__ __forceinline__ int mma_weight_exponent(const float* w, int kh, int k
   if (!(m > 0.f)) return 0;
   int e;
   frexpf(m, &e);
-  return max(-100, min(100, e));
+  return e >= 0 && e <= 2 ? 0 : max(-100, min(100, e));
 }
 
 // The B fragments of every tap row and term, fragment (k * terms + term) * 32 + lane, then the
@@ -359,12 +361,18 @@ __device__ __forceinline__ void consume_tile_mma_rows(uint32_t stage_s, uint32_t
     float sum = 0.f;
 #pragma unroll
     for (int i = 0; i < R; ++i) sum += (acc[i][0] + acc[i][1]) + (acc[i][2] + acc[i][3]);
+    if (unscale != 1.f) {  // block-uniform (see mma_weight_exponent)
+#pragma unroll
+      for (int i = 0; i < R; ++i)
+#pragma unroll
+        for (int q = 0; q < 4; ++q) acc[i][q] *= unscale;
+    }
     if (__all_sync(0xffffffffu, isfinite(sum)) && inside) {
       T* p = out + (t.b * g.ny + t.y0 + o0) * g.nx + t.x0 + s * kMmaUnit + lane_col;
 #pragma unroll
       for (int i = 0; i < R; ++i) {
-        *reinterpret_cast<uint32_t*>(p + i * g.nx) = pack2<T>(acc[i][0] * unscale, acc[i][1] * unscale);
-        *reinterpret_cast<uint32_t*>(p + i * g.nx + 64) = pack2<T>(acc[i][2] * unscale, acc[i][3] * unscale);
+        *reinterpret_cast<uint32_t*>(p + i * g.nx) = pack2<T>(acc[i][0], acc[i][1]);
+        *reinterpret_cast<uint32_t*>(p + i * g.nx + 64) = pack2<T>(acc[i][2], acc[i][3]);
       }
       continue;
     }
@@ -378,8 +386,8 @@ __device__ __forceinline__ void consume_tile_mma_rows(uint32_t stage_s, uint32_t
         continue;
       }
       const int64_t col = t.x0 + s * kMmaUnit + lane_col;
-      store_pair<T>(orow, col, g.nx, acc[i][0] * unscale, acc[i][1] * unscale);
-      store_pair<T>(orow, col + 64, g.nx, acc[i][2] * unscale, acc[i][3] * unscale);
+      store_pair<T>(orow, col, g.nx, acc[i][0], acc[i][1]);
+      store_pair<T>(orow, col + 64, g.nx, acc[i][2], acc[i][3]);
     }
   }
 }
