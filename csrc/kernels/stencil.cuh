@@ -325,15 +325,19 @@ __device__ __noinline__ void fill_stage(uint32_t stage_smem, const T* plane, Til
 // Fills the stage behind the ring's write handle `w` with tile `tile`'s window: the rows inside
 // the plane as async copies (one box when they share a shift), boundary rows from their mapped
 // source rows, and the store team's plain stores (header, zero rows, halo columns).
-template <typename T, class W>
+// OneWarpBox: the zero boundary's tensor-map tiles are loaded by warp 0 alone (see below).
+template <typename T, bool OneWarpBox = true, class W>
 __device__ __forceinline__ void load_stencil_tile(const W& w, const T* x, const StencilGeom& g, Boundary boundary,
                                                   int64_t tile, const void* tmap) {
   constexpr int64_t esz = sizeof(T);
-  if constexpr (W::kTensorCopies) {
+  if constexpr (W::kTensorCopies && OneWarpBox) {
     // The zero boundary's tensor-map tiles (every tile one box, see below): one warp does the
     // whole load (thread 0 the copy, the warp the header and shifts), the others nothing but the
-    // ring's arrival. Each warp used to derive the tile's origin and window itself, ~150
-    // instructions per warp and tile.
+    // ring's arrival, where each warp derived the tile's origin and window itself (~150
+    // instructions per warp and tile). Probe A/B (H200, 8192^2, thirteenth run): fp16 5x5 narrow
+    // tensor-core 0.0850-0.0855 -> 0.0828-0.0830 ms, bf16 general 5x5 0.113 -> 0.107 (sweep); the
+    // narrow CUDA-core kernels gained nothing (fp32 3x3, 5x5 even) or lost (fp16 3x3 0.0764 ->
+    // 0.0772-0.0778; sweep 0.077 -> 0.079) and keep every warp loading.
     if (g.tensor_tiles && boundary == Boundary::Zero) {
       if (threadIdx.x >= 32) return;
       const TileHeader t = tile_origin(tile, g);
@@ -364,7 +368,7 @@ __device__ __forceinline__ void load_stencil_tile(const W& w, const T* x, const 
     // columns outside the plane arrive as zeros, which is the zero boundary (other boundaries:
     // interior tiles only). No per-thread address arithmetic, one instruction for the tile.
     const bool interior = tw.i_lo == 0 && tw.i_hi == g.win_h && tw.c_lo == tw.xw && tw.c_hi == tw.xw + g.win_w;
-    if (g.tensor_tiles && interior) {  // (the zero boundary's tiles took the one-warp path above)
+    if (g.tensor_tiles && (interior || (!OneWarpBox && boundary == Boundary::Zero))) {
       const int shift = row_shift(plane, tw.yw, g.nx, tw.xw);  // every row's (nx * esz % 16 == 0)
       w.copy_tensor_3d(g.hdr_bytes, tmap, static_cast<int>(tw.xw - shift / esz), static_cast<int>(tw.yw),
                        static_cast<int>(tw.t.b), static_cast<uint32_t>(g.win_h) * static_cast<uint32_t>(g.pitch));
@@ -898,21 +902,24 @@ constexpr int narrow_threads() { return sizeof(T) == 4 ? 128 : kStencilThreads; 
 
 // Narrow tensor-core kernels (NarrowK = -KH: consume_tile_mma_rows alone, KH tap rows at compile
 // time) for 2-byte boxes of KH = 5, 7 or 9 tap rows and 5 to 9 columns, two stages, in
-// 128-thread blocks (four per SM at 128 registers), rounds of 8 rows (4 for KH = 9, whose
-// fragments need the registers). scripts/probe_stencil_blocks.cu with PROBE_MMA=1 (H200,
-// thirteenth run, fp16 8192^2, tma, persistent blocks, ms; cudaMemcpyAsync 0.067): 5x5 0.0844
-// (0.80x) against the CUDA cores' 0.110 and the general kernel's tensor-core consumer 0.121; 7x7
-// 0.102 against 0.138; 9x9 0.119 against 0.162. Rounds of 4 rows: 5x5 0.0893; 256-thread blocks
-// 0.0886, 64-thread 0.0890; 3 or 4 stages 0.100-0.102; blocks of a few tiles 0.103-0.110 (each
-// block builds its fragments and zeroes its stages). The 3x3 stays on the CUDA cores (0.0818
-// against the narrow 3x3's 0.076-0.077).
+// 128-thread blocks (four per SM at 128 registers), rounds of 8 rows (halved for KH = 9 and for
+// bf16, whose fragments need the registers). scripts/probe_stencil_blocks.cu with PROBE_MMA=1
+// (H200, thirteenth run, fp16 8192^2, tma, persistent blocks, ms; cudaMemcpyAsync 0.067): 5x5
+// 0.0844 (0.80x) against the CUDA cores' 0.110 and the general kernel's tensor-core consumer
+// 0.121; 7x7 0.102 against 0.138; 9x9 0.119 against 0.162. Rounds of 4 rows: 5x5 0.0893;
+// 256-thread blocks 0.0886, 64-thread 0.0890; 3 or 4 stages 0.100-0.102; 64-row tiles 0.105;
+// blocks of a few tiles 0.103-0.110 (each block builds its fragments and zeroes its stages). The
+// 3x3 stays on the CUDA cores (0.0818 against the narrow 3x3's 0.076-0.077). With the one-warp
+// loader (load_stencil_tile) the sweep's fp16 5x5 runs 0.085 ms (0.113 before these kernels),
+// 7x7 0.100 (0.138), 9x9 0.123 (0.162).
 constexpr int kMmaNarrowThreads = 128;
 template <typename T>
 constexpr int mma_round_rows(int kh) { return (kh <= 7 ? 8 : 4) / (kMmaTerms<T> == 2 ? 1 : 2); }
 // The narrow tensor-core kernel's KH for a 2-byte box, or 0 (choose_mma still has to agree).
 // bf16's three weight terms cost 15 MMAs per tap row and 128 outputs where fp16 needs 10: its 5x5
-// ran 0.109-0.115 ms on them against the CUDA cores' 0.113, so bf16 keeps the 35-tap threshold
-// (7x7 0.134 against the general kernel's tensor-core 0.156, 9x9 0.177 against 0.183).
+// ran 0.109 ms on them against the CUDA cores' 0.107 (scripts/stencil_sweep.py, one run, with the
+// one-warp loader), so bf16 keeps the 35-tap threshold (probe: 7x7 0.126 against the general
+// kernel's tensor-core consumer 0.156, 9x9 0.177 against 0.183).
 template <typename T>
 int narrow_mma_rows(const StencilGeom& g, int stages, int sm) {
   const int kh = 2 * g.ry + 1, kw = 2 * g.rx + 1;
@@ -983,7 +990,7 @@ __global__ void __launch_bounds__(Threads, stencil_min_blocks<T, Box, NarrowK, T
 
   const int64_t mine = blockIdx.x < g.ntiles ? (g.ntiles - blockIdx.x + gridDim.x - 1) / gridDim.x : 0;
   auto load = [&](const auto& w, int64_t k) {
-    load_stencil_tile<T>(w, x, g, boundary, blockIdx.x + k * gridDim.x, &tmap);
+    load_stencil_tile<T, (NarrowK <= 0)>(w, x, g, boundary, blockIdx.x + k * gridDim.x, &tmap);
   };
 
   const ConsumerGeom cg{g.ny, g.nx, kh, kw, g.kw_pad, g.pitch, g.hdr_bytes, g.items, g.cols_log2};
