@@ -307,7 +307,8 @@ _STENCIL_REASONS = {
                 "against primitives/2's 0.112, fp32 9x9 0.344 against 0.380; H200, BENCHMARKS.md, "
                 "sixth run); fp32 3x3 and 5x5 run their fixed consumers in 128-thread blocks, one "
                 "and two tiles per block (8192^2 0.141 and 0.142 ms against primitives/2's 0.146 "
-                "and 0.152, twelfth run)",
+                "and 0.152, twelfth run); fp16 boxes of 5-9 tap rows run the narrow tensor-core "
+                "kernels (fp16 5x5 0.085 ms against the CUDA cores' 0.113, thirteenth run)",
     ("specialized", 2): "on sm_90, 2-byte signals along the last dim: specialized (one producer "
                         "warp, the other warps consume) with 2 stages; fp16 2^28 r=4 0.406-0.430 ms "
                         "against barrier/2's 0.462-0.537 (H200, BENCHMARKS.md, fourth run; fifth "

@@ -10,8 +10,12 @@
 // of one window row, 16 bytes apart, so one ldmatrix.x4 loads them (conflict-free: each of its
 // four 8x8 matrices is 128 contiguous bytes) from 16-byte boundaries, which is what `a` is for:
 // window column -a sits on one. B_k is the same for every unit: each block builds the fragments
-// once, into shared memory after the weights, and a warp reloads one tap row's per round of
-// R = 4 units (their accumulators stay in registers across all tap rows).
+// once, into shared memory after the weights. Two consumers: consume_tile_mma (the general
+// kernel's, any number of tap rows) reloads one tap row's fragments per round of R = 4 units
+// (their accumulators stay in registers across all tap rows); consume_tile_mma_rows (the narrow
+// tensor-core kernels', KH tap rows at compile time) keeps every fragment in registers and takes
+// rounds of R rows of one unit column, loading each window row once for all the tap rows it
+// meets (R + KH - 1 ldmatrix per round instead of R x KH).
 //
 // The weights are fp32 (the accumulation type). Each is scaled by a power of two (the largest
 // |w| lands in [0.5, 1): inside fp16's range) and split into 2-byte terms w = w_1 + w_2 (+ w_3),
@@ -49,7 +53,7 @@ namespace kernels {
 
 constexpr int kMmaUnit = 128;  // outputs per unit (16 groups of 8)
 constexpr int kMmaMaxKh = 17;  // tap rows whose fragments the launcher agrees to hold
-constexpr int kMmaMinTaps = 35;  // smaller stencils run faster on the CUDA cores (choose_mma)
+constexpr int kMmaMinTaps = 35;  // in the general kernel (choose_mma); the narrow kernels go lower
 
 // 2-byte terms that carry an fp32 weight (see above).
 template <typename T>
