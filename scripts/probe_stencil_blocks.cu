@@ -117,7 +117,8 @@ float median_ms(F&& launch, int reps) {
 // Mma: the tensor-core consumer (2-byte types): in the general kernel (NarrowK 0) or alone
 // (NarrowK -K, the narrow tensor-core kernel).
 template <int Threads, int S, int NarrowK, bool Mma = (NarrowK < 0)>
-float run(const Buffers& b, int tiles_per_block, int reps, int* blocks_out, int64_t* grid_out, int tile_threads = Threads) {
+float run(const Buffers& b, int tiles_per_block, int reps, int* blocks_out, int64_t* grid_out,
+          int tile_threads = Threads) {
   StencilParams p;
   p.x = b.x; p.out = b.out; p.weights = b.w; p.dtype = kDType;
   p.batch = 1; p.ny = b.ny; p.nx = b.nx; p.ry = R; p.rx = R; p.boundary = Boundary::Zero;
@@ -227,7 +228,8 @@ int main(int argc, char** argv) {
   CUPIPE_CUDA_CHECK(cudaMemcpy(b.base, b.out, n * sizeof(T), cudaMemcpyDeviceToDevice));
   std::printf("%s %dx%d 8192^2, %s; cudaMemcpyAsync %.4f ms; the launcher's kernel (%s, 256 threads, 2 stages, 2 "
               "tiles per block) %.4f ms = %.3fx of the copy\n",
-              sizeof(T) == 4 ? "fp32" : kDType == DType::F16 ? "fp16" : "bf16", K, K, engine::mechanism_name(kMech), copy_ms,
+              sizeof(T) == 4 ? "fp32" : kDType == DType::F16 ? "fp16" : "bf16", K, K, engine::mechanism_name(kMech),
+              copy_ms,
               kLauncherNarrow ? "narrow" : "general", base_ms, copy_ms / base_ms);
   std::printf("%8s %8s %6s %10s %8s %8s %9s %8s\n", "kernel", "threads", "stages", "tiles/blk", "blk/SM", "grid", "ms",
               "x copy");

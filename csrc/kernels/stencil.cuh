@@ -903,7 +903,8 @@ constexpr int narrow_threads() { return sizeof(T) == 4 ? 128 : kStencilThreads; 
 // Narrow tensor-core kernels (NarrowK = -KH: consume_tile_mma_rows alone, KH tap rows at compile
 // time) for 2-byte boxes of KH = 5, 7 or 9 tap rows and 5 to 9 columns, two stages, in
 // 128-thread blocks (four per SM at 128 registers), rounds of 8 rows (halved for KH = 9 and for
-// bf16, whose fragments need the registers). scripts/probe_stencil_blocks.cu with PROBE_MMA=1
+// bf16, whose fragments need the registers; fp16 7x7 and bf16 9x9 still spill 20 bytes, and ran
+// faster so than with smaller rounds or the general kernel). scripts/probe_stencil_blocks.cu with PROBE_MMA=1
 // (H200, thirteenth run, fp16 8192^2, tma, persistent blocks, ms; cudaMemcpyAsync 0.067): 5x5
 // 0.0844 (0.80x) against the CUDA cores' 0.110 and the general kernel's tensor-core consumer
 // 0.121; 7x7 0.102 against 0.138; 9x9 0.119 against 0.162. Rounds of 4 rows: 5x5 0.0893;
@@ -941,9 +942,9 @@ int narrow_box(StencilFixed f, int stages) {
 
 // NarrowK (Box only): 0, the general kernel; 3 or 5, the fixed K x K consumer alone in items of
 // kNarrowTH rows (the launcher's precondition: g.fixed is that box); -KH (2-byte types), the
-// tensor-core consumer alone with KH tap rows (precondition: g.fixed is Mma, see narrow_mma_rows). Threads: the block size
-// (the launcher's: narrow_threads for narrow kernels, else kStencilThreads; the probe compares
-// others).
+// tensor-core consumer alone with KH tap rows (precondition: g.fixed is Mma, see
+// narrow_mma_rows). Threads: the block size (the launcher's: narrow_threads or kMmaNarrowThreads
+// for narrow kernels, else kStencilThreads; the probe compares others).
 template <engine::Mechanism M, int S, typename T, bool Box, int NarrowK = 0,
           int Threads = (NarrowK > 0 ? narrow_threads<T>() : NarrowK < 0 ? kMmaNarrowThreads : kStencilThreads)>
 __global__ void __launch_bounds__(Threads, stencil_min_blocks<T, Box, NarrowK, Threads>())
@@ -998,9 +999,10 @@ __global__ void __launch_bounds__(Threads, stencil_min_blocks<T, Box, NarrowK, T
     if constexpr (NarrowK < 0) {
       const MmaGeom mg{g.ny, g.nx, kh, kw, g.kw_pad, g.pitch, g.hdr_bytes, g.tile_h, g.cols_log2 - 5, g.mma_a};
       const uint32_t ws = static_cast<uint32_t>(__cvta_generic_to_shared(w_s));
-      consume_tile_mma_rows<T, -NarrowK, mma_round_rows<T>(-NarrowK)>(static_cast<uint32_t>(__cvta_generic_to_shared(stage)),
-                                                          ws + static_cast<uint32_t>(g.weight_bytes), ws, mg, out,
-                                                          team.rank, team.size);
+      constexpr int R = mma_round_rows<T>(-NarrowK);
+      consume_tile_mma_rows<T, -NarrowK, R>(static_cast<uint32_t>(__cvta_generic_to_shared(stage)),
+                                            ws + static_cast<uint32_t>(g.weight_bytes), ws, mg, out, team.rank,
+                                            team.size);
     } else if constexpr (NarrowK > 0) {
       static_assert(BoxBlocking<3>::TH == BoxBlocking<5>::TH, "narrow items split the Box item");
       ConsumerGeom ng = cg;
