@@ -903,8 +903,8 @@ constexpr int narrow_threads() { return sizeof(T) == 4 ? 128 : kStencilThreads; 
 // Narrow tensor-core kernels (NarrowK = -KH: consume_tile_mma_rows alone, KH tap rows at compile
 // time) for 2-byte boxes of KH = 5, 7 or 9 tap rows and 5 to 9 columns, two stages, in
 // 128-thread blocks (four per SM at 128 registers), rounds of 8 rows (halved for KH = 9 and for
-// bf16, whose fragments need the registers; fp16 7x7 and bf16 9x9 still spill 20 bytes, and ran
-// faster so than with smaller rounds or the general kernel). scripts/probe_stencil_blocks.cu with PROBE_MMA=1
+// bf16, whose fragments need the registers; fp16 7x7 and bf16 9x9 still spill 20 bytes and
+// still ran faster: fp16 7x7 than with rounds of 4, bf16 9x9 than on the general kernel). scripts/probe_stencil_blocks.cu with PROBE_MMA=1
 // (H200, thirteenth run, fp16 8192^2, tma, persistent blocks, ms; cudaMemcpyAsync 0.067): 5x5
 // 0.0844 (0.80x) against the CUDA cores' 0.110 and the general kernel's tensor-core consumer
 // 0.121; 7x7 0.102 against 0.138; 9x9 0.119 against 0.162. Rounds of 4 rows: 5x5 0.0893;
