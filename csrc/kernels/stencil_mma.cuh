@@ -203,6 +203,35 @@ __device__ __noinline__ void mma_unit_exact(const char* rows, const float* w, Mm
   }
 }
 
+// Every unit of the tile on the exact path, by the consuming warps: a tile whose rows arrived at
+// another shift than the fragments' layout (none should).
+template <typename T>
+__device__ __forceinline__ void mma_tile_exact(const char* stage, int shift, const TileHeader& t, const float* w,
+                                               MmaGeom g, T* out, int warp, int nwarps, int lane) {
+  const int smask = (1 << g.units_log2) - 1;
+  for (int u = warp; u < (g.tile_h << g.units_log2); u += nwarps) {
+    const int o = u >> g.units_log2;
+    if (t.y0 + o < g.ny)
+      mma_unit_exact<T>(stage + g.hdr_bytes + shift, w, g, o, u & smask, t.x0, out + (t.b * g.ny + t.y0 + o) * g.nx,
+                        lane);
+  }
+}
+
+// Unit (o, s) of a tile whose row o is in the plane, from its accumulators times `scale`: checked
+// stores (edge tiles), or the exact path when the accumulators are not all finite.
+template <typename T>
+__device__ __forceinline__ void mma_store_unit_checked(const float (&acc)[4], float scale, const char* stage,
+                                                       int shift, const TileHeader& t, const float* w, MmaGeom g,
+                                                       int o, int s, T* orow, int lane, int lane_col) {
+  if (!__all_sync(0xffffffffu, isfinite((acc[0] + acc[1]) + (acc[2] + acc[3])))) {
+    mma_unit_exact<T>(stage + g.hdr_bytes + shift, w, g, o, s, t.x0, orow, lane);
+    return;
+  }
+  const int64_t col = t.x0 + s * kMmaUnit + lane_col;
+  store_pair<T>(orow, col, g.nx, acc[0] * scale, acc[1] * scale);
+  store_pair<T>(orow, col + 64, g.nx, acc[2] * scale, acc[3] * scale);
+}
+
 // The tile in `stage` (shared address) on the tensor cores, by the consuming warps (rank, size:
 // whole warps), R units per warp at a time. `frag_s`: the B fragments and the unscale factor;
 // `w_s`: the fp32 weights (for mma_unit_exact). Inlined: a call would make the kernel save its
@@ -229,12 +258,8 @@ __device__ __forceinline__ void consume_tile_mma(uint32_t stage_s, uint32_t frag
   const bool inside = t.x0 >= 0 && t.x0 + (int64_t(kMmaUnit) << g.units_log2) <= g.nx && t.y0 + g.tile_h <= g.ny;
   const int lane_col = 8 * (lane >> 2) + 2 * (lane & 3);
   if (shift != 2 * g.a) {  // not the layout the fragments were built for
-    for (int u = warp; u < nunits; u += nwarps) {
-      const int o = u >> g.units_log2;
-      if (t.y0 + o < g.ny)
-        mma_unit_exact<T>(stage + g.hdr_bytes + shift, static_cast<const float*>(__cvta_shared_to_generic(w_s)), g, o,
-                          u & smask, t.x0, out + (t.b * g.ny + t.y0 + o) * g.nx, lane);
-    }
+    mma_tile_exact<T>(stage, shift, t, static_cast<const float*>(__cvta_shared_to_generic(w_s)), g, out, warp, nwarps,
+                      lane);
     return;
   }
   // A warp takes rounds of R consecutive units (rows of the tile, or runs of a wide row). No
@@ -300,15 +325,8 @@ __device__ __forceinline__ void consume_tile_mma(uint32_t stage_s, uint32_t frag
       const int o = u >> g.units_log2, s = u & smask;
       const int64_t oy = t.y0 + o;
       if (oy >= g.ny) continue;  // warp-uniform: the whole unit is past the plane
-      T* orow = out + (t.b * g.ny + oy) * g.nx;
-      if (!__all_sync(0xffffffffu, isfinite((acc[i][0] + acc[i][1]) + (acc[i][2] + acc[i][3])))) {
-        mma_unit_exact<T>(stage + g.hdr_bytes + shift, static_cast<const float*>(__cvta_shared_to_generic(w_s)), g,
-                          o, s, t.x0, orow, lane);
-        continue;
-      }
-      const int64_t col = t.x0 + s * kMmaUnit + lane_col;
-      store_pair<T>(orow, col, g.nx, acc[i][0] * unscale, acc[i][1] * unscale);
-      store_pair<T>(orow, col + 64, g.nx, acc[i][2] * unscale, acc[i][3] * unscale);
+      mma_store_unit_checked<T>(acc[i], unscale, stage, shift, t, static_cast<const float*>(__cvta_shared_to_generic(w_s)),
+                                g, o, s, out + (t.b * g.ny + oy) * g.nx, lane, lane_col);
     }
   }
 }
@@ -330,12 +348,7 @@ __device__ __forceinline__ void consume_tile_mma_rows(uint32_t stage_s, uint32_t
   const float* w = static_cast<const float*>(__cvta_shared_to_generic(w_s));
   const int smask = (1 << g.units_log2) - 1, nrounds = (g.tile_h / R) << g.units_log2;
   if (shift != 2 * g.a) {  // not the layout the fragments were built for
-    for (int u = warp; u < (g.tile_h << g.units_log2); u += nwarps) {
-      const int o = u >> g.units_log2;
-      if (t.y0 + o < g.ny)
-        mma_unit_exact<T>(stage + g.hdr_bytes + shift, w, g, o, u & smask, t.x0, out + (t.b * g.ny + t.y0 + o) * g.nx,
-                          lane);
-    }
+    mma_tile_exact<T>(stage, shift, t, w, g, out, warp, nwarps, lane);
     return;
   }
   const float unscale = *reinterpret_cast<const float*>(frag + KH * NT * 32);
@@ -384,14 +397,8 @@ __device__ __forceinline__ void consume_tile_mma_rows(uint32_t stage_s, uint32_t
     for (int i = 0; i < R; ++i) {  // edge tiles and non-finite values: row by row
       const int64_t oy = t.y0 + o0 + i;
       if (oy >= g.ny) break;  // warp-uniform: this row and the rest are past the plane
-      T* orow = out + (t.b * g.ny + oy) * g.nx;
-      if (!__all_sync(0xffffffffu, isfinite((acc[i][0] + acc[i][1]) + (acc[i][2] + acc[i][3])))) {
-        mma_unit_exact<T>(stage + g.hdr_bytes + shift, w, g, o0 + i, s, t.x0, orow, lane);
-        continue;
-      }
-      const int64_t col = t.x0 + s * kMmaUnit + lane_col;
-      store_pair<T>(orow, col, g.nx, acc[i][0], acc[i][1]);
-      store_pair<T>(orow, col + 64, g.nx, acc[i][2], acc[i][3]);
+      mma_store_unit_checked<T>(acc[i], 1.f, stage, shift, t, w, g, o0 + i, s, out + (t.b * g.ny + oy) * g.nx, lane,
+                                lane_col);  // (acc already unscaled)
     }
   }
 }
