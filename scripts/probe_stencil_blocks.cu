@@ -15,6 +15,8 @@
 //   /tmp/probe_f32 [reps = 30]
 // PROBE_DTYPE: 0 fp32, 1 fp16, 2 bf16. PROBE_MECH: Primitives or Tma (an engine::Mechanism enumerator).
 // PROBE_K: 3 or 5 (the box); 7 or 9 with PROBE_MMA (the tensor-core kernels only).
+// PROBE_EXACT=1: weights exact in fp16 and bf16 (quarters). PROBE_QUICK=1 (with PROBE_MMA): the
+// launcher's narrow tensor-core configuration only (128 threads, two stages).
 // PROBE_MMA=1 (fp16, bf16): the tensor-core consumer, narrow (NarrowK = -K) and general, instead of
 // the CUDA cores', compared with the reference and bit for bit with the first such configuration.
 #include <cuda_bf16.h>
@@ -35,6 +37,12 @@
 #endif
 #ifndef PROBE_MMA
 #define PROBE_MMA 0
+#endif
+#ifndef PROBE_QUICK
+#define PROBE_QUICK 0
+#endif
+#ifndef PROBE_EXACT
+#define PROBE_EXACT 0
 #endif
 #ifndef PROBE_MECH
 #define PROBE_MECH Primitives
@@ -116,7 +124,7 @@ float median_ms(F&& launch, int reps) {
 
 // Mma: the tensor-core consumer (2-byte types): in the general kernel (NarrowK 0) or alone
 // (NarrowK -K, the narrow tensor-core kernel).
-template <int Threads, int S, int NarrowK, bool Mma = (NarrowK < 0)>
+template <int Threads, int S, int NarrowK, bool Mma = (NarrowK < 0), int Terms = kMmaTerms<T>>
 float run(const Buffers& b, int tiles_per_block, int reps, int* blocks_out, int64_t* grid_out,
           int tile_threads = Threads) {
   StencilParams p;
@@ -142,7 +150,7 @@ float run(const Buffers& b, int tiles_per_block, int reps, int* blocks_out, int6
     }
   }
   if (kTma) tmap = make_plane_map(p.x, p.dtype, sizeof(T), 1, p.ny, p.nx, g.pitch / sizeof(T), g.win_h);
-  auto kernel = stencil_kernel<kMech, S, T, true, NarrowK, Threads>;
+  auto kernel = stencil_kernel<kMech, S, T, true, NarrowK, Threads, Terms>;
   const size_t smem = static_cast<size_t>(S) * g.stage_bytes + g.weight_bytes + g.frag_bytes;
   prepare_smem(kernel, smem, "probe");
   const int bps = blocks_per_sm(kernel, Threads, smem);
@@ -207,8 +215,9 @@ int main(int argc, char** argv) {
   fill_random<<<1024, 256>>>(b.x, n, 12345u);
   float w[K * K];
   // Largest |w| ~1.95 (a common scale, like randn weights; the tensor-core kernels take it unscaled),
-  // not exact in fp16 (both weight terms matter).
-  for (int i = 0; i < K * K; ++i) w[i] = static_cast<float>((i * 37) % 17 - 8) / 4.1f;
+  // not exact in fp16 (both weight terms matter); with PROBE_EXACT=1 quarters up to 2, exact in
+  // fp16 and bf16 (the tensor-core kernels' one-term path).
+  for (int i = 0; i < K * K; ++i) w[i] = static_cast<float>((i * 37) % 17 - 8) / (PROBE_EXACT ? 4.f : 4.1f);
   CUPIPE_CUDA_CHECK(cudaMemcpy(b.w, w, sizeof(w), cudaMemcpyHostToDevice));
   reference_box<<<dim3(static_cast<unsigned>(b.nx / 256), static_cast<unsigned>(b.ny)), 256>>>(b.x, b.ref, b.w,
                                                                                             int(b.ny), int(b.nx));
@@ -266,7 +275,10 @@ int main(int argc, char** argv) {
       if (tile_threads > 0) std::printf("tiles of a %d-thread block:\n", tile_threads);
       for (int tpb : {0, 8}) {
         fill_value<<<1024, 256>>>(b.out, n, poison);
-        const float ms = run<Th, S, N, true>(b, tpb, reps, &bps, &grid, tile_threads > 0 ? tile_threads : Th);
+        // The narrow kernels with one weight term where the weights are exact (the launcher's choice
+        // for weights in x's dtype).
+        constexpr int Terms = N < 0 && PROBE_EXACT ? 1 : kMmaTerms<T>;
+        const float ms = run<Th, S, N, true, Terms>(b, tpb, reps, &bps, &grid, tile_threads > 0 ? tile_threads : Th);
         check(b, !first, "a tensor-core configuration");
         if (first) CUPIPE_CUDA_CHECK(cudaMemcpy(b.base, b.out, n * sizeof(T), cudaMemcpyDeviceToDevice));
         first = false;
@@ -274,6 +286,7 @@ int main(int argc, char** argv) {
       }
     };
     mma_sweep(int_c<-K>{}, int_c<128>{}, int_c<2>{}, true);
+#if !PROBE_QUICK
     mma_sweep(int_c<-K>{}, int_c<128>{}, int_c<2>{}, false, 256);
     mma_sweep(int_c<-K>{}, int_c<128>{}, int_c<2>{}, false, 512);
     mma_sweep(int_c<-K>{}, int_c<128>{}, int_c<3>{}, false, 256);
@@ -281,6 +294,7 @@ int main(int argc, char** argv) {
     mma_sweep(int_c<-K>{}, int_c<256>{}, int_c<2>{}, false, 512);
     std::printf("general kernel, tensor-core consumer:\n");
     mma_sweep(int_c<0>{}, int_c<256>{}, int_c<2>{}, false);
+#endif
   }
 #else
   if constexpr (K == 5) {

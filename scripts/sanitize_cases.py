@@ -70,7 +70,7 @@ for m in mechs:
                 ok = torch.allclose(y, ref2d(x, w, b), atol=1e-3)
                 check(ok, f"stencil2d {m} {s} {b} {tuple(w.shape)}")
         for b in ["zero", "reflect"]:
-            for w in (w5x5, w7, w9):
+            for w in (w5x5, w7, w9, w7.half()):  # fp16 weights: the one-term tensor-core kernels
                 y = cupipe.stencil2d(img_h, w, boundary=b, mechanism=m, stages=s).float()
                 os.environ["CUPIPE_STENCIL_MMA"] = "0"  # the CUDA-core consumer as the reference
                 ref = cupipe.stencil2d(img_h, w, boundary=b, mechanism=m, stages=s).float()

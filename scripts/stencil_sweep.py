@@ -29,6 +29,8 @@ sig = torch.randn(1 << 28, device=dev)
 star = torch.tensor([[0., 1, 0], [1, -4, 1], [0, 1, 0]], device=dev)
 box = {k: torch.ones(k, k, device=dev) / (k * k) for k in (3, 5, 7, 9)}
 row9 = torch.ones(9, device=dev) / 9
+box16 = {k: w.half() for k, w in box.items()}
+boxbf = {k: w.bfloat16() for k, w in box.items()}
 cases = [
     ("2d 3x3 f32", img, lambda x, m, s: cupipe.stencil2d(x, box[3], mechanism=m, stages=s)),
     ("2d 5pt f32", img, lambda x, m, s: cupipe.stencil2d(x, star, mechanism=m, stages=s)),
@@ -41,6 +43,12 @@ cases = [
     ("2d 9x9 f16", img.half(), lambda x, m, s: cupipe.stencil2d(x, box[9], mechanism=m, stages=s)),
     ("2d 3x3 bf16", img.bfloat16(), lambda x, m, s: cupipe.stencil2d(x, box[3], mechanism=m, stages=s)),
     ("2d 5x5 bf16", img.bfloat16(), lambda x, m, s: cupipe.stencil2d(x, box[5], mechanism=m, stages=s)),
+    # Weights in x's dtype (as F.conv2d takes them): exact in it, one weight term on the tensor cores.
+    ("2d 5x5 f16 w16", img.half(), lambda x, m, s: cupipe.stencil2d(x, box16[5], mechanism=m, stages=s)),
+    ("2d 7x7 f16 w16", img.half(), lambda x, m, s: cupipe.stencil2d(x, box16[7], mechanism=m, stages=s)),
+    ("2d 9x9 f16 w16", img.half(), lambda x, m, s: cupipe.stencil2d(x, box16[9], mechanism=m, stages=s)),
+    ("2d 5x5 bf16 wbf16", img.bfloat16(), lambda x, m, s: cupipe.stencil2d(x, boxbf[5], mechanism=m, stages=s)),
+    ("2d 9x9 bf16 wbf16", img.bfloat16(), lambda x, m, s: cupipe.stencil2d(x, boxbf[9], mechanism=m, stages=s)),
     ("1d r4 f32", sig, lambda x, m, s: cupipe.stencil1d(x, row9, mechanism=m, stages=s)),
     ("1d r4 f16", sig.half(), lambda x, m, s: cupipe.stencil1d(x, row9, mechanism=m, stages=s)),
     ("1d r4 bf16", sig.bfloat16(), lambda x, m, s: cupipe.stencil1d(x, row9, mechanism=m, stages=s)),

@@ -629,6 +629,53 @@ def test_stencil_tensor_core_weight_terms(device, monkeypatch, dtype):
             assert bool((err <= bound)[in_range].all()), (name, scale, k, float((err - bound)[in_range].max()))
 
 
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16], ids=["f16", "bf16"])
+def test_stencil_tensor_core_weights_in_input_dtype(device, dtype):
+    """Weights that come in x's dtype are exact in it: the narrow tensor-core kernels multiply one
+    weight term instead of two (fp16) or three (bf16). The later terms were zeros, so the sums are
+    the same: equal, bit for bit, to the same weights passed as fp32 wherever both take the
+    tensor cores (every mechanism; bf16's 5x5 with fp32 weights runs on the CUDA cores: within
+    the tolerance). Every result against the float64 reference."""
+    _mma_capable(device)
+    mechanisms = [m for m in cupipe.MECHANISMS
+                  if m != "tma" or torch.cuda.get_device_capability() >= (9, 0)]
+    for shape, offset in [((2, 70, 264), 0), ((67, 1024), 1)]:
+        x = _offset_view(shape, dtype, device, offset, seed=68)
+        for k in (5, 7, 9):
+            w = make_weights((k, k), dtype, device, seed=69)
+            ref = _ref2d(x, w, "zero")
+            atol, rtol = tol(dtype, w.numel())
+            for mechanism in mechanisms:
+                poison_allocator(x.numel() * x.element_size())
+                y1 = cupipe.stencil2d(x, w, mechanism=mechanism, stages=2)
+                y3 = cupipe.stencil2d(x, w.float(), mechanism=mechanism, stages=2)
+                what = f"{mechanism} {shape} offset={offset} {k}x{k}"
+                assert_close(y1, ref, atol=atol, rtol=rtol, what=what)
+                if dtype == torch.float16 or k >= 7:
+                    assert torch.equal(y1, y3), what
+                else:
+                    assert_close(y3, ref, atol=atol, rtol=rtol, what=what)
+
+
+def test_stencil_tensor_core_one_term_fallback(device):
+    """fp16 weights whose scaled values are not all exact in fp16 (1024 sets the scale 2^-11, and
+    3 * 2^-15 then falls below fp16's smallest subnormal): the one-term kernel finds out when it
+    builds its fragments and computes those tiles on the exact path; within the float64 result's
+    ulp plus fp32 accumulation error."""
+    _mma_capable(device)
+    x = make_input((2, 70, 264), torch.float16, device, seed=70)
+    w = make_weights((5, 5), torch.float16, device, seed=71)
+    w[0, 0], w[4, 3] = 1024.0, 3 * 2.0 ** -15
+    exact = stencil2d_ref(x.double(), w.double(), "zero")
+    mag = stencil2d_ref(x.double().abs(), w.double().abs(), "zero")
+    for mechanism in ("auto", "primitives", "sync"):
+        y = cupipe.stencil2d(x, w, mechanism=mechanism, stages=2)
+        finite = exact.abs() < 6.0e4
+        err = (y.double() - exact).abs()
+        bound = 2.0 ** -10 * exact.abs() + 2.0 ** -16 * mag
+        assert bool((err <= bound)[finite].all()), (mechanism, float((err - bound)[finite].max()))
+
+
 # ----------------------------------------------------------------------------- gradients
 
 def _grads(fn, *inputs):

@@ -55,6 +55,9 @@ struct StencilParams {
   void* out = nullptr;
   const void* weights = nullptr;  // (2ry+1)*(2rx+1) values of the accumulation type, on device
   DType dtype = DType::F32;       // of x and out; weights are float (double for F64)
+  // The weights came in x's dtype (exact in it): a hint for the launcher's kernel choice, as the
+  // tensor-core kernels then multiply one weight term (they find that out themselves too).
+  bool weights_exact = false;
   int64_t batch = 0, ny = 0, nx = 0;
   int ry = 0, rx = 0;
   Boundary boundary = Boundary::Zero;

@@ -914,18 +914,19 @@ constexpr int narrow_threads() { return sizeof(T) == 4 ? 128 : kStencilThreads; 
 // loader (load_stencil_tile) the sweep's fp16 5x5 runs 0.085 ms (0.113 before these kernels),
 // 7x7 0.100 (0.138), 9x9 0.123 (0.162).
 constexpr int kMmaNarrowThreads = 128;
-template <typename T>
-constexpr int mma_round_rows(int kh) { return (kh <= 7 ? 8 : 4) / (kMmaTerms<T> == 2 ? 1 : 2); }
+// Rows per round for KH tap rows and `terms` weight terms (bf16's three need the registers).
+constexpr int mma_round_rows(int kh, int terms) { return (kh <= 7 ? 8 : 4) / (terms <= 2 ? 1 : 2); }
 // The narrow tensor-core kernel's KH for a 2-byte box, or 0 (choose_mma still has to agree).
 // bf16's three weight terms cost 15 MMAs per tap row and 128 outputs where fp16 needs 10: its 5x5
 // ran 0.109 ms on them against the CUDA cores' 0.107 (scripts/stencil_sweep.py, one run, with the
 // one-warp loader), so bf16 keeps the 35-tap threshold (probe: 7x7 0.126 against the general
-// kernel's tensor-core consumer 0.156, 9x9 0.177 against 0.183).
+// kernel's tensor-core consumer 0.156, 9x9 0.177 against 0.183) unless its weights came in bf16
+// (`exact`: one term, 5 MMAs per tap row).
 template <typename T>
-int narrow_mma_rows(const StencilGeom& g, int stages, int sm) {
+int narrow_mma_rows(const StencilGeom& g, int stages, int sm, bool exact) {
   const int kh = 2 * g.ry + 1, kw = 2 * g.rx + 1;
   if (stages != 2 || sm < 80 || g.blocking == StencilBlocking::Row || kw < 5 || kw > 9) return 0;
-  if (kMmaTerms<T> > 2 && kh * kw < kMmaMinTaps) return 0;
+  if (kMmaTerms<T> > 2 && !exact && kh * kw < kMmaMinTaps) return 0;
   return kh == 5 || kh == 7 || kh == 9 ? kh : 0;
 }
 // The narrow kernel for a box the launcher found a fixed consumer for: K, or 0 for none. One or
@@ -945,8 +946,13 @@ int narrow_box(StencilFixed f, int stages) {
 // tensor-core consumer alone with KH tap rows (precondition: g.fixed is Mma, see
 // narrow_mma_rows). Threads: the block size (the launcher's: narrow_threads or kMmaNarrowThreads
 // for narrow kernels, else kStencilThreads; the probe compares others).
+// Terms (narrow tensor-core kernels): the weight terms the consumer multiplies, kMmaTerms<T> or 1
+// (the launcher's choice for weights that came in x's dtype; a block whose fragments need more, as
+// scaled weights that lost bits to fp16's subnormals can, computes its tiles on the exact path).
+// One kernel holding both consumers spilled and ran fp16 5x5 0.0930 ms against 0.0833 (probe).
 template <engine::Mechanism M, int S, typename T, bool Box, int NarrowK = 0,
-          int Threads = (NarrowK > 0 ? narrow_threads<T>() : NarrowK < 0 ? kMmaNarrowThreads : kStencilThreads)>
+          int Threads = (NarrowK > 0 ? narrow_threads<T>() : NarrowK < 0 ? kMmaNarrowThreads : kStencilThreads),
+          int Terms = kMmaTerms<T>>
 __global__ void __launch_bounds__(Threads, stencil_min_blocks<T, Box, NarrowK, Threads>())
     stencil_kernel(const T* __restrict__ x, T* __restrict__ out, const acc_t<T>* __restrict__ weights,
                    StencilGeom g, Boundary boundary, const __grid_constant__ CUtensorMap tmap) {
@@ -997,12 +1003,12 @@ __global__ void __launch_bounds__(Threads, stencil_min_blocks<T, Box, NarrowK, T
   const ConsumerGeom cg{g.ny, g.nx, kh, kw, g.kw_pad, g.pitch, g.hdr_bytes, g.items, g.cols_log2};
   auto consume = [&](const char* stage, int64_t, engine::Team team) {
     if constexpr (NarrowK < 0) {
+      constexpr int KH = -NarrowK;
       const MmaGeom mg{g.ny, g.nx, kh, kw, g.kw_pad, g.pitch, g.hdr_bytes, g.tile_h, g.cols_log2 - 5, g.mma_a};
       const uint32_t ws = static_cast<uint32_t>(__cvta_generic_to_shared(w_s));
-      constexpr int R = mma_round_rows<T>(-NarrowK);
-      consume_tile_mma_rows<T, -NarrowK, R>(static_cast<uint32_t>(__cvta_generic_to_shared(stage)),
-                                            ws + static_cast<uint32_t>(g.weight_bytes), ws, mg, out, team.rank,
-                                            team.size);
+      const uint32_t st = static_cast<uint32_t>(__cvta_generic_to_shared(stage));
+      const uint32_t fs = ws + static_cast<uint32_t>(g.weight_bytes);
+      consume_tile_mma_rows<T, KH, mma_round_rows(KH, Terms), Terms>(st, fs, ws, mg, out, team.rank, team.size);
     } else if constexpr (NarrowK > 0) {
       static_assert(BoxBlocking<3>::TH == BoxBlocking<5>::TH, "narrow items split the Box item");
       ConsumerGeom ng = cg;
@@ -1067,7 +1073,7 @@ void launch_stencil_mechanism(const StencilParams& p) {
       int threads = narrow > 0 ? narrow_threads<T>() : kStencilThreads;
       if (threads != kStencilThreads) g = geom_for(threads);
       if constexpr (esz == 2) {
-        if (const int kh = narrow == 0 ? narrow_mma_rows<T>(g, S, dev.sm) : 0; kh > 0) {
+        if (const int kh = narrow == 0 ? narrow_mma_rows<T>(g, S, dev.sm, p.weights_exact) : 0; kh > 0) {
           StencilGeom gm = geom_for(kMmaNarrowThreads);
           choose_mma(gm, p, dev, S, 0);
           if (gm.fixed == StencilFixed::Mma) {
@@ -1115,6 +1121,12 @@ void launch_stencil_mechanism(const StencilParams& p) {
       }
       // The tensor-core consumer in kernels of their own (see narrow_mma_rows).
       if constexpr (S == 2 && sizeof(T) == 2) {
+        constexpr int Th = kMmaNarrowThreads;
+        if (p.weights_exact) {
+          if (narrow == -5) return launch(stencil_kernel<M, S, T, true, -5, Th, 1>);
+          if (narrow == -7) return launch(stencil_kernel<M, S, T, true, -7, Th, 1>);
+          if (narrow == -9) return launch(stencil_kernel<M, S, T, true, -9, Th, 1>);
+        }
         if (narrow == -5) return launch(stencil_kernel<M, S, T, true, -5>);
         if (narrow == -7) return launch(stencil_kernel<M, S, T, true, -7>);
         if (narrow == -9) return launch(stencil_kernel<M, S, T, true, -9>);

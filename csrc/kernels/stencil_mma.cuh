@@ -60,7 +60,7 @@ template <typename T>
 constexpr int kMmaTerms = std::is_same_v<T, __nv_bfloat16> ? 3 : 2;
 
 // Shared memory of the fragments (kh x terms x 32 lanes x 8 bytes), then the float 2^e that
-// undoes the weights' scale.
+// undoes the weights' scale and the int count of terms that carry anything (MmaFragTail).
 inline int64_t mma_fragment_bytes(int kh, int terms) { return int64_t(kh) * terms * 32 * 8 + 16; }
 
 // The tiles' column phase (tiles start at tx * tile_w - phase) and the A offset a for an input
@@ -123,16 +123,26 @@ __device__ __forceinline__ int mma_weight_exponent(const float* w, int kh, int k
   return e >= 0 && e <= 2 ? 0 : max(-100, min(100, e));
 }
 
+// What follows the fragments: the unscale factor, and 1 when every weight (scaled) is exact in T,
+// so that the later terms are all zero and a consumer may skip their MMAs (weights given in the
+// input's own dtype, as F.conv2d takes them: half the MMAs for fp16, a third for bf16; the sums are
+// the same), else kMmaTerms<T>.
+struct MmaFragTail {
+  float unscale;
+  int terms;
+};
+
 // The B fragments of every tap row and term, fragment (k * terms + term) * 32 + lane, then the
-// unscale factor 2^e, by the threads (tid, nthreads) of the block. Lane (g, t) of an m16n8k16 B
-// fragment holds B[2t][g], B[2t + 1][g] (first word) and B[2t + 8][g], B[2t + 9][g] (second).
+// MmaFragTail, by every thread (tid, nthreads) of the block (it ends in a block-wide vote).
+// Lane (g, t) of an m16n8k16 B fragment holds B[2t][g], B[2t + 1][g] (first word) and
+// B[2t + 8][g], B[2t + 9][g] (second).
 template <typename T>
 __device__ void build_mma_fragments(const float* w, int kh, int kw, int kw_pad, int a, uint2* frag, int tid,
                                     int nthreads) {
   constexpr int NT = kMmaTerms<T>;
   const int e = mma_weight_exponent(w, kh, kw, kw_pad);
   const float s = ldexpf(1.f, -e);
-  if (tid == 0) *reinterpret_cast<float*>(frag + kh * NT * 32) = ldexpf(1.f, e);
+  bool later_terms = false;  // does a term past the first carry anything?
   for (int idx = tid; idx < kh * NT * 32; idx += nthreads) {
     const int lane = idx & 31, k = (idx >> 5) / NT, term = (idx >> 5) % NT;
     const int g = lane >> 2, t = lane & 3;
@@ -143,9 +153,12 @@ __device__ void build_mma_fragments(const float* w, int kh, int kw, int kw_pad, 
       float r = c >= 0 && c < kw ? w[k * kw_pad + c] * s : 0.f;
       for (int i = 0; i < term; ++i) r -= round_to<T>(r);  // what the earlier terms left
       v[q] = r;
+      later_terms |= term > 0 && r != 0.f;
     }
     frag[idx] = make_uint2(pack2<T>(v[0], v[1]), pack2<T>(v[2], v[3]));
   }
+  const bool any_later = __syncthreads_or(later_terms);
+  if (tid == 0) *reinterpret_cast<MmaFragTail*>(frag + kh * NT * 32) = {ldexpf(1.f, e), any_later ? NT : 1};
 }
 
 __device__ __forceinline__ void ldmatrix_x4(uint32_t (&r)[4], uint32_t addr) {
@@ -335,11 +348,14 @@ __device__ __forceinline__ void consume_tile_mma(uint32_t stage_s, uint32_t frag
 // consumer: KH, the tap rows, is a compile-time constant). Window row r of a round feeds output
 // rows r - k for every tap row k, so a round loads R + KH - 1 A fragments instead of R x KH, and
 // every tap row's B fragments stay in registers for the whole tile. R rows' accumulators give the
-// tensor pipe R independent chains. Preconditions as consume_tile_mma's, and tile_h % R == 0.
-template <typename T, int KH, int R>
+// tensor pipe R independent chains. NTU: the weight terms it multiplies, the first NTU of
+// kMmaTerms<T>; where the fragments need more (MmaFragTail::terms) the tile takes the exact path.
+// Preconditions as consume_tile_mma's, and tile_h % R == 0.
+template <typename T, int KH, int R, int NTU = kMmaTerms<T>>
 __device__ __forceinline__ void consume_tile_mma_rows(uint32_t stage_s, uint32_t frag_s, uint32_t w_s, MmaGeom g,
                                                       T* out, int rank, int size) {
   constexpr int NT = kMmaTerms<T>;
+  static_assert(NTU >= 1 && NTU <= NT, "terms used: the first NTU of the fragments' NT");
   const int lane = rank & 31, warp = rank >> 5, nwarps = size >> 5;
   const char* stage = static_cast<const char*>(__cvta_shared_to_generic(stage_s));
   const uint2* frag = static_cast<const uint2*>(__cvta_shared_to_generic(frag_s));
@@ -347,16 +363,18 @@ __device__ __forceinline__ void consume_tile_mma_rows(uint32_t stage_s, uint32_t
   const int shift = *reinterpret_cast<const int*>(stage + sizeof(TileHeader));
   const float* w = static_cast<const float*>(__cvta_shared_to_generic(w_s));
   const int smask = (1 << g.units_log2) - 1, nrounds = (g.tile_h / R) << g.units_log2;
-  if (shift != 2 * g.a) {  // not the layout the fragments were built for
+  const MmaFragTail tail = *reinterpret_cast<const MmaFragTail*>(frag + KH * NT * 32);
+  // Not the layout the fragments were built for, or weights that need more terms (block-uniform).
+  if (shift != 2 * g.a || tail.terms > NTU) {
     mma_tile_exact<T>(stage, shift, t, w, g, out, warp, nwarps, lane);
     return;
   }
-  const float unscale = *reinterpret_cast<const float*>(frag + KH * NT * 32);
-  uint2 b[KH][NT];
+  const float unscale = tail.unscale;
+  uint2 b[KH][NTU];
 #pragma unroll
   for (int k = 0; k < KH; ++k)
 #pragma unroll
-    for (int term = 0; term < NT; ++term) b[k][term] = frag[(k * NT + term) * 32 + lane];
+    for (int term = 0; term < NTU; ++term) b[k][term] = frag[(k * NT + term) * 32 + lane];
   const uint32_t lane_off = 16u * ((lane & 7) + 8 * ((lane >> 3) & 1) + (lane >> 4));  // as consume_tile_mma
   const uint32_t pitch = static_cast<uint32_t>(g.pitch);
   const int lane_col = 8 * (lane >> 2) + 2 * (lane & 3);
@@ -370,7 +388,7 @@ __device__ __forceinline__ void consume_tile_mma_rows(uint32_t stage_s, uint32_t
       uint32_t a[4];
       ldmatrix_x4(a, addr + r * pitch);
 #pragma unroll
-      for (int term = 0; term < NT; ++term)
+      for (int term = 0; term < NTU; ++term)
 #pragma unroll
         for (int i = 0; i < R; ++i)
           if (r - i >= 0 && r - i < KH) mma_16816<T>(acc[i], a, b[r - i][term]);

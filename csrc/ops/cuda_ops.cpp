@@ -90,6 +90,7 @@ at::Tensor stencil_cuda(const char* op, const at::Tensor& x, const at::Tensor& w
   p.out = out.data_ptr();
   p.weights = w.data_ptr();
   p.dtype = to_kernel_dtype(x.scalar_type());
+  p.weights_exact = weights.scalar_type() == x.scalar_type();
   p.batch = g.batch; p.ny = g.ny; p.nx = g.nx; p.ry = g.ry; p.rx = g.rx;
   p.boundary = boundary;
   StencilGeometry tg = g;
