@@ -16,7 +16,7 @@ from cupipe.timing import time_ms
 p = argparse.ArgumentParser()
 p.add_argument("--cases", default="4096x4096,8192x32768,4194304x64,all,amax,bf16")
 p.add_argument("--configs", default="primitives/2,primitives/1")
-p.add_argument("--tiles", default="8192,16384,32768")
+p.add_argument("--tiles", default="8192,16384,32768", help="bytes per stage; 0: the plan's")
 p.add_argument("--waves", default="0,3,6,12,24,48")
 p.add_argument("--reps", type=int, default=50)
 p.add_argument("--cold", action="store_true", help="evict L2 before every timed call (time_ms cold_l2)")
@@ -32,6 +32,7 @@ xb = x.to(torch.bfloat16)
 cases = {  # name: (input, op, dims, dtype)
     "4096x4096": (x[: 1 << 24].view(4096, 4096), "sum", [-1], None),
     "8192x32768": (x.view(8192, 32768), "sum", [-1], None),
+    "8192x2048": (x[: 1 << 24].view(8192, 2048), "sum", [-1], None),
     "4194304x64": (x.view(4194304, 64), "sum", [-1], None),
     "all": (x, "sum", None, None),
     "amax": (x, "amax", None, None),
