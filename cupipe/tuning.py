@@ -336,6 +336,12 @@ _TABLE_REASONS = {
                                  "2026-11-22); over columns (chunks up to 16 KiB wide, 64 KiB "
                                  "stages) 0.251-0.253 ms against 4 stages of 32 KiB's 0.264-0.269 "
                                  "(fifth run)",
+    ("reduce", "tma", 1): "tma with 1 stage of 32 KiB along the innermost dim on sm_90+ (a whole "
+                          "tensor, short or long rows): sum all 2^28 fp32 0.2428 ms against "
+                          "primitives/2's 0.2444-0.2449, rows (4194304, 64) 0.2595 against 0.2634, "
+                          "amax all 0.2454 against 0.2481, bf16 -> fp32 0.1264 against 0.1283 "
+                          "(H200, BENCHMARKS.md, fourteenth run); one bulk copy per tile leaves "
+                          "the threads to the fold",
     ("reduce", "primitives", 1): "primitives with 1 stage for rows of 4-32 KiB along the innermost "
                                  "dim (a row or two per 32 KiB stage, each folded by several warps): "
                                  "(4096, 4096) fp32 0.0206-0.0212 ms against 2 stages' "

@@ -144,14 +144,8 @@ inline int fitted_tile_bytes(const ReduceParams& p, const DeviceInfo& dev, int t
   while (t > 4096 && static_cast<int64_t>(p.stages) * (t + slack) + 1024 > dev.max_smem_optin) t /= 2;
   return t;
 }
-// One stage over rows of 4-16 KiB (the table's choice for them): 16 KiB stages, a row or a few per
-// tile, so that eight blocks fit an SM (the one-stage kernels are compiled for eight: 32
-// registers) and the balanced grid (launch_reduce_typed) gives every block the same rows.
 inline int rows_tile_bytes(const ReduceParams& p, const DeviceInfo& dev) {
-  if (p.tile_bytes > 0) return p.tile_bytes;
-  const int64_t row_bytes = p.r * dtype_size(p.in_dtype);
-  if (p.stages == 1 && row_bytes > 4096 && row_bytes <= kReduceRowsTileBytes / 2) return kReduceRowsTileBytes / 2;
-  return fitted_tile_bytes(p, dev, kReduceRowsTileBytes, 32);
+  return p.tile_bytes > 0 ? p.tile_bytes : fitted_tile_bytes(p, dev, kReduceRowsTileBytes, 32);
 }
 // Columns: a tile row is a chunk plus 32 bytes of pitch slack (chunks are 512 bytes or wider).
 inline int cols_tile_bytes(const ReduceParams& p, const DeviceInfo& dev) {
@@ -159,10 +153,8 @@ inline int cols_tile_bytes(const ReduceParams& p, const DeviceInfo& dev) {
 }
 
 // ---------------------------------------------------------------------------------- rows
-// One stage: eight blocks per SM (see rows_tile_bytes), which the loops fit in 32 registers
-// without spills; deeper rings keep the compiler's choice (their stages bound the blocks per SM).
 template <engine::Mechanism M, int S, typename T>
-__global__ void __launch_bounds__(kReduceThreads, S == 1 ? kMaxBlocksPerSm : 1)
+__global__ void __launch_bounds__(kReduceThreads)
     reduce_rows_kernel(const T* __restrict__ x, void* out, DType od, acc_t<T>* partials, RowsPlan pl,
                        ReduceOp op) {
   using A = acc_t<T>;
@@ -585,11 +577,7 @@ void launch_reduce_typed(const ReduceParams& p) {
     const RowsPlan pl = make_rows_plan(p, esz, tile_bytes, target_blocks(p, resident));
     int64_t grid;
     if (pl.rows_per_tile > 0) {
-      // Blocks take tiles a grid apart. Unless the caller sets the grid, the fewest blocks that
-      // keep the most tiles any block takes (ceil(tiles / resident)) give every block that many
-      // but the last few: no short last round while the other blocks' SMs idle.
-      const int64_t ntiles = ceil_div(p.outer, pl.rows_per_tile), cap = target_blocks(p, resident);
-      grid = ntiles <= cap ? ntiles : p.blocks > 0 ? cap : ceil_div(ntiles, ceil_div(ntiles, cap));
+      grid = std::min<int64_t>(ceil_div(p.outer, pl.rows_per_tile), target_blocks(p, resident));
     } else {
       grid = p.outer * pl.parts;
       parts = pl.parts; stride_out = pl.parts; stride_part = 1;

@@ -112,13 +112,25 @@ CopyConfig resolve_stencil(const DeviceInfo& dev, MechanismArg mech, int64_t sta
 // stage (2026-11-23, tenth run, scripts/reduce_grid_sweep.py, (4096, 4096) fp32 in 0.0206-0.0212
 // ms against 2 stages' 0.0215-0.0232 over four runs, L2 warm or evicted): with a tile or two
 // per block there is little to overlap within a block, and one stage fits twice the blocks.
-CopyConfig resolve_reduce(const DeviceInfo& /*dev*/, MechanismArg mech, int64_t stages, int64_t /*outer*/,
+// The other innermost-dim reductions on sm_90+: tma with one 32 KiB stage (2026-11-24, fourteenth
+// run, scripts/reduce_grid_sweep.py, two rounds in one call, ms, against primitives/2): sum all
+// 2^28 fp32 0.2428-0.2429 against 0.2444-0.2449, rows (4194304, 64) 0.2595-0.2598 against
+// 0.2634-0.2647, amax all 0.2454 against 0.2481-0.2482, bf16 -> fp32 all 0.1264 against
+// 0.1283-0.1284, rows (8192, 32768) 0.2387-0.2388 against 0.2388-0.2389; the tenth run's sweep
+// had the same order (sum all 0.2379 against 0.2393). One bulk copy per tile leaves the threads to
+// the fold, and with one stage three blocks per SM each keep a copy in flight while the others fold.
+CopyConfig resolve_reduce(const DeviceInfo& dev, MechanismArg mech, int64_t stages, int64_t /*outer*/,
                           int64_t r, int64_t inner, int esz) {
   CopyConfig best;
   best.mechanism = engine::Mechanism::Primitives;
   best.stages = 2;
   const int64_t row_bytes = r * esz;
-  if (inner == 1 && row_bytes > 4096 && row_bytes <= 32768) best.stages = 1;
+  if (inner == 1 && row_bytes > 4096 && row_bytes <= 32768) {
+    best.stages = 1;
+  } else if (inner == 1 && dev.sm >= 90) {
+    best.mechanism = engine::Mechanism::Tma;
+    best.stages = 1;
+  }
   return apply_explicit(best, mech, stages, 0);
 }
 
