@@ -286,6 +286,12 @@ int main(int argc, char** argv) {
       }
     };
     mma_sweep(int_c<-K>{}, int_c<128>{}, int_c<2>{}, true);
+#if PROBE_QUICK == 2  // smaller tiles through deeper rings
+    mma_sweep(int_c<-K>{}, int_c<128>{}, int_c<2>{}, false, 64);
+    mma_sweep(int_c<-K>{}, int_c<128>{}, int_c<3>{}, false, 64);
+    mma_sweep(int_c<-K>{}, int_c<128>{}, int_c<4>{}, false, 64);
+    mma_sweep(int_c<-K>{}, int_c<128>{}, int_c<3>{}, false, 128);
+#endif
 #if !PROBE_QUICK
     mma_sweep(int_c<-K>{}, int_c<128>{}, int_c<2>{}, false, 256);
     mma_sweep(int_c<-K>{}, int_c<128>{}, int_c<2>{}, false, 512);
