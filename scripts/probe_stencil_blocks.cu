@@ -15,7 +15,7 @@
 //   /tmp/probe_f32 [reps = 30]
 // PROBE_DTYPE: 0 fp32, 1 fp16, 2 bf16. PROBE_MECH: Primitives or Tma (an engine::Mechanism enumerator).
 // PROBE_K: 3 or 5 (the box); 7 or 9 with PROBE_MMA (the tensor-core kernels only).
-// PROBE_EXACT=1: weights exact in fp16 and bf16 (quarters). PROBE_QUICK=1 (with PROBE_MMA): the
+// PROBE_EXACT=1: weights exact in fp16 and bf16 (quarters); 2: a box filter, 1 / K^2. PROBE_QUICK=1 (with PROBE_MMA): the
 // launcher's narrow tensor-core configuration only (128 threads, two stages).
 // PROBE_MMA=1 (fp16, bf16): the tensor-core consumer, narrow (NarrowK = -K) and general, instead of
 // the CUDA cores', compared with the reference and bit for bit with the first such configuration.
@@ -217,7 +217,9 @@ int main(int argc, char** argv) {
   // Largest |w| ~1.95 (a common scale, like randn weights; the tensor-core kernels take it unscaled),
   // not exact in fp16 (both weight terms matter); with PROBE_EXACT=1 quarters up to 2, exact in
   // fp16 and bf16 (the tensor-core kernels' one-term path).
-  for (int i = 0; i < K * K; ++i) w[i] = static_cast<float>((i * 37) % 17 - 8) / (PROBE_EXACT ? 4.f : 4.1f);
+  for (int i = 0; i < K * K; ++i) w[i] = static_cast<float>((i * 37) % 17 - 8) / (PROBE_EXACT == 1 ? 4.f : 4.1f);
+  if (PROBE_EXACT == 2)
+    for (int i = 0; i < K * K; ++i) w[i] = 1.f / (K * K);  // a box filter (fp16 scales it by 2^4)
   CUPIPE_CUDA_CHECK(cudaMemcpy(b.w, w, sizeof(w), cudaMemcpyHostToDevice));
   reference_box<<<dim3(static_cast<unsigned>(b.nx / 256), static_cast<unsigned>(b.ny)), 256>>>(b.x, b.ref, b.w,
                                                                                             int(b.ny), int(b.nx));
@@ -277,7 +279,7 @@ int main(int argc, char** argv) {
         fill_value<<<1024, 256>>>(b.out, n, poison);
         // The narrow kernels with one weight term where the weights are exact (the launcher's choice
         // for weights in x's dtype).
-        constexpr int Terms = N < 0 && PROBE_EXACT ? 1 : kMmaTerms<T>;
+        constexpr int Terms = N < 0 && PROBE_EXACT == 1 ? 1 : kMmaTerms<T>;
         const float ms = run<Th, S, N, true, Terms>(b, tpb, reps, &bps, &grid, tile_threads > 0 ? tile_threads : Th);
         check(b, !first, "a tensor-core configuration");
         if (first) CUPIPE_CUDA_CHECK(cudaMemcpy(b.base, b.out, n * sizeof(T), cudaMemcpyDeviceToDevice));

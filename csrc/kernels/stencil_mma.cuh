@@ -17,8 +17,9 @@
 // rounds of R rows of one unit column, loading each window row once for all the tap rows it
 // meets (R + KH - 1 ldmatrix per round instead of R x KH).
 //
-// The weights are fp32 (the accumulation type). Each is scaled by a power of two (the largest
-// |w| lands in [0.5, 1): inside fp16's range) and split into 2-byte terms w = w_1 + w_2 (+ w_3),
+// The weights are fp32 (the accumulation type). For fp16 each is scaled by a power of two (the
+// largest |w| lands in [0.5, 1): inside fp16's range; bf16 has fp32's exponents and stays as it
+// is, see mma_weight_exponent) and split into 2-byte terms w = w_1 + w_2 (+ w_3),
 // each the rounding of what the earlier ones left: fp16's two terms carry 22 bits, bf16's three
 // 24 (a weight below 2^-14 of the largest loses fp16 bits to subnormals: at most 2^-22 of the
 // largest weight, where fp32 accumulation itself errs by ~2^-24 per tap). The inputs are exact
@@ -109,7 +110,9 @@ __device__ __forceinline__ uint32_t pack2(float lo, float hi) {
 // The power of two e with the largest finite |w| in [0.5, 1) * 2^e (0 when there is none),
 // clamped so that 2^-e and 2^e are normal floats; 0 also when the largest |w| is in [0.5, 4)
 // (common weights: inside fp16's range as they are, and the narrow kernel skips the unscale
-// multiply, 32 FMULs per round).
+// multiply, 32 FMULs per round), and for bf16 whenever it is in [2^-100, 2^100]: bf16 has fp32's
+// exponent range, so its three terms stay normal unscaled.
+template <typename T>
 __device__ __forceinline__ int mma_weight_exponent(const float* w, int kh, int kw, int kw_pad) {
   float m = 0.f;
   for (int k = 0; k < kh; ++k)
@@ -120,6 +123,7 @@ __device__ __forceinline__ int mma_weight_exponent(const float* w, int kh, int k
   if (!(m > 0.f)) return 0;
   int e;
   frexpf(m, &e);
+  if (std::is_same_v<T, __nv_bfloat16> && e >= -100 && e <= 100) return 0;
   return e >= 0 && e <= 2 ? 0 : max(-100, min(100, e));
 }
 
@@ -140,7 +144,7 @@ template <typename T>
 __device__ void build_mma_fragments(const float* w, int kh, int kw, int kw_pad, int a, uint2* frag, int tid,
                                     int nthreads) {
   constexpr int NT = kMmaTerms<T>;
-  const int e = mma_weight_exponent(w, kh, kw, kw_pad);
+  const int e = mma_weight_exponent<T>(w, kh, kw, kw_pad);
   const float s = ldexpf(1.f, -e);
   bool later_terms = false;  // does a term past the first carry anything?
   for (int idx = tid; idx < kh * NT * 32; idx += nthreads) {
