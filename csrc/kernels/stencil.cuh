@@ -917,14 +917,17 @@ constexpr int kMmaNarrowThreads = 128;
 // Rows per round for KH tap rows and `terms` weight terms (bf16's three need the registers).
 constexpr int mma_round_rows(int kh, int terms) { return (kh <= 7 ? 8 : 4) / (terms <= 2 ? 1 : 2); }
 // The narrow tensor-core kernel's KH for a 2-byte box, or 0 (choose_mma still has to agree).
-// bf16's three weight terms cost 15 MMAs per tap row and 128 outputs where fp16 needs 10; its 5x5
-// ran 0.109 ms on them against the CUDA cores' 0.107 (thirteenth run), and takes them since its
-// weights go in unscaled (mma_weight_exponent): probe, box weights, 0.1045 -> 0.1015 ms
-// (fourteenth run; the sweep's CUDA cores 0.106-0.107). Weights in bf16 need one term (0.085).
+// bf16's three weight terms cost 15 MMAs per tap row and 128 outputs where fp16 needs 10: its 5x5
+// ties the CUDA cores on them (8192^2, scripts/stencil_sweep.py: 0.109 against 0.107 ms in the
+// thirteenth run; 0.106-0.107 against 0.106 in the fourteenth, with the weights unscaled), so bf16
+// keeps the 35-tap threshold (probe: 7x7 0.126 against the general kernel's tensor-core consumer
+// 0.156, 9x9 0.177 against 0.183) unless its weights came in bf16 (`exact`: one term, 5 MMAs per
+// tap row; 5x5 0.085 ms).
 template <typename T>
-int narrow_mma_rows(const StencilGeom& g, int stages, int sm) {
+int narrow_mma_rows(const StencilGeom& g, int stages, int sm, bool exact) {
   const int kh = 2 * g.ry + 1, kw = 2 * g.rx + 1;
   if (stages != 2 || sm < 80 || g.blocking == StencilBlocking::Row || kw < 5 || kw > 9) return 0;
+  if (kMmaTerms<T> > 2 && !exact && kh * kw < kMmaMinTaps) return 0;
   return kh == 5 || kh == 7 || kh == 9 ? kh : 0;
 }
 // The narrow kernel for a box the launcher found a fixed consumer for: K, or 0 for none. One or
@@ -1071,7 +1074,7 @@ void launch_stencil_mechanism(const StencilParams& p) {
       int threads = narrow > 0 ? narrow_threads<T>() : kStencilThreads;
       if (threads != kStencilThreads) g = geom_for(threads);
       if constexpr (esz == 2) {
-        if (const int kh = narrow == 0 ? narrow_mma_rows<T>(g, S, dev.sm) : 0; kh > 0) {
+        if (const int kh = narrow == 0 ? narrow_mma_rows<T>(g, S, dev.sm, p.weights_exact) : 0; kh > 0) {
           StencilGeom gm = geom_for(kMmaNarrowThreads);
           choose_mma(gm, p, dev, S, 0);
           if (gm.fixed == StencilFixed::Mma) {
