@@ -15,8 +15,10 @@
 //   /tmp/probe_f32 [reps = 30]
 // PROBE_DTYPE: 0 fp32, 1 fp16, 2 bf16. PROBE_MECH: Primitives or Tma (an engine::Mechanism enumerator).
 // PROBE_K: 3 or 5 (the box); 7 or 9 with PROBE_MMA (the tensor-core kernels only).
-// PROBE_EXACT=1: weights exact in fp16 and bf16 (quarters); 2: a box filter, 1 / K^2. PROBE_QUICK=1 (with PROBE_MMA): the
-// launcher's narrow tensor-core configuration only (128 threads, two stages).
+// PROBE_EXACT=1: weights exact in fp16 and bf16 (quarters; the narrow kernels with one weight
+// term); 2: a box filter, 1 / K^2. PROBE_QUICK=1 (with PROBE_MMA): the launcher's narrow
+// tensor-core configuration only (128 threads, two stages); 2: that and smaller tiles through
+// deeper rings.
 // PROBE_MMA=1 (fp16, bf16): the tensor-core consumer, narrow (NarrowK = -K) and general, instead of
 // the CUDA cores', compared with the reference and bit for bit with the first such configuration.
 #include <cuda_bf16.h>

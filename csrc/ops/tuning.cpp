@@ -118,8 +118,8 @@ CopyConfig resolve_stencil(const DeviceInfo& dev, MechanismArg mech, int64_t sta
 // 2^28 fp32 0.2428-0.2429 against 0.2444-0.2449, rows (4194304, 64) 0.2595-0.2598 against
 // 0.2634-0.2647, amax all 0.2454 against 0.2481-0.2482, bf16 -> fp32 all 0.1264 against
 // 0.1283-0.1284, rows (8192, 32768) 0.2387-0.2388 against 0.2388-0.2389; the tenth run's sweep
-// had the same order (sum all 0.2379 against 0.2393). One bulk copy per tile leaves the threads to
-// the fold, and with one stage three blocks per SM each keep a copy in flight while the others fold.
+// had the same order (sum all 0.2379 against 0.2393). (Why, not measured: one bulk copy per tile,
+// issued by one thread, leaves the block's threads to the fold.)
 CopyConfig resolve_reduce(const DeviceInfo& dev, MechanismArg mech, int64_t stages, int64_t /*outer*/,
                           int64_t r, int64_t inner, int esz) {
   CopyConfig best;
