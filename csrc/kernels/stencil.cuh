@@ -901,18 +901,20 @@ template <typename T>
 constexpr int narrow_threads() { return sizeof(T) == 4 ? 128 : kStencilThreads; }
 
 // Narrow tensor-core kernels (NarrowK = -KH: consume_tile_mma_rows alone, KH tap rows at compile
-// time) for 2-byte boxes of KH = 5, 7 or 9 tap rows and 5 to 9 columns, two stages, in
-// 128-thread blocks (four per SM at 128 registers), rounds of 8 rows (halved for KH = 9 and for
-// bf16, whose fragments need the registers; fp16 7x7 and bf16 9x9 still spill 20 bytes and
-// still ran faster: fp16 7x7 than with rounds of 4, bf16 9x9 than on the general kernel). scripts/probe_stencil_blocks.cu with PROBE_MMA=1
-// (H200, thirteenth run, fp16 8192^2, tma, persistent blocks, ms; cudaMemcpyAsync 0.067): 5x5
-// 0.0844 (0.80x) against the CUDA cores' 0.110 and the general kernel's tensor-core consumer
-// 0.121; 7x7 0.102 against 0.138; 9x9 0.119 against 0.162. Rounds of 4 rows: 5x5 0.0893;
-// 256-thread blocks 0.0886, 64-thread 0.0890; 3 or 4 stages 0.100-0.102; 64-row tiles 0.105;
-// blocks of a few tiles 0.103-0.110 (each block builds its fragments and zeroes its stages). The
-// 3x3 stays on the CUDA cores (0.0818 against the narrow 3x3's 0.076-0.077). With the one-warp
-// loader (load_stencil_tile) the sweep's fp16 5x5 runs 0.085 ms (0.113 before these kernels),
-// 7x7 0.100 (0.138), 9x9 0.123 (0.162).
+// time) for 2-byte boxes of KH = 5, 7 or 9 tap rows and 5 to 9 columns, two stages, in 128-thread
+// blocks (four per SM at 128 registers), rounds of 8 rows (halved for KH = 9 and for bf16's three
+// weight terms, whose fragments need the registers; fp16 7x7 and bf16 9x9 still spill 20 bytes and
+// still ran faster: fp16 7x7 than with rounds of 4, bf16 9x9 than on the general kernel).
+// scripts/probe_stencil_blocks.cu with PROBE_MMA=1 (H200, thirteenth run, fp16 8192^2, tma,
+// persistent blocks, ms; cudaMemcpyAsync 0.067): 5x5 0.0844 (0.80x) against the CUDA cores' 0.110
+// and the general kernel's tensor-core consumer 0.121; 7x7 0.102 against 0.138; 9x9 0.119 against
+// 0.162. Rounds of 4 rows: 5x5 0.0893; 256-thread blocks 0.0886, 64-thread 0.0890; 3 or 4 stages
+// 0.100-0.102; 64-row tiles 0.105; blocks of a few tiles 0.103-0.110 (each block builds its
+// fragments and zeroes its stages). The 3x3 stays on the CUDA cores (0.0818 against the narrow
+// 3x3's 0.076-0.077). With the one-warp loader (load_stencil_tile) the sweep's fp16 5x5 runs 0.085
+// ms (0.113 before these kernels), 7x7 0.100 (0.138), 9x9 0.123 (0.162). Weights given in x's dtype
+// run kernels compiled for one weight term (Terms = 1, fourteenth run, probe): fp16 5x5/7x7/9x9
+// 0.0815/0.0820/0.0842, bf16 5x5 0.0830, 9x9 0.0860 ms.
 constexpr int kMmaNarrowThreads = 128;
 // Rows per round for KH tap rows and `terms` weight terms (bf16's three need the registers).
 constexpr int mma_round_rows(int kh, int terms) { return (kh <= 7 ? 8 : 4) / (terms <= 2 ? 1 : 2); }
