@@ -260,7 +260,7 @@ __device__ __forceinline__ void consume_tile_mma(uint32_t stage_s, uint32_t frag
   const int lane = rank & 31, warp = rank >> 5, nwarps = size >> 5;
   const char* stage = static_cast<const char*>(__cvta_shared_to_generic(stage_s));
   const uint2* frag = static_cast<const uint2*>(__cvta_shared_to_generic(frag_s));
-  const float unscale = *reinterpret_cast<const float*>(frag + g.kh * NT * 32);
+  const float unscale = reinterpret_cast<const MmaFragTail*>(frag + g.kh * NT * 32)->unscale;
   const TileHeader t = *reinterpret_cast<const TileHeader*>(stage);
   const int shift = *reinterpret_cast<const int*>(stage + sizeof(TileHeader));  // == 2a, every row
   const uint32_t rows_s = stage_s + g.hdr_bytes;  // window column -a of row 0: 16-byte aligned
