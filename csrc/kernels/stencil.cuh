@@ -850,12 +850,11 @@ inline void choose_mma(StencilGeom& g, const StencilParams& p, const DeviceInfo&
   const char* env = std::getenv("CUPIPE_STENCIL_MMA");
   if (env != nullptr && env[0] == '0') return;
   const int kh = 2 * g.ry + 1, kw = 2 * g.rx + 1, esz = 2;
-  const int terms = p.dtype == DType::BF16 ? 3 : 2;  // kMmaTerms
   if (dev.sm < 80 || g.blocking == StencilBlocking::Row || kh * kw < min_taps || kw < 3 || kw > 9 ||
       kh > kMmaMaxKh || g.nx * esz % 16 != 0 || g.tile_w % kMmaUnit != 0 ||
       reinterpret_cast<uintptr_t>(p.out) % 4 != 0 || reinterpret_cast<uintptr_t>(p.x) % esz != 0)
     return;
-  const int64_t frag = mma_fragment_bytes(kh, terms);
+  const int64_t frag = mma_fragment_bytes(kh, 2);  // kMmaTerms
   if (stages * g.stage_bytes + g.weight_bytes + frag > dev.max_smem_optin - 1024) return;
   int phase = 0, a = 0;
   if (!choose_mma_phase(static_cast<int>(reinterpret_cast<uintptr_t>(p.x) % 16 / esz), g.rx, kw, phase, a)) return;
@@ -902,9 +901,8 @@ constexpr int narrow_threads() { return sizeof(T) == 4 ? 128 : kStencilThreads; 
 
 // Narrow tensor-core kernels (NarrowK = -KH: consume_tile_mma_rows alone, KH tap rows at compile
 // time) for 2-byte boxes of KH = 5, 7 or 9 tap rows and 5 to 9 columns, two stages, in 128-thread
-// blocks (four per SM at 128 registers), rounds of 8 rows (halved for KH = 9 and for bf16's three
-// weight terms, whose fragments need the registers; fp16 7x7 and bf16 9x9 still spill 20 bytes and
-// still ran faster: fp16 7x7 than with rounds of 4, bf16 9x9 than on the general kernel).
+// blocks (four per SM at 128 registers), rounds of 8 rows (halved for KH = 9, whose fragments
+// need the registers; fp16 7x7 still spills 20 bytes and still ran faster than with rounds of 4).
 // scripts/probe_stencil_blocks.cu with PROBE_MMA=1 (H200, thirteenth run, fp16 8192^2, tma,
 // persistent blocks, ms; cudaMemcpyAsync 0.067): 5x5 0.0844 (0.80x) against the CUDA cores' 0.110
 // and the general kernel's tensor-core consumer 0.121; 7x7 0.102 against 0.138; 9x9 0.119 against
@@ -914,22 +912,16 @@ constexpr int narrow_threads() { return sizeof(T) == 4 ? 128 : kStencilThreads; 
 // 3x3's 0.076-0.077). With the one-warp loader (load_stencil_tile) the sweep's fp16 5x5 runs 0.085
 // ms (0.113 before these kernels), 7x7 0.100 (0.138), 9x9 0.123 (0.162). Weights given in x's dtype
 // run kernels compiled for one weight term (Terms = 1, fourteenth run, probe): fp16 5x5/7x7/9x9
-// 0.0815/0.0820/0.0842, bf16 5x5 0.0830, 9x9 0.0860 ms.
+// 0.0815/0.0820/0.0842, bf16 5x5 0.0830, 9x9 0.0860 ms. bf16 with fp32 weights, two terms since
+// the fifteenth run (stencil_mma.cuh): 5x5 0.083, 7x7 0.094, 9x9 0.115 (probe).
 constexpr int kMmaNarrowThreads = 128;
-// Rows per round for KH tap rows and `terms` weight terms (bf16's three need the registers).
-constexpr int mma_round_rows(int kh, int terms) { return (kh <= 7 ? 8 : 4) / (terms <= 2 ? 1 : 2); }
+// Rows per round for KH tap rows.
+constexpr int mma_round_rows(int kh) { return kh <= 7 ? 8 : 4; }
 // The narrow tensor-core kernel's KH for a 2-byte box, or 0 (choose_mma still has to agree).
-// bf16's three weight terms cost 15 MMAs per tap row and 128 outputs where fp16 needs 10: its 5x5
-// ties the CUDA cores on them (8192^2, scripts/stencil_sweep.py: 0.109 against 0.107 ms in the
-// thirteenth run; 0.106-0.107 against 0.106 in the fourteenth, with the weights unscaled), so bf16
-// keeps the 35-tap threshold (probe: 7x7 0.126 against the general kernel's tensor-core consumer
-// 0.156, 9x9 0.177 against 0.183) unless its weights came in bf16 (`exact`: one term, 5 MMAs per
-// tap row; 5x5 0.085 ms).
 template <typename T>
-int narrow_mma_rows(const StencilGeom& g, int stages, int sm, bool exact) {
+int narrow_mma_rows(const StencilGeom& g, int stages, int sm) {
   const int kh = 2 * g.ry + 1, kw = 2 * g.rx + 1;
   if (stages != 2 || sm < 80 || g.blocking == StencilBlocking::Row || kw < 5 || kw > 9) return 0;
-  if (kMmaTerms<T> > 2 && !exact && kh * kw < kMmaMinTaps) return 0;
   return kh == 5 || kh == 7 || kh == 9 ? kh : 0;
 }
 // The narrow kernel for a box the launcher found a fixed consumer for: K, or 0 for none. One or
@@ -1011,7 +1003,7 @@ __global__ void __launch_bounds__(Threads, stencil_min_blocks<T, Box, NarrowK, T
       const uint32_t ws = static_cast<uint32_t>(__cvta_generic_to_shared(w_s));
       const uint32_t st = static_cast<uint32_t>(__cvta_generic_to_shared(stage));
       const uint32_t fs = ws + static_cast<uint32_t>(g.weight_bytes);
-      consume_tile_mma_rows<T, KH, mma_round_rows(KH, Terms), Terms>(st, fs, ws, mg, out, team.rank, team.size);
+      consume_tile_mma_rows<T, KH, mma_round_rows(KH), Terms>(st, fs, ws, mg, out, team.rank, team.size);
     } else if constexpr (NarrowK > 0) {
       static_assert(BoxBlocking<3>::TH == BoxBlocking<5>::TH, "narrow items split the Box item");
       ConsumerGeom ng = cg;
@@ -1076,7 +1068,7 @@ void launch_stencil_mechanism(const StencilParams& p) {
       int threads = narrow > 0 ? narrow_threads<T>() : kStencilThreads;
       if (threads != kStencilThreads) g = geom_for(threads);
       if constexpr (esz == 2) {
-        if (const int kh = narrow == 0 ? narrow_mma_rows<T>(g, S, dev.sm, p.weights_exact) : 0; kh > 0) {
+        if (const int kh = narrow == 0 ? narrow_mma_rows<T>(g, S, dev.sm) : 0; kh > 0) {
           StencilGeom gm = geom_for(kMmaNarrowThreads);
           choose_mma(gm, p, dev, S, 0);
           if (gm.fixed == StencilFixed::Mma) {

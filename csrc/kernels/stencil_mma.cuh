@@ -19,12 +19,17 @@
 //
 // The weights are fp32 (the accumulation type). For fp16 each is scaled by a power of two (the
 // largest |w| lands in [0.5, 1): inside fp16's range; bf16 has fp32's exponents and stays as it
-// is, see mma_weight_exponent) and split into 2-byte terms w = w_1 + w_2 (+ w_3),
-// each the rounding of what the earlier ones left: fp16's two terms carry 22 bits, bf16's three
-// 24 (a weight below 2^-14 of the largest loses fp16 bits to subnormals: at most 2^-22 of the
-// largest weight, where fp32 accumulation itself errs by ~2^-24 per tap). The inputs are exact
-// 2-byte values, so every product is exact and the MMAs accumulate in fp32, as the CUDA-core
-// consumer does; the result is unscaled exactly (a power of two).
+// is, see mma_weight_exponent) and split into two 2-byte terms w = w_1 + w_2, w_2 the rounding of
+// what w_1 left: fp16's carry 22 bits (a weight below 2^-14 of the largest loses bits to fp16's
+// subnormals: at most 2^-22 of the largest weight), bf16's 16, each weight within 2^-16 of itself.
+// fp32 accumulation errs by ~2^-24 per tap; bf16's 2^-16 of sum |w x| is 2^7 below its result's
+// own rounding (half an ulp, 2^-9) unless the sum cancels by more than that, and 2^7 finer than
+// F.conv2d's bf16 weights (8 bits). A third bf16 term (24 bits, fp32's) cost 15 MMAs per tap row
+// and unit where two cost 10: bf16 5x5 0.102 -> 0.083 ms, 7x7 0.127 -> 0.094, 9x9 0.173 -> 0.115
+// with two (H200, 8192^2, scripts/probe_stencil_blocks.cu, fifteenth run), the 5x5 ahead of the
+// CUDA cores (0.106) instead of behind them. The inputs are exact 2-byte values, so every product
+// is exact and the MMAs accumulate in fp32, as the CUDA-core consumer does; the result is unscaled
+// exactly (a power of two).
 //
 // A's elements outside one output's stencil meet zeros of B, and 0 * inf is NaN: an inf or NaN in
 // the window would reach up to 16 neighbouring outputs. So a unit whose result is not all finite
@@ -58,7 +63,7 @@ constexpr int kMmaMinTaps = 35;  // in the general kernel (choose_mma); the narr
 
 // 2-byte terms that carry an fp32 weight (see above).
 template <typename T>
-constexpr int kMmaTerms = std::is_same_v<T, __nv_bfloat16> ? 3 : 2;
+constexpr int kMmaTerms = 2;
 
 // Shared memory of the fragments (kh x terms x 32 lanes x 8 bytes), then the float 2^e that
 // undoes the weights' scale and the int count of terms that carry anything (MmaFragTail).
@@ -111,7 +116,7 @@ __device__ __forceinline__ uint32_t pack2(float lo, float hi) {
 // clamped so that 2^-e and 2^e are normal floats; 0 also when the largest |w| is in [0.5, 4)
 // (common weights: inside fp16's range as they are, and the narrow kernel skips the unscale
 // multiply, 32 FMULs per round), and for bf16 whenever it is in [2^-100, 2^100]: bf16 has fp32's
-// exponent range, so its three terms stay normal unscaled.
+// exponent range, so its terms stay normal unscaled.
 template <typename T>
 __device__ __forceinline__ int mma_weight_exponent(const float* w, int kh, int kw, int kw_pad) {
   float m = 0.f;
@@ -129,8 +134,8 @@ __device__ __forceinline__ int mma_weight_exponent(const float* w, int kh, int k
 
 // What follows the fragments: the unscale factor, and 1 when every weight (scaled) is exact in T,
 // so that the later terms are all zero and a consumer may skip their MMAs (weights given in the
-// input's own dtype, as F.conv2d takes them: half the MMAs for fp16, a third for bf16; the sums are
-// the same), else kMmaTerms<T>.
+// input's own dtype, as F.conv2d takes them: half the MMAs; the sums are the same), else
+// kMmaTerms<T>.
 struct MmaFragTail {
   float unscale;
   int terms;
