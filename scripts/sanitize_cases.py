@@ -41,6 +41,7 @@ w7 = torch.randn(7, 7, device="cuda")
 img_h = torch.randn(2, 70, 264, device="cuda").half()  # the tensor-core consumers (5x5 at 2 stages: the
 # narrow kernel; 7x7, 9x9: narrow at 2 stages, general otherwise), phased tiles
 img_h[1, 30, 100] = float("inf")                       # ... and its exact path
+img_b = img_h.bfloat16()                               # bf16: two weight terms, the same kernels
 
 
 # References in fp32 proper: cuDNN convolutions default to TF32 on sm_80+ (10-bit mantissas),
@@ -70,14 +71,15 @@ for m in mechs:
                 ok = torch.allclose(y, ref2d(x, w, b), atol=1e-3)
                 check(ok, f"stencil2d {m} {s} {b} {tuple(w.shape)}")
         for b in ["zero", "reflect"]:
-            for w in (w5x5, w7, w9, w7.half()):  # fp16 weights: the one-term tensor-core kernels
-                y = cupipe.stencil2d(img_h, w, boundary=b, mechanism=m, stages=s).float()
+            # fp16 weights: the one-term tensor-core kernels
+            for xh, w in [(img_h, w5x5), (img_h, w7), (img_h, w9), (img_h, w7.half()), (img_b, w5x5)]:
+                y = cupipe.stencil2d(xh, w, boundary=b, mechanism=m, stages=s).float()
                 os.environ["CUPIPE_STENCIL_MMA"] = "0"  # the CUDA-core consumer as the reference
-                ref = cupipe.stencil2d(img_h, w, boundary=b, mechanism=m, stages=s).float()
+                ref = cupipe.stencil2d(xh, w, boundary=b, mechanism=m, stages=s).float()
                 del os.environ["CUPIPE_STENCIL_MMA"]
                 fin = torch.isfinite(ref)
                 ok = torch.equal(fin, torch.isfinite(y)) and torch.allclose(y[fin], ref[fin], rtol=2e-2, atol=0.25)
-                check(ok, f"stencil2d fp16 {m} {s} {b} {tuple(w.shape)}")
+                check(ok, f"stencil2d {xh.dtype} {m} {s} {b} {tuple(w.shape)}")
         for x, dim in [(img, 1), (sig, 1)]:
             y = cupipe.stencil1d(x, w5, dim=dim, boundary="replicate", mechanism=m, stages=s)
             xt = x.movedim(dim, -1)

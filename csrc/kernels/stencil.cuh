@@ -857,7 +857,8 @@ inline void choose_mma(StencilGeom& g, const StencilParams& p, const DeviceInfo&
   const int64_t frag = mma_fragment_bytes(kh, 2);  // kMmaTerms
   if (stages * g.stage_bytes + g.weight_bytes + frag > dev.max_smem_optin - 1024) return;
   int phase = 0, a = 0;
-  if (!choose_mma_phase(static_cast<int>(reinterpret_cast<uintptr_t>(p.x) % 16 / esz), g.rx, kw, phase, a)) return;
+  if (!choose_mma_phase(static_cast<int>(reinterpret_cast<uintptr_t>(p.x) % 128 / esz), g.rx, kw, g.pitch, phase, a))
+    return;
   g.fixed = StencilFixed::Mma;
   g.x_phase = phase;
   g.mma_a = a;

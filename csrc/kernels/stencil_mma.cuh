@@ -38,7 +38,7 @@
 // CUDA-core consumer's but by fp32 rounding.
 //
 // Preconditions (the launcher's choice, choose_mma in stencil.cuh): every window row shares one
-// shift, 2a bytes, which the tiles' column phase arranges (choose_mma_phase: tiles start up to 7
+// shift, 2a bytes, which the tiles' column phase arranges (choose_mma_phase: tiles start up to 62
 // columns left of the usual grid); tiles start at even columns (outputs leave as 2-element
 // words) and are a multiple of 128 outputs wide; 3 <= kw <= 9, a + kw <= 9. A tile whose rows
 // arrive at another shift (none should) is computed on the exact path. Tensor-map boxes can not
@@ -69,20 +69,31 @@ constexpr int kMmaTerms = 2;
 // undoes the weights' scale and the int count of terms that carry anything (MmaFragTail).
 inline int64_t mma_fragment_bytes(int kh, int terms) { return int64_t(kh) * terms * 32 * 8 + 16; }
 
-// The tiles' column phase (tiles start at tx * tile_w - phase) and the A offset a for an input
-// whose data pointer lies `off` elements past a 16-byte boundary (rows of whole 16-byte
-// multiples): the first even origin residue r (mod 8) whose window column 0 lands a elements past
-// a boundary with a + kw <= 9. False when there is none (an odd offset with rx = 4).
-inline bool choose_mma_phase(int off, int rx, int kw, int& phase, int& a) {
-  for (int r = 0; r < 8; r += 2) {
-    const int aa = ((r - rx + off) % 8 + 8) % 8;
-    if (aa + kw <= 9) {
-      phase = (8 - r) % 8;
+// The tiles' column phase (tiles start at tx * tile_w - phase, 0 <= phase < 64) and the A offset
+// a, for an input whose data pointer lies `x_off` elements past a 128-byte boundary (rows of whole
+// 16-byte multiples) and window rows `pitch` bytes wide: an even origin residue r (mod 64) whose
+// window column -a lands on a 16-byte boundary with a + kw <= 9 (the MMA's layout), and of those
+// the one whose window rows, read from that boundary, touch the fewest 128-byte lines (then the
+// smallest phase). False when no residue is valid (an odd offset with rx = 4).
+// The lines are what the tensor-map loads pay for: the fp16 5x5's 288-byte rows read from 16
+// bytes before a line touched four lines, from 32 bytes before it three, and the narrow kernel's
+// loads alone (no MMAs, no stores) ran 0.0557 -> 0.0429 ms (8192^2, H200, fifteenth run; the 9x9's
+// 304-byte rows touched four lines both ways and ran 0.0561 against 0.0563). Rows whose length is
+// not a multiple of 128 bytes start at other offsets; the rule then fits the first row.
+inline bool choose_mma_phase(int x_off, int rx, int kw, int pitch, int& phase, int& a) {
+  int best = 1 << 30;
+  for (int r = 0; r < 64; r += 2) {
+    const int aa = ((x_off + r - rx) % 8 + 8) % 8;
+    if (aa + kw > 9) continue;
+    const int start = (((x_off + r - rx - aa) % 64) + 64) % 64 * 2;  // byte offset in its line
+    const int lines = (start + pitch + 127) / 128, ph = (64 - r) % 64;
+    if (lines * 64 + ph < best) {
+      best = lines * 64 + ph;
+      phase = ph;
       a = aa;
-      return true;
     }
   }
-  return false;
+  return best < (1 << 30);
 }
 
 struct MmaGeom {
