@@ -657,6 +657,28 @@ def test_stencil_tensor_core_weights_in_input_dtype(device, dtype):
                 assert torch.equal(y1, y3), what
 
 
+@pytest.mark.parametrize("xdtype", [torch.float32, torch.float64, torch.float16, torch.bfloat16],
+                         ids=["f32", "f64", "f16", "bf16"])
+def test_stencil_weights_any_float_dtype(device, xdtype):
+    """Weights of any float dtype: on CUDA the kernels convert them while staging them (no
+    conversion kernel), so the result equals, bit for bit, the same weights converted to the
+    accumulation type first (fp32; fp64 for fp64 x: fp64 weights round to nearest, the others are
+    exact); a non-contiguous view too. 2-D boxes on the tensor-core and CUDA-core paths, and 1-D."""
+    acc = torch.float64 if xdtype == torch.float64 else torch.float32
+    x = make_input((2, 37, 264), xdtype, device, seed=72)
+    for wshape in [(3, 3), (5, 5), (7, 7), (1, 9)]:
+        w64 = make_weights(wshape, torch.float64, device, seed=73)
+        for wdt in (torch.float32, torch.float16, torch.bfloat16, torch.float64):
+            w = w64.to(wdt)
+            ref = cupipe.stencil2d(x, w.to(acc))
+            poison_allocator(x.numel() * x.element_size(), device)
+            assert torch.equal(cupipe.stencil2d(x, w), ref), (wshape, wdt)
+            wt = w.t().contiguous().t()  # the same values, column-major
+            assert torch.equal(cupipe.stencil2d(x, wt), ref), (wshape, wdt, "strided")
+    w1 = make_weights((9,), torch.float16, device, seed=74)
+    assert torch.equal(cupipe.stencil1d(x, w1), cupipe.stencil1d(x, w1.to(acc)))
+
+
 def test_stencil_tensor_core_one_term_fallback(device):
     """fp16 weights whose scaled values are not all exact in fp16 (1024 sets the scale 2^-11, and
     3 * 2^-15 then falls below fp16's smallest subnormal): the one-term kernel finds out when it

@@ -53,8 +53,12 @@ struct StreamCopyParams {
 struct StencilParams {
   const void* x = nullptr;
   void* out = nullptr;
-  const void* weights = nullptr;  // (2ry+1)*(2rx+1) values of the accumulation type, on device
-  DType dtype = DType::F32;       // of x and out; weights are float (double for F64)
+  const void* weights = nullptr;  // (2ry+1)*(2rx+1) contiguous values of weights_dtype, on device
+  DType dtype = DType::F32;       // of x and out
+  // Any of the four: the kernels convert the weights to the accumulation type (float; double for
+  // F64) as they stage them in shared memory, so that weights in x's dtype (as F.conv2d takes
+  // them) need no conversion kernel of their own before the launch.
+  DType weights_dtype = DType::F32;
   // The weights came in x's dtype (exact in it): a hint for the launcher's kernel choice, as the
   // tensor-core kernels then multiply one weight term (they find that out themselves too).
   bool weights_exact = false;

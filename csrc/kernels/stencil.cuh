@@ -133,6 +133,7 @@ struct StencilGeom {
   int kh_pad, kw_pad;      // the weights in smem, zero-padded to whole passes and chunks
   int64_t weight_bytes;
   int64_t frag_bytes;      // Mma: the tensor-core consumer's weight fragments, after the weights
+  DType wdt;               // of the weights in global memory (StencilParams::weights_dtype)
 };
 
 // The tile counts and their divisors, from the tile shape and the column phase.
@@ -161,6 +162,7 @@ inline StencilGeom make_stencil_geom(const StencilParams& p, int esz, int acc_si
                                      int64_t smem_budget, int align = 16) {
   StencilGeom g;
   g.batch = p.batch; g.ny = p.ny; g.nx = p.nx; g.ry = p.ry; g.rx = p.rx;
+  g.wdt = p.weights_dtype;
   g.fixed = StencilFixed::None;
   g.tensor_tiles = false;
   g.x_phase = 0;
@@ -868,6 +870,20 @@ inline void choose_mma(StencilGeom& g, const StencilParams& p, const DeviceInfo&
 
 // --------------------------------------------------------------------------------------- kernel
 
+// Weight i of `w` (dtype t) in the accumulation type A: the conversion the op's weights.to(A)
+// did before (round to nearest for fp64 -> fp32; exact otherwise), once per block as the
+// weights are staged.
+template <typename A>
+__device__ __forceinline__ A weight_as(const void* w, DType t, int i) {
+  switch (t) {
+    case DType::F16: return static_cast<A>(__half2float(static_cast<const __half*>(w)[i]));
+    case DType::BF16: return static_cast<A>(__bfloat162float(static_cast<const __nv_bfloat16*>(w)[i]));
+    case DType::F64: return static_cast<A>(static_cast<const double*>(w)[i]);
+    case DType::F32: break;
+  }
+  return static_cast<A>(static_cast<const float*>(w)[i]);
+}
+
 // Register budgets: Row kernels 85 (three blocks per SM: 1-D signals stream); Box kernels 128
 // (two blocks: a 9-wide pass keeps 27 weights and up to 8 x 4 accumulators live), fp64 Box
 // kernels all they need (one block; their 9-wide passes would spill at 128).
@@ -950,7 +966,7 @@ template <engine::Mechanism M, int S, typename T, bool Box, int NarrowK = 0,
           int Threads = (NarrowK > 0 ? narrow_threads<T>() : NarrowK < 0 ? kMmaNarrowThreads : kStencilThreads),
           int Terms = kMmaTerms<T>>
 __global__ void __launch_bounds__(Threads, stencil_min_blocks<T, Box, NarrowK, Threads>())
-    stencil_kernel(const T* __restrict__ x, T* __restrict__ out, const acc_t<T>* __restrict__ weights,
+    stencil_kernel(const T* __restrict__ x, T* __restrict__ out, const void* __restrict__ weights,
                    StencilGeom g, Boundary boundary, const __grid_constant__ CUtensorMap tmap) {
   using A = acc_t<T>;
   using Ring = engine::Ring<M, S, 16>;
@@ -964,7 +980,7 @@ __global__ void __launch_bounds__(Threads, stencil_min_blocks<T, Box, NarrowK, T
   auto stage_weights = [&] {
     for (int i = threadIdx.x; i < g.kh_pad * g.kw_pad; i += blockDim.x) {
       const int a = i / g.kw_pad, c = i - a * g.kw_pad;
-      w_s[i] = a < kh && c < kw ? weights[a * kw + c] : A(0);
+      w_s[i] = a < kh && c < kw ? weight_as<A>(weights, g.wdt, a * kw + c) : A(0);
     }
     __syncthreads();
   };
@@ -1108,7 +1124,7 @@ void launch_stencil_mechanism(const StencilParams& p) {
         if (grid > g.ntiles) grid = g.ntiles;
         if (grid < 1) grid = 1;
         kernel<<<static_cast<unsigned>(grid), threads, smem, reinterpret_cast<cudaStream_t>(p.stream)>>>(
-            static_cast<const T*>(p.x), static_cast<T*>(p.out), static_cast<const A*>(p.weights), g, p.boundary, tmap);
+            static_cast<const T*>(p.x), static_cast<T*>(p.out), p.weights, g, p.boundary, tmap);
         CUPIPE_LAUNCH_CHECK();
       };
       if (g.blocking == StencilBlocking::Row) {

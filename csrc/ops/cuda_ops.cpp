@@ -82,13 +82,18 @@ at::Tensor stencil_cuda(const char* op, const at::Tensor& x, const at::Tensor& w
   c10::cuda::CUDAGuard guard(x.device());
   const DeviceInfo dev = device_info(x.get_device());
   const at::Tensor xc = x.contiguous();
-  const at::Tensor w = weights_for_kernel(x, weights);
+  // fp32, fp16, bf16 and fp64 weights go to the kernel as they are (it converts them while staging
+  // them: no conversion kernel per call); other floating types (fp8) are converted first.
+  const at::ScalarType wt = weights.scalar_type();
+  const bool as_is = wt == at::kFloat || wt == at::kHalf || wt == at::kBFloat16 || wt == at::kDouble;
+  const at::Tensor w = as_is ? weights.contiguous() : weights_for_kernel(x, weights);
   at::Tensor out = at::empty(x.sizes(), x.options().memory_format(at::MemoryFormat::Contiguous));
   if (out.numel() == 0) return out;
   StencilParams p;
   p.x = xc.data_ptr();
   p.out = out.data_ptr();
   p.weights = w.data_ptr();
+  p.weights_dtype = to_kernel_dtype(w.scalar_type());
   p.dtype = to_kernel_dtype(x.scalar_type());
   p.weights_exact = weights.scalar_type() == x.scalar_type();
   p.batch = g.batch; p.ny = g.ny; p.nx = g.nx; p.ry = g.ry; p.rx = g.rx;
