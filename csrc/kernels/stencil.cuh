@@ -930,7 +930,9 @@ constexpr int narrow_threads() { return sizeof(T) == 4 ? 128 : kStencilThreads; 
 // ms (0.113 before these kernels), 7x7 0.100 (0.138), 9x9 0.123 (0.162). Weights given in x's dtype
 // run kernels compiled for one weight term (Terms = 1, fourteenth run, probe): fp16 5x5/7x7/9x9
 // 0.0815/0.0820/0.0842, bf16 5x5 0.0830, 9x9 0.0860 ms. bf16 with fp32 weights, two terms since
-// the fifteenth run (stencil_mma.cuh): 5x5 0.083, 7x7 0.094, 9x9 0.115 (probe).
+// the fifteenth run (stencil_mma.cuh): 5x5 0.083, 7x7 0.094, 9x9 0.115 (probe). What bounds them
+// (fifteenth run, probe, fp16 5x5): without MMAs they run as fast (0.080 ms); their loads alone
+// take 0.043 (with choose_mma_phase's line count; 0.056 before), their stores alone 0.054.
 constexpr int kMmaNarrowThreads = 128;
 // Rows per round for KH tap rows.
 constexpr int mma_round_rows(int kh) { return kh <= 7 ? 8 : 4; }
