@@ -365,9 +365,9 @@ def _suite_case(b: Bench, op: str, workload: str, make, ours, eager, eager_name:
     computes from the inputs, passed as its argument, as in a user's `torch.compile(f)(x)` (a
     closure over the same tensors measured the same, tenth run; the static shapes are what mattered,
     see Bench.compile). same_copy (or None) takes the inputs and returns the tensor whose
-    ``y.copy_(x)`` the row's bandwidth is also compared with (vs_copy_same: the stencils' issue
-    asks for copy_ of their own input; the same bytes move a little slower than the 2^28 fp32 copy
-    of vs_copy)."""
+    ``y.copy_(x)`` the row's bandwidth is also compared with (vs_copy_same: the stencils' targets
+    are stated against copy_ of their own input; those bytes move a little slower than the 2^28
+    fp32 copy of vs_copy)."""
     tbl = f"suite: {op}{b.tag}"
 
     def run():

@@ -71,7 +71,7 @@ for m in mechs:
                 ok = torch.allclose(y, ref2d(x, w, b), atol=1e-3)
                 check(ok, f"stencil2d {m} {s} {b} {tuple(w.shape)}")
         for b in ["zero", "reflect"]:
-            # fp16 weights: the one-term tensor-core kernels
+            # w7.half(): fp16 weights, the one-term tensor-core kernels; img_b: bf16, two terms
             for xh, w in [(img_h, w5x5), (img_h, w7), (img_h, w9), (img_h, w7.half()), (img_b, w5x5)]:
                 y = cupipe.stencil2d(xh, w, boundary=b, mechanism=m, stages=s).float()
                 os.environ["CUPIPE_STENCIL_MMA"] = "0"  # the CUDA-core consumer as the reference

@@ -523,7 +523,7 @@ def test_stencil2d_tma_tensor_tiles(device, boundary, dtype):
 # or 9 tap rows and 5 to 9 columns run the narrow tensor-core kernels (rounds of rows), other
 # boxes of at least 35 taps with 3 <= kw <= 9 (and every box at 1 or 3 stages) the general
 # kernel's consumer. Tiles start at a column phase that depends on the pointer's offset and rx (the
-# tile grid shifts left by up to 7 columns), weights are split into two 2-byte terms, and units near
+# tile grid shifts left by up to 62 columns), weights are split into two 2-byte terms, and units near
 # non-finite values are recomputed on the CUDA cores. CUPIPE_STENCIL_MMA=0 turns it off: the
 # CUDA-core consumers are the control. (3, 3) stays on the CUDA cores, and (5, 5) at 1 or 3
 # stages: controls.

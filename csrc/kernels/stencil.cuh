@@ -937,8 +937,7 @@ constexpr int kMmaNarrowThreads = 128;
 // Rows per round for KH tap rows.
 constexpr int mma_round_rows(int kh) { return kh <= 7 ? 8 : 4; }
 // The narrow tensor-core kernel's KH for a 2-byte box, or 0 (choose_mma still has to agree).
-template <typename T>
-int narrow_mma_rows(const StencilGeom& g, int stages, int sm) {
+inline int narrow_mma_rows(const StencilGeom& g, int stages, int sm) {
   const int kh = 2 * g.ry + 1, kw = 2 * g.rx + 1;
   if (stages != 2 || sm < 80 || g.blocking == StencilBlocking::Row || kw < 5 || kw > 9) return 0;
   return kh == 5 || kh == 7 || kh == 9 ? kh : 0;
@@ -1087,7 +1086,7 @@ void launch_stencil_mechanism(const StencilParams& p) {
       int threads = narrow > 0 ? narrow_threads<T>() : kStencilThreads;
       if (threads != kStencilThreads) g = geom_for(threads);
       if constexpr (esz == 2) {
-        if (const int kh = narrow == 0 ? narrow_mma_rows<T>(g, S, dev.sm) : 0; kh > 0) {
+        if (const int kh = narrow == 0 ? narrow_mma_rows(g, S, dev.sm) : 0; kh > 0) {
           StencilGeom gm = geom_for(kMmaNarrowThreads);
           choose_mma(gm, p, dev, S, 0);
           if (gm.fixed == StencilFixed::Mma) {
