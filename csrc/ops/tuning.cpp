@@ -78,8 +78,8 @@ CopyConfig resolve_stream_copy(const DeviceInfo& dev, MechanismArg mech, int64_t
 // one 0.1420 (a tie; two kept). In the suite (python -m cupipe.bench): 3x3 and 5-point 0.141 ms,
 // 5x5 0.142. Where the tensor-map box does not apply (rows not whole 16-byte multiples) the
 // general kernel runs, as before.
-// fp16 boxes of 5-9 tap rows (bf16: 35+ taps, or weights given in bf16) at tma/2 run the narrow
-// tensor-core kernels (one weight term for weights in x's dtype, fourteenth run), whose
+// fp16 and bf16 boxes of 5-9 tap rows at tma/2 run the narrow tensor-core kernels (one weight
+// term for weights in x's dtype, fourteenth run; bf16 in two terms since the fifteenth), whose
 // persistent blocks measured fastest there (scripts/probe_stencil_blocks.cu with PROBE_MMA=1,
 // thirteenth run: fp16 5x5 0.0844 ms persistent against 0.103 with eight tiles per block and
 // 0.100-0.102 at 3 or 4 stages); the 2-byte row of the table above stays.
