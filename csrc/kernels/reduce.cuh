@@ -144,8 +144,20 @@ inline int fitted_tile_bytes(const ReduceParams& p, const DeviceInfo& dev, int t
   while (t > 4096 && static_cast<int64_t>(p.stages) * (t + slack) + 1024 > dev.max_smem_optin) t /= 2;
   return t;
 }
+// Rows longer than 64 KiB (the split plan: the whole tensor, a few long rows) under tma with one
+// stage take 64 KiB stages: one bulk copy per 64 KiB, three blocks per SM instead of seven. H200,
+// scripts/probe_reduce_split.cu, two rounds in each of two calls (sixteenth run, ms, 32 -> 64 KiB):
+// sum of 2^28 fp32 0.2381-0.2383 -> 0.2371-0.2376, amax 0.2405-0.2408 -> 0.2391-0.2394, rows
+// (64, 2^22) 0.2386-0.2389 -> 0.2377-0.2381, 2^28 bf16 0.1235-0.1236 either way, rows (8192, 32768)
+// 0.2340-0.2341 either way; 48 KiB in between, 96 KiB even or slower, 128 KiB 2-5% slower. Rows
+// of a stage or less (several per stage) lost with 64 KiB: (4194304, 64) 0.2550 -> 0.2570, (4096,
+// 4096) 0.0203 -> 0.0209; nor did 16 KiB or other grids help them.
 inline int rows_tile_bytes(const ReduceParams& p, const DeviceInfo& dev) {
-  return p.tile_bytes > 0 ? p.tile_bytes : fitted_tile_bytes(p, dev, kReduceRowsTileBytes, 32);
+  if (p.tile_bytes > 0) return p.tile_bytes;
+  const bool split = p.r * static_cast<int64_t>(dtype_size(p.in_dtype)) > 2 * kReduceRowsTileBytes;
+  const int t = split && p.mechanism == engine::Mechanism::Tma && p.stages == 1 ? 2 * kReduceRowsTileBytes
+                                                                                 : kReduceRowsTileBytes;
+  return fitted_tile_bytes(p, dev, t, 32);
 }
 // Columns: a tile row is a chunk plus 32 bytes of pitch slack (chunks are 512 bytes or wider).
 inline int cols_tile_bytes(const ReduceParams& p, const DeviceInfo& dev) {
