@@ -2,7 +2,8 @@
 // torch: the suite's whole-tensor cases (2^28 fp32 sum and amax, 2^28 bf16 summed in fp32) and a
 // row case, next to a plain grid-stride sum (16-byte loads, the read ceiling of
 // scripts/probe_copy_bandwidth.cu). Median of queued repetitions (CUDA events between launches),
-// random data; each result is checked against the plain kernels' (sum: 1e-5 relative; amax: equal).
+// random data; each result is checked (whole-tensor sums against the plain kernel's, 1e-5 relative;
+// amax: equal; row sums against a double reference, 1e-5 relative; columns not checked).
 // Built against two csrc trees, it A/Bs a change to the launcher or the kernel in one device call.
 //
 //   nvcc -O3 -std=c++17 -arch=sm_90a --expt-relaxed-constexpr -Icsrc -o /tmp/probe_reduce \
@@ -78,6 +79,17 @@ __global__ void sum_double(const T* x, int64_t n, double* out) {  // a reference
   atomicAdd(out, t);
 }
 
+// Row sums (one thread per row, in double) against the launcher's: how many differ by more than
+// 1e-5 relative (the row cases' check).
+template <typename T>
+__global__ void check_rows(const T* x, int64_t outer, int64_t r, const float* got, unsigned long long* bad) {
+  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < outer; i += int64_t(gridDim.x) * blockDim.x) {
+    double t = 0;
+    for (int64_t j = 0; j < r; ++j) t += static_cast<float>(x[i * r + j]);
+    if (!(fabs(got[i] - t) <= 1e-5 * fabs(t))) atomicAdd(bad, 1ull);
+  }
+}
+
 template <class F>
 float median_ms(F&& launch, int reps) {
   std::vector<cudaEvent_t> ev(reps + 1);
@@ -136,7 +148,7 @@ int main(int argc, char** argv) {
   CUPIPE_CUDA_CHECK(cudaMalloc(&part, 4096 * sizeof(float)));
   CUPIPE_CUDA_CHECK(cudaMalloc(&dref, 2 * sizeof(double)));
   CUPIPE_CUDA_CHECK(cudaMalloc(&mref, sizeof(unsigned)));
-  CUPIPE_CUDA_CHECK(cudaMalloc(&out, 8192 * sizeof(float)));
+  CUPIPE_CUDA_CHECK(cudaMalloc(&out, (int64_t(1) << 23) * sizeof(float)));  // the most outputs: 2^23 rows
   CUPIPE_CUDA_CHECK(cudaMalloc(&ws, 64 << 20));
   CUPIPE_CUDA_CHECK(cudaMemset(dref, 0, 2 * sizeof(double)));
   CUPIPE_CUDA_CHECK(cudaMemset(mref, 0, sizeof(unsigned)));
@@ -164,15 +176,20 @@ int main(int argc, char** argv) {
     int64_t outer, r;
     ReduceOp op;
     double expect;  // NaN: no check
+    int64_t inner;  // 1: rows; > 1: columns (reduce_cols_kernel)
   };
   const Case cases[] = {
-      {"sum all fp32", x, DType::F32, 1, n, ReduceOp::Sum, ref[0]},
-      {"amax all fp32", x, DType::F32, 1, n, ReduceOp::Amax, mref_f},
-      {"sum all bf16 -> fp32", xb, DType::BF16, 1, n, ReduceOp::Sum, ref[1]},
-      {"sum rows (8192, 32768)", x, DType::F32, 8192, 32768, ReduceOp::Sum, NAN},
-      {"sum rows (64, 2^22)", x, DType::F32, 64, int64_t(1) << 22, ReduceOp::Sum, NAN},
-      {"sum rows (4194304, 64)", x, DType::F32, 4194304, 64, ReduceOp::Sum, NAN},
-      {"sum rows (4096, 4096)", x, DType::F32, 4096, 4096, ReduceOp::Sum, NAN},
+      {"sum all fp32", x, DType::F32, 1, n, ReduceOp::Sum, ref[0], 1},
+      {"amax all fp32", x, DType::F32, 1, n, ReduceOp::Amax, mref_f, 1},
+      {"sum all bf16 -> fp32", xb, DType::BF16, 1, n, ReduceOp::Sum, ref[1], 1},
+      {"sum rows (8192, 32768)", x, DType::F32, 8192, 32768, ReduceOp::Sum, NAN, 1},
+      {"sum rows (64, 2^22)", x, DType::F32, 64, int64_t(1) << 22, ReduceOp::Sum, NAN, 1},
+      {"sum rows (4194304, 64)", x, DType::F32, 4194304, 64, ReduceOp::Sum, NAN, 1},
+      {"sum rows (8388608, 32)", x, DType::F32, 8388608, 32, ReduceOp::Sum, NAN, 1},
+      {"sum rows (2097152, 128)", x, DType::F32, 2097152, 128, ReduceOp::Sum, NAN, 1},
+      {"sum rows bf16 (4194304, 64)", xb, DType::BF16, 4194304, 64, ReduceOp::Sum, NAN, 1},
+      {"sum rows (4096, 4096)", x, DType::F32, 4096, 4096, ReduceOp::Sum, NAN, 1},
+      {"sum cols (32768, 8192)", x, DType::F32, 1, 32768, ReduceOp::Sum, NAN, 8192},
   };
   // Grids: 0 is the plan's (one wave of resident blocks); others set ReduceParams::blocks: the
   // split plan divides them among the rows (parts per row = blocks / rows, at least 4 tiles each),
@@ -190,7 +207,7 @@ int main(int argc, char** argv) {
     p.out_dtype = DType::F32;
     p.outer = c.outer;
     p.r = c.r;
-    p.inner = 1;
+    p.inner = c.inner;
     p.op = c.op;
     p.mechanism = mech;
     p.stages = stages;
@@ -199,10 +216,25 @@ int main(int argc, char** argv) {
     const float ms = median_ms([&] { run_reduce(p); }, reps);
     float got;
     CUPIPE_CUDA_CHECK(cudaMemcpy(&got, out, sizeof got, cudaMemcpyDeviceToHost));
-    const bool bad = !std::isnan(c.expect) &&
-                     (c.op == ReduceOp::Amax ? got != static_cast<float>(c.expect)
-                                             : !(std::fabs(got - c.expect) <= 1e-5 * std::fabs(c.expect)));
-    const double bytes = c.outer * c.r * static_cast<double>(dtype_size(c.dt));
+    bool bad = !std::isnan(c.expect) &&
+               (c.op == ReduceOp::Amax ? got != static_cast<float>(c.expect)
+                                       : !(std::fabs(got - c.expect) <= 1e-5 * std::fabs(c.expect)));
+    if (c.outer > 1 && c.inner == 1 && c.r <= 65536) {  // (one thread per row: short rows only)
+      unsigned long long* nbad;
+      unsigned long long h = 0;
+      CUPIPE_CUDA_CHECK(cudaMalloc(&nbad, sizeof h));
+      CUPIPE_CUDA_CHECK(cudaMemset(nbad, 0, sizeof h));
+      if (c.dt == DType::F32)
+        check_rows<<<1024, 256>>>(static_cast<const float*>(c.x), c.outer, c.r, static_cast<const float*>(out), nbad);
+      else
+        check_rows<<<1024, 256>>>(static_cast<const __nv_bfloat16*>(c.x), c.outer, c.r, static_cast<const float*>(out),
+                                  nbad);
+      CUPIPE_CUDA_CHECK(cudaMemcpy(&h, nbad, sizeof h, cudaMemcpyDeviceToHost));
+      CUPIPE_CUDA_CHECK(cudaFree(nbad));
+      if (h != 0) std::printf("FAIL %s: %llu rows off the double reference\n", c.name, h);
+      bad = bad || h != 0;
+    }
+    const double bytes = c.outer * c.r * c.inner * static_cast<double>(dtype_size(c.dt));
     std::printf("%-24s %6lld %8.4f ms %6.0f GB/s %.3fx plain%s\n", c.name, static_cast<long long>(blocks), ms,
                 bytes / ms / 1e6, plain_ms * bytes / (n * 4.0) / ms, bad ? "  FAIL" : "");
     if (bad) std::printf("FAIL %s: got %.9g expected %.9g\n", c.name, got, c.expect);

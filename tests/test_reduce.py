@@ -261,6 +261,8 @@ LAYOUT_CASES = [
     ((20, 4500), 0), ((3, 40, 1500), 1), ((9, 2050), 0),
     ((1500, 700), 0),  # many parts of many columns: the partials pass with lane groups
     ((37, 4096), 1), ((11, 6000), 1),  # packed rows over 2 KiB: several warps per row
+    ((1031, 128), 1), ((4099, 16), 1),  # packed rows of up to 32 vectors: a thread per row
+    ((2, 70001), 1),  # rows over 64 KiB: tma/1 takes 64 KiB stages
 ]
 
 

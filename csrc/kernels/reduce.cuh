@@ -100,6 +100,24 @@ __device__ __forceinline__ void fold_vectors(const void* v, int nvec, int rank, 
   }
 }
 
+// fold_vectors for nvec = steps x size: thread `rank` takes vectors rank + size j for j = rot,
+// rot + 1, ... (mod steps): rows folded side by side start at different vectors, so a warp's
+// loads of neighbouring rows (256 bytes apart, the same banks) spread over the banks.
+template <typename T, typename A, class SC>
+__device__ __forceinline__ void fold_vectors_rotated(const void* v, int steps, int rank, int size, int rot, A& acc,
+                                                     SC sc) {
+  constexpr int VE = 16 / sizeof(T);
+  const uint4* u = static_cast<const uint4*>(v) + rank;
+  int j = rot % steps;
+  for (int i = 0; i < steps; ++i) {
+    A e[VE];
+    unpack16<T>(u[j * size], e);
+#pragma unroll
+    for (int q = 0; q < VE; ++q) acc = sc(acc, e[q]);
+    j = j + 1 == steps ? 0 : j + 1;
+  }
+}
+
 // Folds the n elements at p (shared memory, any element-aligned address) into acc, thread
 // `rank` of `size` taking every size-th 16-byte vector; the elements before the first 16-byte
 // boundary and after the last one are taken one each. The order is fixed by (rank, size, n, p).
@@ -231,7 +249,10 @@ __global__ void __launch_bounds__(kReduceThreads)
           for (int rr = gi; rr - gi < nrows; rr += ngroups) {
             const bool live = rr < nrows && gi < ngroups;
             A acc = comb.init();
-            if (live) fold_vectors<T>(tile + static_cast<int64_t>(rr) * r, nvec, lane, G, acc, sc);
+            if (live) {
+              if (G == 1) fold_vectors_rotated<T>(tile + static_cast<int64_t>(rr) * r, nvec, 0, 1, rr, acc, sc);
+              else fold_vectors<T>(tile + static_cast<int64_t>(rr) * r, nvec, lane, G, acc, sc);
+            }
             for (int o = G / 2; o > 0; o >>= 1) acc = sc(acc, __shfl_xor_sync(0xffffffffu, acc, o, G));
             if (live && lane == 0) store_out(out, od, row0 + rr, finalize(op, acc, pl.r));
           }
@@ -505,6 +526,15 @@ inline RowsPlan make_rows_plan(const ReduceParams& p, int esz, int tile_bytes, i
       const int consumers = engine::consumer_threads(p.mechanism, kReduceThreads);
       while (g < 32 && (g * 4 < vecs || g * pl.rows_per_tile < kReduceThreads)) g *= 2;
       while (g * 2 <= consumers && g * 4 < vecs && g * pl.rows_per_tile < consumers) g *= 2;
+      // Rows of up to 32 vectors: one thread per row, its loads rotated (fold_vectors_rotated),
+      // no shuffles, though threads past a tile's rows then idle (three quarters of them for
+      // 512-byte rows, half for 256-byte rows). H200,
+      // scripts/probe_reduce_split.cu, tma/1, two rounds (sixteenth run, ms, against the groups
+      // above): (8388608, 32) 0.2634-0.2637 -> 0.2594-0.2595, (4194304, 64) 0.2554-0.2555 ->
+      // 0.2545-0.2549, bf16 (4194304, 64) 0.1364-0.1369 -> 0.1344-0.1346, (2097152, 128)
+      // 0.2505-0.2508 -> 0.2496-0.2497. Two lanes per row ran even, eight lost 17-78% (their
+      // shuffles), rotated loads in groups of four lost 1.5%.
+      if (vecs <= 32) g = 1;
     } else {
       while (g < 32 && g < vecs) g *= 2;  // about one vector per lane
     }
