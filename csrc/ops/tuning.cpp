@@ -119,7 +119,10 @@ CopyConfig resolve_stencil(const DeviceInfo& dev, MechanismArg mech, int64_t sta
 // 0.2634-0.2647, amax all 0.2454 against 0.2481-0.2482, bf16 -> fp32 all 0.1264 against
 // 0.1283-0.1284, rows (8192, 32768) 0.2387-0.2388 against 0.2388-0.2389; the tenth run's sweep
 // had the same order (sum all 0.2379 against 0.2393). (Why, not measured: one bulk copy per tile,
-// issued by one thread, leaves the block's threads to the fold.)
+// issued by one thread, leaves the block's threads to the fold.) Rows over 64 KiB take 64 KiB
+// stages under tma/1 (rows_tile_bytes in reduce.cuh, sixteenth run); tma/2 and tma/3 at 16-64
+// KiB, and primitives/2, stayed behind tma/1 on every row case (scripts/probe_reduce_split.cu).
+// Columns keep primitives/2: tma/2 ran even (0.2524 against 0.2518 ms), tma/1 and tma/3 slower.
 CopyConfig resolve_reduce(const DeviceInfo& dev, MechanismArg mech, int64_t stages, int64_t /*outer*/,
                           int64_t r, int64_t inner, int esz) {
   CopyConfig best;
