@@ -18,6 +18,8 @@
 #include <string>
 #include <vector>
 
+#include "probe_common.cuh"
+
 #define CHECK(x)                                                                          \
   do {                                                                                    \
     cudaError_t e_ = (x);                                                                 \
@@ -57,30 +59,6 @@ __global__ void __launch_bounds__(256) copy_plain(const float4* __restrict__ s, 
 }
 
 // ------------------------------------------------------------------ read-only pass (a sum)
-
-template <int U, bool Stream>
-__global__ void __launch_bounds__(256) sum_plain(const float4* __restrict__ s, float* __restrict__ part, int64_t n) {
-  float acc = 0.f;
-  for (int64_t b = blockIdx.x * int64_t(blockDim.x) * U + threadIdx.x; b < n; b += int64_t(gridDim.x) * blockDim.x * U) {
-    float4 v[U];
-#pragma unroll
-    for (int u = 0; u < U; ++u) {
-      const int64_t i = b + u * int64_t(blockDim.x);
-      v[u] = i < n ? (Stream ? __ldcs(s + i) : s[i]) : make_float4(0, 0, 0, 0);
-    }
-#pragma unroll
-    for (int u = 0; u < U; ++u) acc += (v[u].x + v[u].y) + (v[u].z + v[u].w);
-  }
-  for (int o = 16; o > 0; o >>= 1) acc += __shfl_xor_sync(0xffffffffu, acc, o);
-  __shared__ float w[8];
-  if ((threadIdx.x & 31) == 0) w[threadIdx.x >> 5] = acc;
-  __syncthreads();
-  if (threadIdx.x == 0) {
-    float t = 0.f;
-    for (int i = 0; i < 8; ++i) t += w[i];
-    part[blockIdx.x] = t;
-  }
-}
 
 // ------------------------------------------------------------------ bulk-copy ring
 
@@ -225,24 +203,6 @@ __global__ void __launch_bounds__(32) copy_bulk_single(const char* __restrict__ 
 
 // ------------------------------------------------------------------ timing
 
-static float median_ms(const std::function<void()>& f, int reps) {
-  std::vector<cudaEvent_t> ev(reps + 1);
-  for (auto& e : ev) CHECK(cudaEventCreate(&e));
-  for (int i = 0; i < 3; ++i) f();
-  CHECK(cudaEventRecord(ev[0]));
-  for (int i = 0; i < reps; ++i) {
-    f();
-    CHECK(cudaEventRecord(ev[i + 1]));
-  }
-  CHECK(cudaEventSynchronize(ev[reps]));
-  CHECK(cudaGetLastError());
-  std::vector<float> t(reps);
-  for (int i = 0; i < reps; ++i) CHECK(cudaEventElapsedTime(&t[i], ev[i], ev[i + 1]));
-  for (auto& e : ev) CHECK(cudaEventDestroy(e));
-  std::sort(t.begin(), t.end());
-  return t[reps / 2];
-}
-
 int main(int argc, char** argv) {
   const int lg = argc > 1 ? std::atoi(argv[1]) : 28;
   const int reps = argc > 2 ? std::atoi(argv[2]) : 30;
@@ -282,7 +242,7 @@ int main(int argc, char** argv) {
   };
   auto run_copy = [&](const std::string& name, const std::function<void()>& f) {
     CHECK(cudaMemset(d, 0xff, bytes));
-    const float ms = median_ms(f, reps);
+    const float ms = probe_median_ms(f, reps);
     verify(name.c_str());
     report(name, ms, 2.0 * bytes);
   };
@@ -355,7 +315,7 @@ int main(int argc, char** argv) {
                           : (stream ? sum_plain<8, true> : sum_plain<8, false>);
         char name[128];
         std::snprintf(name, sizeof name, "sum %dx16B/thread, %d blk/SM%s", u, bps, stream ? ", ld.cs" : "");
-        const float ms = median_ms([&] { k<<<sms * bps, 256>>>(s4, part, n4); }, reps);
+        const float ms = probe_median_ms([&] { k<<<sms * bps, 256>>>(s4, part, n4); }, reps);
         report(name, ms, double(bytes));
       }
     }

@@ -20,6 +20,7 @@
 #include <vector>
 
 #include "kernels/reduce.cuh"
+#include "probe_common.cuh"
 
 using namespace cupipe;
 using namespace cupipe::kernels;
@@ -30,30 +31,6 @@ __global__ void fill_random(T* p, int64_t n, uint32_t seed) {
     uint32_t h = static_cast<uint32_t>(i) * 2654435761u ^ seed;
     h ^= h >> 15; h *= 2246822519u; h ^= h >> 13;
     p[i] = static_cast<T>(1.0f + static_cast<float>(h & 0xffffu) / 65536.0f);  // [1, 2): no cancellation
-  }
-}
-
-// The read ceiling: a grid-stride sum, four 16-byte loads per thread and round (fp32 input).
-__global__ void __launch_bounds__(256) sum_plain(const float4* __restrict__ s, float* __restrict__ part, int64_t n) {
-  float acc = 0.f;
-  for (int64_t b = blockIdx.x * int64_t(blockDim.x) * 4 + threadIdx.x; b < n; b += int64_t(gridDim.x) * blockDim.x * 4) {
-    float4 v[4];
-#pragma unroll
-    for (int u = 0; u < 4; ++u) {
-      const int64_t i = b + u * int64_t(blockDim.x);
-      v[u] = i < n ? s[i] : make_float4(0, 0, 0, 0);
-    }
-#pragma unroll
-    for (int u = 0; u < 4; ++u) acc += (v[u].x + v[u].y) + (v[u].z + v[u].w);
-  }
-  for (int o = 16; o > 0; o >>= 1) acc += __shfl_xor_sync(0xffffffffu, acc, o);
-  __shared__ float w[8];
-  if ((threadIdx.x & 31) == 0) w[threadIdx.x >> 5] = acc;
-  __syncthreads();
-  if (threadIdx.x == 0) {
-    float t = 0.f;
-    for (int i = 0; i < 8; ++i) t += w[i];
-    part[blockIdx.x] = t;
   }
 }
 
@@ -88,26 +65,6 @@ __global__ void check_rows(const T* x, int64_t outer, int64_t r, const float* go
     for (int64_t j = 0; j < r; ++j) t += static_cast<float>(x[i * r + j]);
     if (!(fabs(got[i] - t) <= 1e-5 * fabs(t))) atomicAdd(bad, 1ull);
   }
-}
-
-template <class F>
-float median_ms(F&& launch, int reps) {
-  std::vector<cudaEvent_t> ev(reps + 1);
-  for (auto& e : ev) CUPIPE_CUDA_CHECK(cudaEventCreate(&e));
-  launch();
-  CUPIPE_CUDA_CHECK(cudaDeviceSynchronize());
-  CUPIPE_CUDA_CHECK(cudaEventRecord(ev[0]));
-  for (int r = 0; r < reps; ++r) {
-    launch();
-    CUPIPE_CUDA_CHECK(cudaEventRecord(ev[r + 1]));
-  }
-  CUPIPE_CUDA_CHECK(cudaDeviceSynchronize());
-  CUPIPE_CUDA_CHECK(cudaGetLastError());
-  std::vector<float> ms(reps);
-  for (int r = 0; r < reps; ++r) CUPIPE_CUDA_CHECK(cudaEventElapsedTime(&ms[r], ev[r], ev[r + 1]));
-  for (auto& e : ev) CUPIPE_CUDA_CHECK(cudaEventDestroy(e));
-  std::sort(ms.begin(), ms.end());
-  return ms[reps / 2];
 }
 
 // Configurations: tma/1 (the launcher's choice on sm_90+), tma/2, tma/3 and primitives/2. Only
@@ -155,7 +112,7 @@ int main(int argc, char** argv) {
 
   const int plain_grid = dev.num_sms * 4;
   const float plain_ms =
-      median_ms([&] { sum_plain<<<plain_grid, 256>>>(reinterpret_cast<const float4*>(x), part, n / 4); }, reps);
+      probe_median_ms([&] { sum_plain<4, false><<<plain_grid, 256>>>(reinterpret_cast<const float4*>(x), part, n / 4); }, reps);
   sum_parts<<<1, 1>>>(part, plain_grid, dref);
   sum_double<<<1024, 256>>>(xb, n, dref + 1);
   max_bits<<<1024, 256>>>(x, n, mref);
@@ -213,7 +170,7 @@ int main(int argc, char** argv) {
     p.stages = stages;
     p.workspace = ws;
     p.workspace_bytes = 64 << 20;
-    const float ms = median_ms([&] { run_reduce(p); }, reps);
+    const float ms = probe_median_ms([&] { run_reduce(p); }, reps);
     float got;
     CUPIPE_CUDA_CHECK(cudaMemcpy(&got, out, sizeof got, cudaMemcpyDeviceToHost));
     bool bad = !std::isnan(c.expect) &&

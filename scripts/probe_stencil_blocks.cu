@@ -30,6 +30,7 @@
 #include <vector>
 
 #include "kernels/stencil.cuh"
+#include "probe_common.cuh"
 
 #ifndef PROBE_DTYPE
 #define PROBE_DTYPE 0
@@ -103,27 +104,6 @@ struct Buffers {
   int64_t ny, nx;
 };
 
-// Median of `reps` queued calls of launch() (one untimed call first), CUDA events between them.
-template <class F>
-float median_ms(F&& launch, int reps) {
-  std::vector<cudaEvent_t> ev(reps + 1);
-  for (auto& e : ev) CUPIPE_CUDA_CHECK(cudaEventCreate(&e));
-  launch();
-  CUPIPE_CUDA_CHECK(cudaGetLastError());
-  CUPIPE_CUDA_CHECK(cudaEventRecord(ev[0]));
-  for (int r = 0; r < reps; ++r) {
-    launch();
-    CUPIPE_CUDA_CHECK(cudaEventRecord(ev[r + 1]));
-  }
-  CUPIPE_CUDA_CHECK(cudaDeviceSynchronize());
-  CUPIPE_CUDA_CHECK(cudaGetLastError());
-  std::vector<float> ms(reps);
-  for (int r = 0; r < reps; ++r) CUPIPE_CUDA_CHECK(cudaEventElapsedTime(&ms[r], ev[r], ev[r + 1]));
-  for (auto& e : ev) CUPIPE_CUDA_CHECK(cudaEventDestroy(e));
-  std::sort(ms.begin(), ms.end());
-  return ms[reps / 2];
-}
-
 // Mma: the tensor-core consumer (2-byte types): in the general kernel (NarrowK 0) or alone
 // (NarrowK -K, the narrow tensor-core kernel).
 template <int Threads, int S, int NarrowK, bool Mma = (NarrowK < 0), int Terms = kMmaTerms<T>>
@@ -164,7 +144,7 @@ float run(const Buffers& b, int tiles_per_block, int reps, int* blocks_out, int6
   auto launch = [&] {
     kernel<<<static_cast<unsigned>(grid), Threads, smem>>>(b.x, b.out, b.w, g, Boundary::Zero, tmap);
   };
-  return median_ms(launch, reps);
+  return probe_median_ms(launch, reps);
 }
 
 __global__ void compare(const T* out, const T* base, const float* ref, int64_t n, float tol, unsigned long long* bad_ref,
@@ -229,7 +209,7 @@ int main(int argc, char** argv) {
 
   // cudaMemcpyAsync of the same bytes (the suite's copy_), median of the same repetitions.
   const float copy_ms =
-      median_ms([&] { CUPIPE_CUDA_CHECK(cudaMemcpyAsync(b.base, b.x, n * sizeof(T), cudaMemcpyDeviceToDevice)); }, reps);
+      probe_median_ms([&] { CUPIPE_CUDA_CHECK(cudaMemcpyAsync(b.base, b.x, n * sizeof(T), cudaMemcpyDeviceToDevice)); }, reps);
 
   int bps;
   int64_t grid;

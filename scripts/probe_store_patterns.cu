@@ -12,8 +12,11 @@
 #include <cstdint>
 #include <vector>
 #include <algorithm>
+
+#include "probe_common.cuh"
 #define CHECK(x) do { cudaError_t e = (x); if (e != cudaSuccess) { printf("%s\n", cudaGetErrorString(e)); return 1; } } while (0)
 constexpr int64_t NY = 8192, NX = 8192;
+constexpr int kReps = 50;  // repetitions per median
 
 __global__ void fill16(uint4* p, int64_t n) {  // 16 bytes per thread, grid-stride
   for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n; i += int64_t(gridDim.x) * blockDim.x)
@@ -78,31 +81,20 @@ __global__ void __launch_bounds__(128) tiles_aligned(uint16_t* out, int phase, i
     }
   }
 }
-template <class F> float med(F f, int reps = 50) {
-  std::vector<cudaEvent_t> ev(reps + 1);
-  for (auto& e : ev) cudaEventCreate(&e);
-  f(); cudaDeviceSynchronize(); cudaEventRecord(ev[0]);
-  for (int r = 0; r < reps; ++r) { f(); cudaEventRecord(ev[r + 1]); }
-  cudaDeviceSynchronize();
-  std::vector<float> ms(reps);
-  for (int r = 0; r < reps; ++r) cudaEventElapsedTime(&ms[r], ev[r], ev[r + 1]);
-  std::sort(ms.begin(), ms.end());
-  return ms[reps / 2];
-}
 int main() {
   uint16_t *a, *b;
   const int64_t bytes = NY * NX * 2;
   CHECK(cudaMalloc(&a, bytes)); CHECK(cudaMalloc(&b, bytes));
   int sms; cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0);
   auto rep = [&](const char* name, float ms) { printf("%-44s %8.4f ms %6.0f GB/s written\n", name, ms, bytes / ms / 1e6); };
-  rep("cudaMemcpyAsync (read + write; GB/s of one side)", med([&] { cudaMemcpyAsync(b, a, bytes, cudaMemcpyDeviceToDevice); }));
-  rep("cudaMemsetAsync", med([&] { cudaMemsetAsync(a, 1, bytes); }));
+  rep("cudaMemcpyAsync (read + write; GB/s of one side)", probe_median_ms([&] { cudaMemcpyAsync(b, a, bytes, cudaMemcpyDeviceToDevice); }, kReps));
+  rep("cudaMemsetAsync", probe_median_ms([&] { cudaMemsetAsync(a, 1, bytes); }, kReps));
   for (int bps : {4, 8, 16}) {
     char n[64];
     snprintf(n, 64, "fill 16 B/thread, 256 thr, %d blk/SM", bps);
-    rep(n, med([&] { fill16<<<sms * bps, 256>>>(reinterpret_cast<uint4*>(a), bytes / 16); }));
+    rep(n, probe_median_ms([&] { fill16<<<sms * bps, 256>>>(reinterpret_cast<uint4*>(a), bytes / 16); }, kReps));
     snprintf(n, 64, "fill 4 B/thread, 256 thr, %d blk/SM", bps);
-    rep(n, med([&] { fill4<<<sms * bps, 256>>>(reinterpret_cast<uint32_t*>(a), bytes / 4); }));
+    rep(n, probe_median_ms([&] { fill4<<<sms * bps, 256>>>(reinterpret_cast<uint32_t*>(a), bytes / 4); }, kReps));
   }
   for (int phase : {0, 30, 32, 62, 2, 4, 6, 8, 14, 16}) {
     const int tiles_x = (NX + phase + 127) / 128;
@@ -110,11 +102,11 @@ int main() {
     for (int bps : {4, 8}) {
       char n[64];
       snprintf(n, 64, "MMA tiles 4 B/lane phase %d, %d blk/SM", phase, bps);
-      rep(n, med([&] { tiles<4><<<sms * bps, 128>>>(a, phase, ntiles, tiles_x); }));
+      rep(n, probe_median_ms([&] { tiles<4><<<sms * bps, 128>>>(a, phase, ntiles, tiles_x); }, kReps));
       snprintf(n, 64, "MMA tiles 16 B/lane phase %d, %d blk/SM", phase, bps);
-      rep(n, med([&] { tiles<16><<<sms * bps, 128>>>(a, phase, ntiles, tiles_x); }));
+      rep(n, probe_median_ms([&] { tiles<16><<<sms * bps, 128>>>(a, phase, ntiles, tiles_x); }, kReps));
       snprintf(n, 64, "tiles, aligned 16 B + edges, phase %d, %d blk/SM", phase, bps);
-      rep(n, med([&] { tiles_aligned<<<sms * bps, 128>>>(a, phase, ntiles, tiles_x); }));
+      rep(n, probe_median_ms([&] { tiles_aligned<<<sms * bps, 128>>>(a, phase, ntiles, tiles_x); }, kReps));
     }
   }
   CHECK(cudaGetLastError());
