@@ -20,15 +20,6 @@
 
 #include "probe_common.cuh"
 
-#define CHECK(x)                                                                          \
-  do {                                                                                    \
-    cudaError_t e_ = (x);                                                                 \
-    if (e_ != cudaSuccess) {                                                              \
-      std::fprintf(stderr, "%s:%d %s: %s\n", __FILE__, __LINE__, #x, cudaGetErrorString(e_)); \
-      std::exit(1);                                                                       \
-    }                                                                                     \
-  } while (0)
-
 __global__ void fill_random(uint32_t* p, int64_t n, uint32_t seed) {
   for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n; i += int64_t(gridDim.x) * blockDim.x) {
     uint32_t h = static_cast<uint32_t>(i) * 2654435761u ^ seed;
@@ -208,16 +199,16 @@ int main(int argc, char** argv) {
   const int reps = argc > 2 ? std::atoi(argv[2]) : 30;
   const int64_t n = int64_t(1) << lg, bytes = n * 4, n4 = n / 4;
   int dev = 0, sms = 0;
-  CHECK(cudaGetDevice(&dev));
-  CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev));
+  PROBE_CHECK(cudaGetDevice(&dev));
+  PROBE_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev));
   cudaDeviceProp prop{};
-  CHECK(cudaGetDeviceProperties(&prop, dev));
+  PROBE_CHECK(cudaGetDeviceProperties(&prop, dev));
   float *s = nullptr, *d = nullptr, *part = nullptr;
-  CHECK(cudaMalloc(&s, bytes));
-  CHECK(cudaMalloc(&d, bytes));
-  CHECK(cudaMalloc(&part, 1 << 22));
+  PROBE_CHECK(cudaMalloc(&s, bytes));
+  PROBE_CHECK(cudaMalloc(&d, bytes));
+  PROBE_CHECK(cudaMalloc(&part, 1 << 22));
   fill_random<<<4 * sms, 256>>>(reinterpret_cast<uint32_t*>(s), n, 12345u);
-  CHECK(cudaDeviceSynchronize());
+  PROBE_CHECK(cudaDeviceSynchronize());
   std::printf("device %s, %d SMs; %lld fp32 elements (%.2f GB copy traffic), median of %d\n", prop.name, sms,
               static_cast<long long>(n), 2.0 * bytes / 1e9, reps);
   const float4* s4 = reinterpret_cast<const float4*>(s);
@@ -226,8 +217,8 @@ int main(int argc, char** argv) {
   auto verify = [&](const char* name) {
     std::vector<uint32_t> a(4096), b(4096);
     for (int64_t off : {int64_t(0), n / 2, n - 4096}) {
-      CHECK(cudaMemcpy(a.data(), s + off, 4096 * 4, cudaMemcpyDeviceToHost));
-      CHECK(cudaMemcpy(b.data(), d + off, 4096 * 4, cudaMemcpyDeviceToHost));
+      PROBE_CHECK(cudaMemcpy(a.data(), s + off, 4096 * 4, cudaMemcpyDeviceToHost));
+      PROBE_CHECK(cudaMemcpy(b.data(), d + off, 4096 * 4, cudaMemcpyDeviceToHost));
       if (a != b) {
         std::printf("MISMATCH %s at %lld\n", name, static_cast<long long>(off));
         std::exit(2);
@@ -241,13 +232,13 @@ int main(int argc, char** argv) {
     std::printf("%-44s %8.4f ms %8.0f GB/s  %.3fx first\n", name.c_str(), ms, gbs, ref / ms);
   };
   auto run_copy = [&](const std::string& name, const std::function<void()>& f) {
-    CHECK(cudaMemset(d, 0xff, bytes));
+    PROBE_CHECK(cudaMemset(d, 0xff, bytes));
     const float ms = probe_median_ms(f, reps);
     verify(name.c_str());
     report(name, ms, 2.0 * bytes);
   };
 
-  run_copy("cudaMemcpyAsync", [&] { CHECK(cudaMemcpyAsync(d, s, bytes, cudaMemcpyDeviceToDevice)); });
+  run_copy("cudaMemcpyAsync", [&] { PROBE_CHECK(cudaMemcpyAsync(d, s, bytes, cudaMemcpyDeviceToDevice)); });
   run_copy("plain 1x16B/thread", [&] { copy_plain<1, false><<<(n4 + 255) / 256, 256>>>(s4, d4, n4); });
   run_copy("plain 2x16B/thread", [&] { copy_plain<2, false><<<(n4 + 511) / 512, 256>>>(s4, d4, n4); });
   run_copy("plain 4x16B/thread", [&] { copy_plain<4, false><<<(n4 + 1023) / 1024, 256>>>(s4, d4, n4); });
@@ -262,7 +253,7 @@ int main(int argc, char** argv) {
     run_copy(std::string("staged LDGSTS 4K, ") + pn, [&] { copy_staged<1, true><<<grid(n4 / 256), 256>>>(s4, d4, n4 / 256); });
     run_copy(std::string("staged LDGSTS 8K, ") + pn, [&] { copy_staged<2, true><<<grid(n4 / 512), 256>>>(s4, d4, n4 / 512); });
     for (int tile : {2048, 4096, 8192}) {
-      CHECK(cudaFuncSetAttribute(copy_bulk_single, cudaFuncAttributeMaxDynamicSharedMemorySize, tile));
+      PROBE_CHECK(cudaFuncSetAttribute(copy_bulk_single, cudaFuncAttributeMaxDynamicSharedMemorySize, tile));
       const int64_t nt = bytes / tile;
       const int64_t g = per ? grid(nt) : int64_t(sms) * 32;
       char name[96];
@@ -279,7 +270,7 @@ int main(int argc, char** argv) {
     std::snprintf(name, sizeof name, "staged LDG/STS 4K, runs of %d", per);
     run_copy(name, [&] { copy_staged_runs<1, false><<<(n4 / 256 + per - 1) / per, 256>>>(s4, d4, n4 / 256, per); });
   }
-  run_copy("cudaMemcpyAsync (again)", [&] { CHECK(cudaMemcpyAsync(d, s, bytes, cudaMemcpyDeviceToDevice)); });
+  run_copy("cudaMemcpyAsync (again)", [&] { PROBE_CHECK(cudaMemcpyAsync(d, s, bytes, cudaMemcpyDeviceToDevice)); });
   run_copy("plain 1x16B/thread (again)", [&] { copy_plain<1, false><<<(n4 + 255) / 256, 256>>>(s4, d4, n4); });
   if (std::getenv("PROBE_RINGS") != nullptr) {  // the bulk-copy ring over its whole grid
     for (int hint = 0; hint < 3; ++hint) {
@@ -290,7 +281,7 @@ int main(int argc, char** argv) {
             if (smem * bps > 220 * 1024 || smem > 227 * 1024) continue;
             if (stages * tile * bps < 48 * 1024) continue;  // too few bytes in flight to matter
             auto k = hint == 0 ? copy_bulk_ring<0> : hint == 1 ? copy_bulk_ring<1> : copy_bulk_ring<2>;
-            CHECK(cudaFuncSetAttribute(k, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem)));
+            PROBE_CHECK(cudaFuncSetAttribute(k, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem)));
             const int64_t ntiles = bytes / tile;
             const int grid = sms * bps;
             char name[128];
@@ -320,8 +311,8 @@ int main(int argc, char** argv) {
       }
     }
   }
-  CHECK(cudaFree(s));
-  CHECK(cudaFree(d));
-  CHECK(cudaFree(part));
+  PROBE_CHECK(cudaFree(s));
+  PROBE_CHECK(cudaFree(d));
+  PROBE_CHECK(cudaFree(part));
   return 0;
 }
