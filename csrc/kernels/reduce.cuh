@@ -108,7 +108,7 @@ __device__ __forceinline__ void fold_vectors_rotated(const void* v, int steps, i
                                                      SC sc) {
   constexpr int VE = 16 / sizeof(T);
   const uint4* u = static_cast<const uint4*>(v) + rank;
-  int j = rot % steps;
+  int j = steps > 0 ? rot % steps : 0;  // (empty rows: steps = 0)
   for (int i = 0; i < steps; ++i) {
     A e[VE];
     unpack16<T>(u[j * size], e);
@@ -532,8 +532,8 @@ inline RowsPlan make_rows_plan(const ReduceParams& p, int esz, int tile_bytes, i
       // scripts/probe_reduce_split.cu, tma/1, two rounds (sixteenth run, ms, against the groups
       // above): (8388608, 32) 0.2634-0.2637 -> 0.2594-0.2595, (4194304, 64) 0.2554-0.2555 ->
       // 0.2545-0.2549, bf16 (4194304, 64) 0.1364-0.1369 -> 0.1344-0.1346, (2097152, 128)
-      // 0.2505-0.2508 -> 0.2496-0.2497. Two lanes per row ran even, eight lost 17-78% (their
-      // shuffles), rotated loads in groups of four lost 1.5%.
+      // 0.2505-0.2508 -> 0.2496-0.2497. Two lanes per row ran even, eight lost 2-86% (their
+      // shuffles; with or without the rotation), rotated loads in groups of four lost 1.5%.
       if (vecs <= 32) g = 1;
     } else {
       while (g < 32 && g < vecs) g *= 2;  // about one vector per lane
