@@ -100,18 +100,18 @@ __device__ __forceinline__ void fold_vectors(const void* v, int nvec, int rank, 
   }
 }
 
-// fold_vectors for nvec = steps x size: thread `rank` takes vectors rank + size j for j = rot,
-// rot + 1, ... (mod steps): rows folded side by side start at different vectors, so a warp's
-// loads of neighbouring rows (256 bytes apart, the same banks) spread over the banks.
+// Folds the `steps` 16-byte vectors at v (a whole row, one thread) starting at vector
+// rot mod steps and wrapping around: rows folded side by side by a warp start at different
+// vectors, so its loads of neighbouring rows (256 bytes apart, the same banks) spread over the
+// banks. The order is fixed by (steps, rot).
 template <typename T, typename A, class SC>
-__device__ __forceinline__ void fold_vectors_rotated(const void* v, int steps, int rank, int size, int rot, A& acc,
-                                                     SC sc) {
+__device__ __forceinline__ void fold_vectors_rotated(const void* v, int steps, int rot, A& acc, SC sc) {
   constexpr int VE = 16 / sizeof(T);
-  const uint4* u = static_cast<const uint4*>(v) + rank;
+  const uint4* u = static_cast<const uint4*>(v);
   int j = steps > 0 ? rot % steps : 0;  // (empty rows: steps = 0)
   for (int i = 0; i < steps; ++i) {
     A e[VE];
-    unpack16<T>(u[j * size], e);
+    unpack16<T>(u[j], e);
 #pragma unroll
     for (int q = 0; q < VE; ++q) acc = sc(acc, e[q]);
     j = j + 1 == steps ? 0 : j + 1;
@@ -250,7 +250,7 @@ __global__ void __launch_bounds__(kReduceThreads)
             const bool live = rr < nrows && gi < ngroups;
             A acc = comb.init();
             if (live) {
-              if (G == 1) fold_vectors_rotated<T>(tile + static_cast<int64_t>(rr) * r, nvec, 0, 1, rr, acc, sc);
+              if (G == 1) fold_vectors_rotated<T>(tile + static_cast<int64_t>(rr) * r, nvec, rr, acc, sc);
               else fold_vectors<T>(tile + static_cast<int64_t>(rr) * r, nvec, lane, G, acc, sc);
             }
             for (int o = G / 2; o > 0; o >>= 1) acc = sc(acc, __shfl_xor_sync(0xffffffffu, acc, o, G));
