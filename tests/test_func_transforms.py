@@ -94,9 +94,9 @@ def test_vmap_rules(device, bdim):
     w = make_weights((3, 5), dtype=F64, device=device, seed=17)
     xb = x.movedim(0, bdim)
 
-    def check(fn):
+    def check(fn, tol=0.0):
         got = _vmapped(fn, xb, in_dims=bdim)
-        torch.testing.assert_close(got, torch.stack([fn(t) for t in x]), rtol=0, atol=0)
+        torch.testing.assert_close(got, torch.stack([fn(t) for t in x]), rtol=tol, atol=tol)
 
     check(lambda t: cupipe.stream_copy(t))
     check(lambda t: cupipe.stencil2d(t, w, boundary="reflect"))
@@ -105,8 +105,12 @@ def test_vmap_rules(device, bdim):
     for op in ("sum", "mean", "amax", "amin"):
         for dim in (None, [], 0, [1], [-1, 0], -2):
             for keepdim in (False, True):
-                check(lambda t: cupipe.reduce(t, op, dim, keepdim))
-    check(lambda t: cupipe.reduce(t, "sum", 1, dtype=torch.float32))
+                # The batched call is one reduction over rows while each sample's is a
+                # whole-tensor (or smaller) one: a different plan adds in a different order, so
+                # sums and means agree to fp64 rounding of at most 54 terms (~1e-14 here), not
+                # bit for bit; amax and amin do not round and stay exact.
+                check(lambda t: cupipe.reduce(t, op, dim, keepdim), tol=1e-13 if op in ("sum", "mean") else 0.0)
+    check(lambda t: cupipe.reduce(t, "sum", 1, dtype=torch.float32), tol=1e-6)
 
 
 def test_vmap_of_scalar_samples_and_per_sample_weights(device):
