@@ -19,6 +19,8 @@
 // term); 2: a box filter, 1 / K^2. PROBE_QUICK=1 (with PROBE_MMA): the launcher's narrow
 // tensor-core configuration only (128 threads, two stages); 2: that and smaller tiles through
 // deeper rings.
+// PROBE_QUICK=1 without PROBE_MMA: the narrow kernel at its launcher block size only, one and two
+// stages.
 // PROBE_MMA=1 (fp16, bf16): the tensor-core consumer, narrow (NarrowK = -K) and general, instead of
 // the CUDA cores', compared with the reference and bit for bit with the first such configuration.
 #include <cuda_bf16.h>
@@ -68,6 +70,7 @@ constexpr engine::Mechanism kMech = engine::Mechanism::PROBE_MECH;
 constexpr int K = PROBE_K, R = K / 2;
 // The launcher's kernel for the box: the narrow 3x3 kernel, the general kernel for 5x5.
 constexpr int kLauncherNarrow = K == 3 ? 3 : 0;
+int g_used_phase = 0;  // the last run's column phase (the tensor-core tiles')
 
 __global__ void fill_random(T* p, int64_t n, uint32_t seed) {
   for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n; i += int64_t(gridDim.x) * blockDim.x) {
@@ -131,6 +134,7 @@ float run(const Buffers& b, int tiles_per_block, int reps, int* blocks_out, int6
       std::exit(1);
     }
   }
+  g_used_phase = g.x_phase;
   if (kTma) tmap = make_plane_map(p.x, p.dtype, sizeof(T), 1, p.ny, p.nx, g.pitch / sizeof(T), g.win_h);
   auto kernel = stencil_kernel<kMech, S, T, true, NarrowK, Threads, Terms>;
   const size_t smem = static_cast<size_t>(S) * g.stage_bytes + g.weight_bytes + g.frag_bytes;
@@ -224,12 +228,12 @@ int main(int argc, char** argv) {
               sizeof(T) == 4 ? "fp32" : kDType == DType::F16 ? "fp16" : "bf16", K, K, engine::mechanism_name(kMech),
               copy_ms,
               kLauncherNarrow ? "narrow" : "general", base_ms, copy_ms / base_ms);
-  std::printf("%8s %8s %6s %10s %8s %8s %9s %8s\n", "kernel", "threads", "stages", "tiles/blk", "blk/SM", "grid", "ms",
-              "x copy");
+  std::printf("%8s %8s %6s %10s %8s %8s %6s %9s %8s\n", "kernel", "threads", "stages", "tiles/blk", "blk/SM", "grid",
+              "phase", "ms", "x copy");
   auto row = [&](int narrow, int threads, int stages, int tpb, float ms) {
-    std::printf("%8s %8d %6d %10d %8d %8lld %9.4f %8.3f\n",
+    std::printf("%8s %8d %6d %10d %8d %8lld %6d %9.4f %8.3f\n",
                 narrow > 0 ? "narrow" : narrow < 0 ? "mma" : "general", threads, stages, tpb, bps,
-                static_cast<long long>(grid), ms, copy_ms / ms);
+                static_cast<long long>(grid), g_used_phase, ms, copy_ms / ms);
   };
   auto sweep = [&](auto narrow_c, auto threads_c, auto stages_c) {
     constexpr int N = decltype(narrow_c)::value, Th = decltype(threads_c)::value, S = decltype(stages_c)::value;
@@ -241,7 +245,10 @@ int main(int argc, char** argv) {
     }
   };
   constexpr int kNarrow = K;
-#if !PROBE_MMA
+#if !PROBE_MMA && PROBE_QUICK
+  sweep(int_c<kNarrow>{}, int_c<narrow_threads<T>()>{}, int_c<1>{});
+  sweep(int_c<kNarrow>{}, int_c<narrow_threads<T>()>{}, int_c<2>{});
+#elif !PROBE_MMA
   sweep(int_c<kNarrow>{}, int_c<256>{}, int_c<1>{});
   sweep(int_c<kNarrow>{}, int_c<256>{}, int_c<2>{});
   sweep(int_c<kNarrow>{}, int_c<128>{}, int_c<1>{});
@@ -286,7 +293,7 @@ int main(int argc, char** argv) {
     mma_sweep(int_c<0>{}, int_c<256>{}, int_c<2>{}, false);
 #endif
   }
-#else
+#elif !PROBE_QUICK
   if constexpr (K == 5) {
     sweep(int_c<0>{}, int_c<256>{}, int_c<1>{});
     sweep(int_c<0>{}, int_c<256>{}, int_c<2>{});
