@@ -19,6 +19,8 @@
 // term); 2: a box filter, 1 / K^2. PROBE_QUICK=1 (with PROBE_MMA): the launcher's narrow
 // tensor-core configuration only (128 threads, two stages); 2: that and smaller tiles through
 // deeper rings.
+// PROBE_BOUND (environment): report a failed check and go on (variants that compute wrong outputs
+// on purpose, timed as bounds).
 // PROBE_QUICK=1 without PROBE_MMA: the narrow kernel at its launcher block size only, one and two
 // stages.
 // PROBE_MMA=1 (fp16, bf16): the tensor-core consumer, narrow (NarrowK = -K) and general, instead of
@@ -184,7 +186,7 @@ void check(const Buffers& b, bool against_base, const char* what) {
   if (h[0] != 0 || h[1] != 0) {
     std::printf("FAIL %s: %llu outputs off the reference, %llu differ from the launcher's configuration\n", what, h[0],
                 h[1]);
-    std::exit(1);
+    if (std::getenv("PROBE_BOUND") == nullptr) std::exit(1);  // PROBE_BOUND: a bound (wrong outputs), timed on
   }
 }
 
