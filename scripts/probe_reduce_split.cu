@@ -8,7 +8,8 @@
 //
 //   nvcc -O3 -std=c++17 -arch=sm_90a --expt-relaxed-constexpr -Icsrc -o /tmp/probe_reduce \
 //       scripts/probe_reduce_split.cu csrc/kernels/device_info.cu
-//   [PROBE_TILE=bytes] /tmp/probe_reduce [reps = 50] [tma1 | tma2 | tma3 | primitives] [blocks ...]
+//   [PROBE_TILE=bytes] [PROBE_ONLY=name part] /tmp/probe_reduce [reps = 50] [tma1 | tma2 | tma3 | primitives]
+//       [blocks ...]
 //   (tma/1 is the launcher's choice, primitives/2 the older one; blocks: grids besides the plan's)
 #include <cuda_bf16.h>
 
@@ -64,6 +65,67 @@ __global__ void check_rows(const T* x, int64_t outer, int64_t r, const float* go
     double t = 0;
     for (int64_t j = 0; j < r; ++j) t += static_cast<float>(x[i * r + j]);
     if (!(fabs(got[i] - t) <= 1e-5 * fabs(t))) atomicAdd(bad, 1ull);
+  }
+}
+
+// Rows of 4096 fp32 the way a generated kernel sums them (one 512-thread block per row, two
+// 16-byte loads per thread issued before any arithmetic, shuffles, then the warps' sums in order):
+// the reference time for the (4096, 4096) case outside any ring.
+__global__ void __launch_bounds__(512) sum_rows_4096_plain(const float4* x, float* out) {
+  __shared__ float ws[16];
+  const float4* row = x + blockIdx.x * 1024ll;
+  const float4 a = row[threadIdx.x], b = row[threadIdx.x + 512];
+  float v = ((a.x + a.y) + (a.z + a.w)) + ((b.x + b.y) + (b.z + b.w));
+  for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+  if ((threadIdx.x & 31) == 0) ws[threadIdx.x >> 5] = v;
+  __syncthreads();
+  if (threadIdx.x == 0) {
+    float t = 0.f;
+    for (int w = 0; w < 16; ++w) t += ws[w];
+    out[blockIdx.x] = t;
+  }
+}
+
+// The same rows staged through shared memory with nothing of the engine: one bulk copy per row
+// (16 KiB) completing on an mbarrier, then Threads threads sum it from shared memory. RPB rows per
+// block, each with its own barrier, all issued before the first wait: what staging itself costs.
+// AllArrive: every thread arrives on the barrier (count Threads), as the engine's tma ring does.
+template <int Threads, int RPB, bool AllArrive = false>
+__global__ void __launch_bounds__(Threads) sum_rows_4096_bulk(const float* x, float* out) {
+  __shared__ alignas(128) float4 buf[RPB][1024];
+  __shared__ uint64_t bar[RPB];
+  __shared__ float ws[RPB][Threads / 32];
+  namespace sm90 = engine::sm90;
+  const int64_t row0 = int64_t(blockIdx.x) * RPB;
+  if (threadIdx.x == 0) {
+    for (int i = 0; i < RPB; ++i) sm90::mbarrier_init(&bar[i], AllArrive ? Threads : 1);
+    sm90::fence_barrier_init();
+  }
+  __syncthreads();
+  if (threadIdx.x == 0) {
+    for (int i = 0; i < RPB; ++i) {
+      sm90::mbarrier_expect_tx(&bar[i], 16384);
+      sm90::bulk_copy_g2s(buf[i], x + (row0 + i) * 4096, 16384, &bar[i]);
+    }
+  }
+  if (AllArrive || threadIdx.x == 0)
+    for (int i = 0; i < RPB; ++i) sm90::mbarrier_arrive(&bar[i]);
+  for (int i = 0; i < RPB; ++i) {
+    sm90::mbarrier_wait_parity(&bar[i], 0);
+    float v = 0.f;
+#pragma unroll
+    for (int k = 0; k < 1024 / Threads; ++k) {
+      const float4 a = buf[i][threadIdx.x + k * Threads];
+      v += (a.x + a.y) + (a.z + a.w);
+    }
+    for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+    if ((threadIdx.x & 31) == 0) ws[i][threadIdx.x >> 5] = v;
+  }
+  __syncthreads();
+  if (threadIdx.x < RPB) {
+    float t = 0.f;
+    for (int w = 0; w < Threads / 32; ++w) t += ws[threadIdx.x][w];
+    out[row0 + threadIdx.x] = t;
   }
 }
 
@@ -126,6 +188,58 @@ int main(int argc, char** argv) {
               "(%.0f GB/s)\n", dev.num_sms, engine::mechanism_name(mech), stages, tile_bytes, plain_ms,
               n * 4 / plain_ms / 1e6);
 
+  {
+    const float rows_ms =
+        probe_median_ms([&] { sum_rows_4096_plain<<<4096, 512>>>(reinterpret_cast<const float4*>(x), static_cast<float*>(out)); }, reps);
+    unsigned long long* nbad;
+    unsigned long long h = 0;
+    CUPIPE_CUDA_CHECK(cudaMalloc(&nbad, sizeof h));
+    CUPIPE_CUDA_CHECK(cudaMemset(nbad, 0, sizeof h));
+    check_rows<<<1024, 256>>>(x, 4096, 4096, static_cast<const float*>(out), nbad);
+    CUPIPE_CUDA_CHECK(cudaMemcpy(&h, nbad, sizeof h, cudaMemcpyDeviceToHost));
+    CUPIPE_CUDA_CHECK(cudaFree(nbad));
+    std::printf("plain (4096, 4096) row sum, a 512-thread block per row: %.4f ms%s\n", rows_ms, h ? "  FAIL" : "");
+    // dyn: dynamic shared memory (unused) that caps the resident blocks per SM.
+    auto staged = [&](auto kernel, int threads, int rpb, const char* what, int dyn = 0) {
+      float* o = static_cast<float*>(out);
+      CUPIPE_CUDA_CHECK(cudaMemset(o, 0xff, 4096 * sizeof(float)));  // poison (NaN)
+      if (dyn > 0) CUPIPE_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, dyn));
+      int bps = 0;
+      CUPIPE_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&bps, kernel, threads, dyn));
+      const float ms = probe_median_ms([&] { kernel<<<4096 / rpb, threads, dyn>>>(x, o); }, reps);
+      CUPIPE_CUDA_CHECK(cudaMemset(nbad, 0, sizeof h));
+      check_rows<<<1024, 256>>>(x, 4096, 4096, o, nbad);
+      CUPIPE_CUDA_CHECK(cudaMemcpy(&h, nbad, sizeof h, cudaMemcpyDeviceToHost));
+      std::printf("staged (4096, 4096) row sum, %s (%d blocks/SM): %.4f ms%s\n", what, bps, ms, h ? "  FAIL" : "");
+    };
+    CUPIPE_CUDA_CHECK(cudaMalloc(&nbad, sizeof h));
+    staged(sum_rows_4096_bulk<256, 1>, 256, 1, "one bulk copy per row, 256 threads, a row per block");
+    staged(sum_rows_4096_bulk<512, 1>, 512, 1, "512 threads, a row per block");
+    staged(sum_rows_4096_bulk<256, 2>, 256, 2, "256 threads, two rows per block");
+    staged(sum_rows_4096_bulk<512, 2>, 512, 2, "512 threads, two rows per block");
+    staged(sum_rows_4096_bulk<256, 1, true>, 256, 1, "256 threads arriving, a row per block");
+    int smem_sm = 0;
+    CUPIPE_CUDA_CHECK(cudaDeviceGetAttribute(&smem_sm, cudaDevAttrMaxSharedMemoryPerMultiprocessor, current_device()));
+    for (int cap : {6, 5, 4}) {
+      char what[96];
+      std::snprintf(what, sizeof what, "256 threads, a row per block, capped at %d blocks/SM", cap);
+      staged(sum_rows_4096_bulk<256, 1>, 256, 1, what, smem_sm / cap - 16512 - 1024 - 64);
+    }
+    {
+      auto k = reduce_rows_kernel<engine::Mechanism::Tma, 1, float>;
+      int bps = 0;
+      cudaFuncAttributes fa{};
+      CUPIPE_CUDA_CHECK(cudaFuncGetAttributes(&fa, k));
+      CUPIPE_CUDA_CHECK(cudaFuncSetAttribute(k, cudaFuncAttributeMaxDynamicSharedMemorySize, 64 * 1024 + 64));
+      for (int tb : {16384, 32768}) {
+        CUPIPE_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&bps, k, kReduceThreads, tb + 32));
+        std::printf("reduce_rows_kernel<tma, 1, float>: %d registers, %zu static smem, %d blocks/SM at %d-byte stages\n",
+                    fa.numRegs, fa.sharedSizeBytes, bps, tb);
+      }
+    }
+    CUPIPE_CUDA_CHECK(cudaFree(nbad));
+  }
+
   struct Case {
     const char* name;
     const void* x;
@@ -155,6 +269,7 @@ int main(int argc, char** argv) {
   for (int i = 3; i < argc; ++i) grids.push_back(std::atoll(argv[i]));
   for (int64_t blocks : grids)
   for (const Case& c : cases) {
+    if (const char* only = std::getenv("PROBE_ONLY"); only != nullptr && std::strstr(c.name, only) == nullptr) continue;
     ReduceParams p;
     p.blocks = blocks;
     p.tile_bytes = tile_bytes;

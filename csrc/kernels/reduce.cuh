@@ -18,6 +18,7 @@
 
 #include "engine/engine.cuh"
 #include "kernels/dependent_launch.cuh"
+#include "kernels/fast_div.cuh"
 #include "kernels/launch_utils.cuh"
 #include "kernels/numeric.cuh"
 
@@ -147,13 +148,22 @@ __device__ A team_combine(A v, Combine<A> comb, engine::Team team, A* scratch) {
   return r;
 }
 
+// The index arithmetic a block needs before its first copy is done here, on the host: a 64-bit
+// division on the device is a ~70-instruction dependent chain, and every block paid several of
+// them (tile counts, its row and part) before issuing its first copy.
 struct RowsPlan {
   int64_t outer, r;
   int rows_per_tile;   // > 0: packed mode
   int group;           // lanes per row in packed mode (power of two; over 32 only for vec_rows)
+  int group_log2;
   bool vec_rows;       // packed rows all start 16-byte aligned: whole-vector loop, no head/tail
   int64_t parts;       // split mode: parts per row
+  FastDiv parts_div;   //   blockIdx.x -> (row, part)
   int64_t part_len;    // elements per part (a multiple of the tile's elements)
+  int64_t ntiles;      // packed: tiles in all; split: tiles per part but the last
+  int64_t last_tiles;  // split: tiles of each row's last part
+  int64_t tiles_each;  // packed, set at launch (set_rows_grid): block b takes tiles b, b + grid, ...:
+  int64_t tiles_extra; //   tiles_each of them, one more when b < tiles_extra
   int tile_elems;      // elements per stage
 };
 
@@ -201,8 +211,7 @@ __global__ void __launch_bounds__(kReduceThreads)
 
   if (pl.rows_per_tile > 0) {
     // Packed: block-strided tiles of rows_per_tile whole rows; a group of G lanes per row.
-    const int64_t ntiles = (pl.outer + pl.rows_per_tile - 1) / pl.rows_per_tile;
-    const int64_t mine = blockIdx.x < ntiles ? (ntiles - blockIdx.x + gridDim.x - 1) / gridDim.x : 0;
+    const int64_t mine = pl.tiles_each + (blockIdx.x < pl.tiles_extra ? 1 : 0);
     auto rows_of = [&](int64_t k, int64_t& row0) {
       row0 = (blockIdx.x + k * gridDim.x) * pl.rows_per_tile;
       return static_cast<int>(min(static_cast<int64_t>(pl.rows_per_tile), pl.outer - row0));
@@ -217,7 +226,8 @@ __global__ void __launch_bounds__(kReduceThreads)
       int64_t row0;
       const int nrows = rows_of(k, row0);
       const T* tile = reinterpret_cast<const T*>(stage + shift_of(x + row0 * pl.r));
-      const int G = pl.group, ngroups = team.size / G, gi = team.rank / G, lane = team.rank % G;
+      const int G = pl.group, ngroups = team.size >> pl.group_log2, gi = team.rank >> pl.group_log2,
+                lane = team.rank & (G - 1);
       const int r = static_cast<int>(pl.r);
       if (pl.vec_rows && G > 32) {
         // Wide rows: a group of G / 32 warps per row. Each warp folds its lanes' vectors, the
@@ -275,11 +285,13 @@ __global__ void __launch_bounds__(kReduceThreads)
   // Split: block = one (row, part); its tiles stream through the ring. A part is a run of
   // part_len elements. (Parts of every parts-th tile, so that the grid reads neighbouring tiles
   // at any moment as a copy does, measured the same to 1%: sixth run, scripts/grid_sweep.py.)
-  const int64_t row = blockIdx.x / pl.parts, part = blockIdx.x % pl.parts;
+  uint32_t row_u, part_u;
+  pl.parts_div.divmod(blockIdx.x, row_u, part_u);
+  const int64_t row = row_u, part = part_u;
   const int64_t begin = part * pl.part_len;
   const int64_t end = min(begin + pl.part_len, pl.r);
   const int64_t n = end > begin ? end - begin : 0;
-  const int64_t ntiles = (n + pl.tile_elems - 1) / pl.tile_elems;
+  const int64_t ntiles = part + 1 == pl.parts ? pl.last_tiles : pl.ntiles;
   const T* base = x + row * pl.r + begin;
   A acc = comb.init();
   auto load = [&](const auto& w, int64_t k) {
@@ -325,6 +337,10 @@ struct ColsPlan {
   int groups;          // consumer threads / row_threads: row groups (threads past them idle)
   int64_t parts;       // parts of r
   int64_t part_rows;   // rows per part (a multiple of tile_rows)
+  int64_t part_tiles;  // tiles per part but the last (host-side divisions: see RowsPlan)
+  int64_t last_tiles;  // tiles of the last part
+  FastDiv parts_div, chunks_div;  // blockIdx.x -> (outer, chunk, part)
+  int row_threads_log2;
   int tile_rows;       // rows per tile (tile bytes / chunk bytes)
   int pitch;           // smem bytes per tile row
   bool aligned;        // rows 16-byte aligned (x aligned and inner * esz % 16 == 0): vector reads
@@ -346,16 +362,16 @@ __global__ void __launch_bounds__(kReduceThreads, 3)
   const Combine<A> comb{op};
   allow_dependent_launch();  // the partials pass, when there is one, may start waiting
 
-  int64_t b = blockIdx.x;
-  const int64_t part = b % pl.parts; b /= pl.parts;
-  const int64_t chunk = b % pl.col_chunks;
-  const int64_t o = b / pl.col_chunks;
+  uint32_t b, part_u, o_u, chunk_u;
+  pl.parts_div.divmod(blockIdx.x, b, part_u);
+  pl.chunks_div.divmod(b, o_u, chunk_u);
+  const int64_t part = part_u, chunk = chunk_u, o = o_u;
   const int64_t c0 = chunk * pl.chunk_cols;
   const int ncols = static_cast<int>(min(static_cast<int64_t>(pl.chunk_cols), pl.inner - c0));
   const int64_t r_begin = part * pl.part_rows;
   const int64_t r_end = min(r_begin + pl.part_rows, pl.r);
   const int64_t nrows = r_end > r_begin ? r_end - r_begin : 0;
-  const int64_t ntiles = (nrows + pl.tile_rows - 1) / pl.tile_rows;
+  const int64_t ntiles = part + 1 == pl.parts ? pl.last_tiles : pl.part_tiles;
   const T* base = x + (o * pl.r + r_begin) * pl.inner + c0;
   const int64_t src_pitch = pl.inner * esz;
   auto shift_of = [](const T* p) { return static_cast<int>(reinterpret_cast<uintptr_t>(p) & 15u); };
@@ -364,7 +380,7 @@ __global__ void __launch_bounds__(kReduceThreads, 3)
   };
 
   const engine::Team team0{Ring::consumer_rank(), Ring::num_consumers()};
-  const int vec = team0.rank % pl.row_threads, grp = team0.rank / pl.row_threads;
+  const int vec = team0.rank & (pl.row_threads - 1), grp = team0.rank >> pl.row_threads_log2;
   auto col_of = [&](int u) { return (vec + u * pl.row_threads) * VE; };  // first column of vector u
   const bool active = grp < pl.groups && col_of(0) < ncols;
   A acc[kColMaxVecs][VE];
@@ -539,7 +555,10 @@ inline RowsPlan make_rows_plan(const ReduceParams& p, int esz, int tile_bytes, i
       while (g < 32 && g < vecs) g *= 2;  // about one vector per lane
     }
     pl.group = g;
+    pl.group_log2 = 0;
+    while ((1 << pl.group_log2) < g) ++pl.group_log2;
     pl.parts = 1;
+    pl.ntiles = ceil_div(p.outer, pl.rows_per_tile);
   } else {
     pl.rows_per_tile = 0;
     int64_t parts = target_blocks / p.outer;  // rounded down: no second, nearly empty wave
@@ -547,8 +566,17 @@ inline RowsPlan make_rows_plan(const ReduceParams& p, int esz, int tile_bytes, i
     pl.parts = std::max<int64_t>(parts, 1);
     pl.part_len = ceil_div(ceil_div(p.r, pl.parts), pl.tile_elems) * pl.tile_elems;
     pl.parts = ceil_div(p.r, pl.part_len);
+    pl.parts_div = FastDiv(static_cast<uint32_t>(std::min<int64_t>(pl.parts, 0x7fffffff)));  // (grids < 2^31)
+    pl.ntiles = pl.part_len / pl.tile_elems;
+    pl.last_tiles = ceil_div(p.r - (pl.parts - 1) * pl.part_len, pl.tile_elems);
   }
   return pl;
+}
+
+// The packed plan's share of tiles per block for a grid of `grid` blocks (grid <= ntiles, or 1).
+inline void set_rows_grid(RowsPlan& pl, int64_t grid) {
+  pl.tiles_each = pl.ntiles / grid;
+  pl.tiles_extra = pl.ntiles % grid;
 }
 
 inline ColsPlan make_cols_plan(const ReduceParams& p, const DeviceInfo& dev, int esz, int64_t target_blocks) {
@@ -578,6 +606,12 @@ inline ColsPlan make_cols_plan(const ReduceParams& p, const DeviceInfo& dev, int
   parts = std::max<int64_t>(parts, 1);
   pl.part_rows = std::max<int64_t>(1, ceil_div(ceil_div(p.r, parts), pl.tile_rows)) * pl.tile_rows;
   pl.parts = std::max<int64_t>(1, ceil_div(p.r, pl.part_rows));
+  pl.part_tiles = pl.part_rows / pl.tile_rows;
+  pl.last_tiles = ceil_div(std::max<int64_t>(0, p.r - (pl.parts - 1) * pl.part_rows), pl.tile_rows);
+  pl.parts_div = FastDiv(static_cast<uint32_t>(std::min<int64_t>(pl.parts, 0x7fffffff)));  // (grids < 2^31)
+  pl.chunks_div = FastDiv(static_cast<uint32_t>(std::clamp<int64_t>(pl.col_chunks, 1, 0x7fffffff)));
+  pl.row_threads_log2 = 0;
+  while ((1 << pl.row_threads_log2) < pl.row_threads) ++pl.row_threads_log2;
   // 32 bytes of slack: up to 15 for a row's shift, 16 for the zero-filled tail chunk.
   pl.pitch = chunk_bytes + 32;
   pl.aligned = (reinterpret_cast<uintptr_t>(p.x) & 15u) == 0 && (p.inner * esz) % 16 == 0;
@@ -616,10 +650,11 @@ void launch_reduce_typed(const ReduceParams& p) {
     const size_t smem = static_cast<size_t>(S) * (tile_bytes + 32);
     prepare_smem(kernel, smem, "reduce");
     const int64_t resident = static_cast<int64_t>(dev.num_sms) * blocks_per_sm(kernel, kReduceThreads, smem);
-    const RowsPlan pl = make_rows_plan(p, esz, tile_bytes, target_blocks(p, resident));
+    RowsPlan pl = make_rows_plan(p, esz, tile_bytes, target_blocks(p, resident));
     int64_t grid;
     if (pl.rows_per_tile > 0) {
-      grid = std::min<int64_t>(ceil_div(p.outer, pl.rows_per_tile), target_blocks(p, resident));
+      grid = std::max<int64_t>(1, std::min<int64_t>(pl.ntiles, target_blocks(p, resident)));
+      set_rows_grid(pl, grid);
     } else {
       grid = p.outer * pl.parts;
       parts = pl.parts; stride_out = pl.parts; stride_part = 1;
