@@ -129,6 +129,55 @@ __global__ void __launch_bounds__(Threads) sum_rows_4096_bulk(const float* x, fl
   }
 }
 
+// The staged kernel as a persistent grid (cupipe's plan without cupipe's code): block b sums
+// tiles b, b + grid, ... of RPT rows, through S buffers (one bulk copy and barrier each, the next
+// copy into a buffer issued once every thread has read it).
+template <int Threads, int RPT, int S>
+__global__ void __launch_bounds__(Threads) sum_rows_4096_persistent(const float* x, float* out, int ntiles) {
+  extern __shared__ __align__(128) float4 dyn[];
+  __shared__ uint64_t bar[S];
+  __shared__ float ws[RPT][Threads / 32];
+  namespace sm90 = engine::sm90;
+  const int mine = ntiles > static_cast<int>(blockIdx.x) ? (ntiles - blockIdx.x + gridDim.x - 1) / gridDim.x : 0;
+  if (threadIdx.x == 0) {
+    for (int i = 0; i < S; ++i) sm90::mbarrier_init(&bar[i], 1);
+    sm90::fence_barrier_init();
+  }
+  __syncthreads();
+  auto issue = [&](int k, int st) {
+    if (threadIdx.x != 0) return;
+    sm90::mbarrier_expect_tx(&bar[st], RPT * 16384);
+    sm90::bulk_copy_g2s(dyn + st * RPT * 1024, x + (int64_t(blockIdx.x) + int64_t(k) * gridDim.x) * RPT * 4096,
+                        RPT * 16384, &bar[st]);
+    sm90::mbarrier_arrive(&bar[st]);
+  };
+  for (int k = 0; k < S && k < mine; ++k) issue(k, k);
+  for (int k = 0; k < mine; ++k) {
+    const int st = k % S;
+    sm90::mbarrier_wait_parity(&bar[st], (k / S) & 1);
+    for (int i = 0; i < RPT; ++i) {
+      const float4* row = dyn + (st * RPT + i) * 1024;
+      float v = 0.f;
+#pragma unroll
+      for (int q = 0; q < 1024 / Threads; ++q) {
+        const float4 a = row[threadIdx.x + q * Threads];
+        v += (a.x + a.y) + (a.z + a.w);
+      }
+      for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+      if ((threadIdx.x & 31) == 0) ws[i][threadIdx.x >> 5] = v;
+    }
+    sm90::fence_proxy_async_shared();  // these reads before the next copy's writes
+    __syncthreads();
+    if (k + S < mine) issue(k + S, st);
+    if (threadIdx.x < RPT) {
+      float t = 0.f;
+      for (int w = 0; w < Threads / 32; ++w) t += ws[threadIdx.x][w];
+      out[(int64_t(blockIdx.x) + int64_t(k) * gridDim.x) * RPT + threadIdx.x] = t;
+    }
+    __syncthreads();  // ws is written again next tile
+  }
+}
+
 // Configurations: tma/1 (the launcher's choice on sm_90+), tma/2, tma/3 and primitives/2. Only
 // fp32 and bf16 inputs are instantiated (compile time).
 template <engine::Mechanism M, int S>
@@ -225,6 +274,26 @@ int main(int argc, char** argv) {
       std::snprintf(what, sizeof what, "256 threads, a row per block, capped at %d blocks/SM", cap);
       staged(sum_rows_4096_bulk<256, 1>, 256, 1, what, smem_sm / cap - 16512 - 1024 - 64);
     }
+    auto persistent = [&](auto kernel, int rpt, int stages, const char* what) {
+      float* o = static_cast<float*>(out);
+      CUPIPE_CUDA_CHECK(cudaMemset(o, 0xff, 4096 * sizeof(float)));
+      const int dyn = stages * rpt * 16384;
+      CUPIPE_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, dyn));
+      int bps = 0;
+      CUPIPE_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&bps, kernel, 256, dyn));
+      bps = std::min(bps, 6);  // cupipe's rows kernel: six per SM (its registers)
+      const int grid = std::min(dev.num_sms * bps, 4096 / rpt);
+      const float ms = probe_median_ms([&] { kernel<<<grid, 256, dyn>>>(x, o, 4096 / rpt); }, reps);
+      CUPIPE_CUDA_CHECK(cudaMemset(nbad, 0, sizeof h));
+      check_rows<<<1024, 256>>>(x, 4096, 4096, o, nbad);
+      CUPIPE_CUDA_CHECK(cudaMemcpy(&h, nbad, sizeof h, cudaMemcpyDeviceToHost));
+      std::printf("persistent (4096, 4096) row sum, %s (grid %d): %.4f ms%s\n", what, grid, ms, h ? "  FAIL" : "");
+    };
+    persistent(sum_rows_4096_persistent<256, 2, 1>, 2, 1, "tiles of two rows, one buffer (cupipe's plan)");
+    persistent(sum_rows_4096_persistent<256, 1, 1>, 1, 1, "tiles of one row, one buffer");
+    persistent(sum_rows_4096_persistent<256, 1, 2>, 1, 2, "tiles of one row, two buffers");
+    persistent(sum_rows_4096_persistent<256, 2, 2>, 2, 2, "tiles of two rows, two buffers");
+    persistent(sum_rows_4096_persistent<256, 1, 3>, 1, 3, "tiles of one row, three buffers");
     {
       auto k = reduce_rows_kernel<engine::Mechanism::Tma, 1, float>;
       int bps = 0;
