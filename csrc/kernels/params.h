@@ -42,7 +42,7 @@ struct StreamCopyParams {
   int vec_bytes = 16;   // 4, 8 or 16: width of one async copy
   int tile_bytes = 0;   // bytes per stage; 0 = launcher default
   int max_blocks = 0;   // blocks of the grid, at most one per tile (0 = the launcher's grid of
-                        // short-lived blocks, kCopyTilesPerBlock tiles each); few for latency studies
+                        // short-lived blocks, copy_tiles_per_block tiles each); few for latency studies
   Stream stream = nullptr;
 };
 

@@ -25,22 +25,33 @@ constexpr int kCopyThreads = 256;
 // 0.95-0.99x, one 32 KiB tile 0.94x), as did narrower ones (the ring's set-up per block: 4 KiB
 // 0.47-0.97x). Every mechanism and stage count runs this grid (stages still overlap a block's
 // two tiles); _stream_copy_ex's tile_bytes and max_blocks override it (the latency study).
+// sync with one stage (the table's choice on sm_90) copies one 16 KiB tile per block since the
+// block's tile arithmetic moved to the launcher (seventeenth run, scripts/probe_stream_copy.cu,
+// H200, two rounds, x cudaMemcpyAsync: 8 KiB x 2 0.9960-0.9967, 16 KiB x 1 0.9979-0.9984, 12 KiB
+// x 2 0.9982-0.9986, 4 KiB 0.95-0.97, 24-32 KiB 0.96-0.98).
 constexpr int kCopyTileBytes = 8192;
 constexpr int kCopyTilesPerBlock = 2;
 
 template <engine::Mechanism M>
 int default_copy_tile(int stages, const DeviceInfo& dev) {
-  int t = kCopyTileBytes;
+  int t = M == engine::Mechanism::Sync && stages == 1 ? 2 * kCopyTileBytes : kCopyTileBytes;
   while (t > 1024 && static_cast<int64_t>(stages) * t + 1024 > dev.max_smem_optin) t /= 2;
   return t;
 }
+template <engine::Mechanism M>
+constexpr int copy_tiles_per_block(int stages) {
+  return M == engine::Mechanism::Sync && stages == 1 ? 1 : kCopyTilesPerBlock;
+}
 
 // dst + head is 16-byte aligned; (src - dst) is a multiple of V (the launcher narrows V until it
-// is), so every tile's source agrees with its 16-aligned stage buffer modulo V.
+// is), so every tile's source agrees with its 16-aligned stage buffer modulo V. Block b copies
+// tiles b, b + grid, ...: tiles_each of them, one more when b < tiles_extra (the launcher's
+// division: on the device a 64-bit one is a ~70-instruction dependent chain that every
+// short-lived block paid before its first copy).
 template <engine::Mechanism M, int S, int V>
 __global__ void __launch_bounds__(kCopyThreads)
     stream_copy_kernel(const char* __restrict__ src, char* __restrict__ dst, int64_t bytes, int head,
-                       int tile_bytes) {
+                       int tile_bytes, int64_t tiles_each, int64_t tiles_extra) {
   using Ring = engine::Ring<M, S, V>;
   extern __shared__ __align__(engine::kStageAlign) char smem[];
   __shared__ engine::RawShared<typename Ring::SharedState> ss;
@@ -50,8 +61,7 @@ __global__ void __launch_bounds__(kCopyThreads)
   const char* s0 = src + head;
   char* d0 = dst + head;
   const int64_t body = bytes - head;
-  const int64_t ntiles = (body + tile_bytes - 1) / tile_bytes;
-  const int64_t mine = blockIdx.x < ntiles ? (ntiles - blockIdx.x + gridDim.x - 1) / gridDim.x : 0;
+  const int64_t mine = tiles_each + (blockIdx.x < tiles_extra ? 1 : 0);
 
   auto tile_offset = [&](int64_t k) { return (blockIdx.x + k * gridDim.x) * static_cast<int64_t>(tile_bytes); };
   // tma: thread 0 both refills stages and bulk-stores them. The stage being refilled held the
@@ -103,11 +113,13 @@ void launch_stream_copy_mechanism(const StreamCopyParams& p, int head) {
       prepare_smem(kernel, smem, "stream_copy");
       const int64_t body = p.bytes - head;
       const int64_t ntiles = (body + tile - 1) / tile;
-      int64_t grid = p.max_blocks > 0 ? p.max_blocks : (ntiles + kCopyTilesPerBlock - 1) / kCopyTilesPerBlock;
+      const int tpb = copy_tiles_per_block<M>(S);
+      int64_t grid = p.max_blocks > 0 ? p.max_blocks : (ntiles + tpb - 1) / tpb;
       if (grid > ntiles) grid = ntiles;
       if (grid < 1) grid = 1;
       kernel<<<static_cast<unsigned>(grid), kCopyThreads, smem, reinterpret_cast<cudaStream_t>(p.stream)>>>(
-          static_cast<const char*>(p.src), static_cast<char*>(p.dst), p.bytes, head, tile);
+          static_cast<const char*>(p.src), static_cast<char*>(p.dst), p.bytes, head, tile, ntiles / grid,
+          ntiles % grid);
       CUPIPE_LAUNCH_CHECK();
     };
     if constexpr (M == engine::Mechanism::Tma) {
