@@ -145,6 +145,7 @@ float run(const Buffers& b, int tiles_per_block, int reps, int* blocks_out, int6
   int64_t grid = int64_t(dev.num_sms) * bps;
   if (tiles_per_block > 0) grid = std::max(grid, (g.ntiles + tiles_per_block - 1) / tiles_per_block);
   grid = std::min(grid, g.ntiles);
+  set_block_tiles(g, grid);
   *blocks_out = bps;
   *grid_out = grid;
   auto launch = [&] {

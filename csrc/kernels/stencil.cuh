@@ -126,6 +126,7 @@ struct StencilGeom {
   int items;
   int64_t tiles_x, tiles_per_plane, ntiles;
   FastDiv tiles_x_div, per_plane_div;  // ntiles < 2^31: the tile origin without 32-bit divisions
+  int64_t tiles_each, tiles_extra;     // the grid's share of tiles per block (set_block_tiles)
   int win_h, win_w;        // padded input window, in elements
   int pitch;               // bytes per smem row
   int hdr_bytes;           // TileHeader + win_h shifts, padded to 16
@@ -141,6 +142,7 @@ inline void set_tile_grid(StencilGeom& g) {
   g.tiles_x = (g.nx + g.x_phase + g.tile_w - 1) / g.tile_w;
   g.tiles_per_plane = (g.ny + g.tile_h - 1) / g.tile_h * g.tiles_x;
   g.ntiles = g.batch * g.tiles_per_plane;
+  g.tiles_each = -1;  // until the launcher knows its grid
   if (g.ntiles < (int64_t(1) << 31)) {
     g.tiles_x_div = FastDiv(static_cast<uint32_t>(g.tiles_x));
     g.per_plane_div = FastDiv(static_cast<uint32_t>(g.tiles_per_plane));
@@ -221,6 +223,23 @@ inline StencilGeom make_stencil_geom(const StencilParams& p, int esz, int acc_si
   set_tile_grid(g);
   return g;
 }
+
+// Block b of a grid of `grid` takes tiles b, b + grid, ...: tiles_each of them, one more when
+// b < tiles_extra. Computed here, on the host: on the device a 64-bit division is a
+// ~70-instruction dependent chain, which every short-lived block paid before its first copy
+// (stream_copy lost 0.3% of its bandwidth to it: stream_copy.cuh).
+inline void set_block_tiles(StencilGeom& g, int64_t grid) {
+  g.tiles_each = g.ntiles / grid;
+  g.tiles_extra = g.ntiles % grid;
+}
+
+#if defined(__CUDACC__)
+// This block's tile count: set_block_tiles' share, or the division where a launcher did not set it.
+__device__ __forceinline__ int64_t block_tiles(const StencilGeom& g) {
+  if (g.tiles_each >= 0) return g.tiles_each + (blockIdx.x < g.tiles_extra ? 1 : 0);
+  return blockIdx.x < g.ntiles ? (g.ntiles - blockIdx.x + gridDim.x - 1) / gridDim.x : 0;
+}
+#endif
 
 // ---------------------------------------------------------------------------------- loader side
 
@@ -1008,7 +1027,7 @@ __global__ void __launch_bounds__(Threads, stencil_min_blocks<T, Box, NarrowK, T
   }
   Ring ring(ss.get(), smem, static_cast<int>(g.stage_bytes));
 
-  const int64_t mine = blockIdx.x < g.ntiles ? (g.ntiles - blockIdx.x + gridDim.x - 1) / gridDim.x : 0;
+  const int64_t mine = block_tiles(g);
   auto load = [&](const auto& w, int64_t k) {
     load_stencil_tile<T, (NarrowK <= 0)>(w, x, g, boundary, blockIdx.x + k * gridDim.x, &tmap);
   };
@@ -1124,6 +1143,7 @@ void launch_stencil_mechanism(const StencilParams& p) {
           grid = std::max(grid, (g.ntiles + p.tiles_per_block - 1) / p.tiles_per_block);
         if (grid > g.ntiles) grid = g.ntiles;
         if (grid < 1) grid = 1;
+        set_block_tiles(g, grid);
         kernel<<<static_cast<unsigned>(grid), threads, smem, reinterpret_cast<cudaStream_t>(p.stream)>>>(
             static_cast<const T*>(p.x), static_cast<T*>(p.out), p.weights, g, p.boundary, tmap);
         CUPIPE_LAUNCH_CHECK();

@@ -133,7 +133,7 @@ __global__ void __launch_bounds__(kStencilThreads, wgrad_min_blocks<T, Blk::TH !
 #pragma unroll
     for (int c = 0; c < CK; ++c) acc[k][c] = A(0);
 
-  const int64_t mine = blockIdx.x < g.ntiles ? (g.ntiles - blockIdx.x + gridDim.x - 1) / gridDim.x : 0;
+  const int64_t mine = block_tiles(g);
   auto load = [&](const auto& w, int64_t k) {
     load_stencil_tile<T>(w, x, g, boundary, blockIdx.x + k * gridDim.x, nullptr);  // no tma ring here
   };
@@ -202,8 +202,7 @@ int64_t launch_wgrad_dtype(const StencilWeightGradParams& wp) {
   p.stages = kWgradStages;
   const int64_t kh = 2 * int64_t(wp.ry) + 1, kw = 2 * int64_t(wp.rx) + 1;
   const int64_t rows_bound = int64_t(kWarps) * (kh + 2) * (kw + 8) * int64_t(sizeof(A));
-  const StencilGeom g = make_stencil_geom(p, sizeof(T), sizeof(A), kStencilThreads,
-                                          dev.max_smem_optin - 1024 - rows_bound);
+  StencilGeom g = make_stencil_geom(p, sizeof(T), sizeof(A), kStencilThreads, dev.max_smem_optin - 1024 - rows_bound);
   int64_t grid = 0;
   auto launch = [&](auto kernel) {
     const size_t smem = static_cast<size_t>(kWgradStages) * g.stage_bytes +
@@ -211,6 +210,7 @@ int64_t launch_wgrad_dtype(const StencilWeightGradParams& wp) {
     prepare_smem(kernel, smem, "stencil weight gradient");
     grid = static_cast<int64_t>(dev.num_sms) * blocks_per_sm(kernel, kStencilThreads, smem);
     grid = std::max<int64_t>(1, std::min({grid, g.ntiles, wp.max_blocks}));
+    set_block_tiles(g, grid);
     kernel<<<static_cast<unsigned>(grid), kStencilThreads, smem, reinterpret_cast<cudaStream_t>(wp.stream)>>>(
         static_cast<const T*>(wp.x), static_cast<const T*>(wp.grad), static_cast<A*>(wp.partials), g, wp.boundary);
     CUPIPE_LAUNCH_CHECK();
