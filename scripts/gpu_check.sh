@@ -5,11 +5,11 @@
 # Usage: bash scripts/gpu_check.sh [steps...]
 #        steps: build tests sanitize sass profile bench benchfull examples notebook
 #        (default: build tests sanitize sass bench examples notebook; logs go to $OUT or ./gpu_check_out)
-# On a device call limited to 600 s the whole set takes three calls (build ~150 s each time; the
-# CUDA + CPU tests with CUPIPE_SLOW=1 ~420 s; sanitizers ~145 s; bench --quick --sweep ~100 s), e.g.
-#   PYTEST_ARGS="tests/test_reduce.py tests/test_stencil.py tests/test_stream_copy.py tests/test_tuning.py" \
-#     bash scripts/gpu_check.sh build tests                 # ~90 s of tests
-#   PYTEST_TIMEOUT=420 PYTEST_ARGS="tests/test_[a-o]*.py" bash scripts/gpu_check.sh build tests
+# On a device call limited to 600 s the whole set takes two or three calls (build ~200 s on a fresh
+# machine; every test file with CUPIPE_SLOW=1 in parallel processes ~320 s; sanitizers ~230 s;
+# bench --quick --sweep ~100 s), e.g.
+#   bash scripts/gpu_check.sh build tests                   # every test file, ~520 s in all
+#   PYTEST_ARGS="tests/test_reduce.py" bash scripts/gpu_check.sh build tests   # one process, those files
 #   SAN_STAGES=2 SAN_RACE_STAGES=2 bash scripts/gpu_check.sh build sanitize bench
 set -uo pipefail
 STEPS=${*:-build tests sanitize sass bench examples notebook}
@@ -40,10 +40,34 @@ fi
 
 if has tests; then
 t0=$(date +%s)
-CUPIPE_SLOW=1 timeout ${PYTEST_TIMEOUT:-400} python3 -m pytest -q -p no:cacheprovider ${PYTEST_ARGS:-tests} >"$LOG/pytest.log" 2>&1
-rc=$?
-grep -E "^(FAILED|ERROR)" "$LOG/pytest.log" | head -40
-note "pytest (CPU+CUDA, slow included): rc=$rc, $(tail -1 "$LOG/pytest.log") [$(( $(date +%s) - t0 ))s]"
+if [ -n "${PYTEST_ARGS:-}" ]; then
+  CUPIPE_SLOW=1 timeout ${PYTEST_TIMEOUT:-400} python3 -m pytest -q -p no:cacheprovider $PYTEST_ARGS >"$LOG/pytest.log" 2>&1
+  rc=$?
+  grep -E "^(FAILED|ERROR)" "$LOG/pytest.log" | head -40
+  note "pytest (CPU+CUDA, slow included): rc=$rc, $(tail -1 "$LOG/pytest.log") [$(( $(date +%s) - t0 ))s]"
+else
+  # Every file of tests/, in six pytest processes side by side: the tests are mostly host-bound
+  # (launches, references, checks), so one GPU runs them together in ~320 s where one process
+  # took over 600 s (H200, seventeenth run). The last group is every file the others do not name.
+  groups=("stencil:tests/test_stencil.py" "reduce:tests/test_reduce.py" "engine:tests/test_engine_cuda.py"
+          "tuning_copy:tests/test_tuning.py tests/test_stream_copy.py"
+          "ops:tests/test_wrappers.py tests/test_cuda_streams.py tests/test_compile.py tests/test_opcheck.py tests/test_errors.py")
+  named=" $(printf '%s ' "${groups[@]}" | sed 's/[a-z_]*://g') "
+  rest=""
+  for f in tests/test_*.py; do [[ "$named" == *" $f "* ]] || rest="$rest $f"; done
+  groups+=("rest:${rest# }")
+  for g in "${groups[@]}"; do
+    (CUPIPE_SLOW=1 timeout ${PYTEST_TIMEOUT:-500} python3 -m pytest -q -p no:cacheprovider ${g#*:} \
+       >"$LOG/pytest_${g%%:*}.log" 2>&1; echo $? >"$LOG/pytest_${g%%:*}.rc") &
+  done
+  wait
+  for g in "${groups[@]}"; do
+    n=${g%%:*}
+    grep -E "^(FAILED|ERROR)" "$LOG/pytest_$n.log" | head -20
+    note "pytest $n (CPU+CUDA, slow included): rc=$(cat "$LOG/pytest_$n.rc"), $(tail -1 "$LOG/pytest_$n.log")"
+  done
+  note "pytest: every file in ${#groups[@]} processes [$(( $(date +%s) - t0 ))s]"
+fi
 fi
 
 if has sanitize; then
