@@ -24,11 +24,11 @@ constexpr int kCopyThreads = 256;
 // window of memory, persistent blocks drift apart. Wider tiles per block lost (16 KiB tiles
 // 0.95-0.99x, one 32 KiB tile 0.94x), as did narrower ones (the ring's set-up per block: 4 KiB
 // 0.47-0.97x). Every mechanism and stage count runs this grid (stages still overlap a block's
-// two tiles); _stream_copy_ex's tile_bytes and max_blocks override it (the latency study).
-// sync with one stage (the table's choice on sm_90) copies one 16 KiB tile per block since the
-// block's tile arithmetic moved to the launcher (seventeenth run, scripts/probe_stream_copy.cu,
-// H200, two rounds, x cudaMemcpyAsync: 8 KiB x 2 0.9960-0.9967, 16 KiB x 1 0.9979-0.9984, 12 KiB
-// x 2 0.9982-0.9986, 4 KiB 0.95-0.97, 24-32 KiB 0.96-0.98).
+// two tiles) but sync with one stage, the table's choice on sm_90, which copies one 16 KiB tile per
+// block since the block's tile arithmetic moved to the launcher (seventeenth run,
+// scripts/probe_stream_copy.cu, H200, two rounds, x cudaMemcpyAsync: 8 KiB x 2 0.9960-0.9967,
+// 16 KiB x 1 0.9979-0.9984, 12 KiB x 2 0.9982-0.9986, 4 KiB 0.95-0.97, 24-32 KiB 0.96-0.98).
+// _stream_copy_ex's tile_bytes and max_blocks override the grid (the latency study).
 constexpr int kCopyTileBytes = 8192;
 constexpr int kCopyTilesPerBlock = 2;
 
