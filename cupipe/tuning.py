@@ -348,7 +348,9 @@ _TABLE_REASONS = {
                                  "(4096, 4096) fp32 0.0206-0.0212 ms against 2 stages' "
                                  "0.0215-0.0232 over four H200 runs, L2 warm or evicted "
                                  "(BENCHMARKS.md, tenth run of 2026-11-23); a block has a tile or "
-                                 "two, little to overlap, and one stage fits twice the blocks",
+                                 "two, little to overlap, and one stage fits twice the blocks; "
+                                 "since the eighteenth run a block per ~16 KiB tile of rows, one "
+                                 "stage whatever is asked (0.0194-0.0195 ms, tma alike)",
 }
 
 

@@ -8,7 +8,7 @@
 //
 //   nvcc -O3 -std=c++17 -arch=sm_90a --expt-relaxed-constexpr -Icsrc -o /tmp/probe_reduce \
 //       scripts/probe_reduce_split.cu csrc/kernels/device_info.cu
-//   [PROBE_TILE=bytes] [PROBE_ONLY=name part] /tmp/probe_reduce [reps = 50] [tma1 | tma2 | tma3 | primitives]
+//   [PROBE_TILE=bytes] [PROBE_ONLY=name part] /tmp/probe_reduce [reps = 50] [tma1 | tma2 | tma3 | primitives | primitives1]
 //       [blocks ...]
 //   (tma/1 is the launcher's choice, primitives/2 the older one; blocks: grids besides the plan's)
 #include <cuda_bf16.h>
@@ -178,7 +178,8 @@ __global__ void __launch_bounds__(Threads) sum_rows_4096_persistent(const float*
   }
 }
 
-// Configurations: tma/1 (the launcher's choice on sm_90+), tma/2, tma/3 and primitives/2. Only
+// Configurations: tma/1 (the launcher's choice on sm_90+), tma/2, tma/3, primitives/2 and
+// primitives/1 (the launcher's for rows of 4-32 KiB). Only
 // fp32 and bf16 inputs are instantiated (compile time).
 template <engine::Mechanism M, int S>
 void run_typed(const ReduceParams& p) {
@@ -190,6 +191,7 @@ void run_reduce(const ReduceParams& p) {
   if (p.mechanism == Mechanism::Tma && p.stages == 1) run_typed<Mechanism::Tma, 1>(p);
   else if (p.mechanism == Mechanism::Tma && p.stages == 2) run_typed<Mechanism::Tma, 2>(p);
   else if (p.mechanism == Mechanism::Tma) run_typed<Mechanism::Tma, 3>(p);
+  else if (p.stages == 1) run_typed<Mechanism::Primitives, 1>(p);
   else run_typed<Mechanism::Primitives, 2>(p);
 }
 
@@ -198,7 +200,7 @@ int main(int argc, char** argv) {
   const char* cfg = argc > 2 ? argv[2] : "tma1";  // tma1, tma2, tma3 or primitives (/2)
   const bool tma = std::strncmp(cfg, "tma", 3) == 0;
   const engine::Mechanism mech = tma ? engine::Mechanism::Tma : engine::Mechanism::Primitives;
-  const int stages = tma ? std::max(1, std::min(3, std::atoi(cfg + 3))) : 2;
+  const int stages = tma ? std::max(1, std::min(3, std::atoi(cfg + 3))) : (std::strcmp(cfg, "primitives1") == 0 ? 1 : 2);
   const int tile_bytes = std::getenv("PROBE_TILE") ? std::atoi(std::getenv("PROBE_TILE")) : 0;
   const int64_t n = int64_t(1) << 28;
   float* x;

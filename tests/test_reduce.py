@@ -261,6 +261,7 @@ LAYOUT_CASES = [
     ((20, 4500), 0), ((3, 40, 1500), 1), ((9, 2050), 0),
     ((1500, 700), 0),  # many parts of many columns: the partials pass with lane groups
     ((37, 4096), 1), ((11, 6000), 1),  # packed rows over 2 KiB: several warps per row
+    ((10, 1300), 1),  # rows of ~5 KiB: three rows per wide-rows block, the last block one row
     ((1031, 128), 1), ((4099, 16), 1),  # packed rows of up to 32 vectors: a thread per row
     ((2, 70001), 1),  # rows over 64 KiB: tma/1 takes 64 KiB stages
 ]
@@ -283,6 +284,31 @@ def test_reduce_layouts_every_mechanism(device, mechanism, dtype):
                     assert_close(y, reduce_ref(x, op, dim), atol=atol, rtol=rtol,
                                  what=f"{mechanism} stages={stages} {op} {shape} dim={dim} "
                                       f"offset={offset} {dtype}")
+
+
+@pytest.mark.parametrize("mechanism", cupipe.MECHANISMS)
+def test_reduce_wide_rows(device, mechanism):
+    """Rows of 4-32 KiB along the last dim (the CUDA wide-rows kernel: a block per tile of one to
+    three rows, several warps per row): every op with NaN and -inf in some rows, 2-byte and fp64
+    inputs, row counts that leave a partial last tile, every stage count; bit-identical repeats."""
+    if device == "cuda" and mechanism == "tma" and torch.cuda.get_device_capability() < (9, 0):
+        pytest.skip("tma needs sm_90")
+    cases = [((37, 4096), torch.float32), ((7, 1300), torch.float32), ((5, 2056), torch.float32),
+             ((9, 3000), torch.bfloat16), ((6, 4096), torch.float16), ((4, 2048), torch.float64)]
+    for i, (shape, dtype) in enumerate(cases):
+        x = make_input(shape, dtype, device, seed=90 + i)
+        x[1, shape[1] // 3] = float("nan")
+        x[2, -1] = -float("inf")
+        for stages in (0, 1, 2, 8):
+            for op in REDUCE_OPS:
+                y = cupipe.reduce(x, op, -1, mechanism=mechanism, stages=stages)
+                ref = reduce_ref(x, op, -1)
+                atol, rtol = _tolerance(op, y.dtype, shape[1])
+                assert torch.equal(torch.isnan(y), torch.isnan(ref)), f"{op} {shape} {dtype}: NaN rows differ"
+                assert_close(y, ref, atol=atol, rtol=rtol, equal_nan=True,
+                             what=f"{mechanism} stages={stages} {op} {shape} {dtype}")
+                again = cupipe.reduce(x, op, -1, mechanism=mechanism, stages=stages)
+                assert torch.equal(y.nan_to_num(), again.nan_to_num()), f"not deterministic: {op} {shape}"
 
 
 @pytest.mark.parametrize("mechanism", ["primitives", "cg", "barrier", "specialized", "tma"])

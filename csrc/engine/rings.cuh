@@ -172,6 +172,15 @@ struct PerThreadCopies {
                 [&](char* d, const char* g, int hn) { self.narrow(d, g, hn); },
                 [&](char* d, const char* g, int tn) { self.tail(d, g, tn, mode); });
   }
+  // A segment whose source, destination and length are multiples of V: chunks only (it lies in
+  // one stage, so its length fits 32 bits).
+  template <class St>
+  CUPIPE_DEVICE void copy_aligned(const St&, char* dst, const char* src, int64_t n) {
+    auto& self = static_cast<Derived&>(*this);
+    const Team t = Derived::copy_team();
+    const int nb = static_cast<int>(n);
+    for (int i = t.rank * V; i < nb; i += t.size * V) self.chunk(dst + i, src + i);
+  }
   // n bytes (fewer than V) that dst and src hold at equal alignment.
   CUPIPE_DEVICE void narrow(char* d, const char* g, int n) {
     if constexpr (Derived::kNarrowAsync) {
@@ -201,6 +210,11 @@ struct CollectiveCopies {
   template <class St>
   CUPIPE_DEVICE void copy(const St& st, char* dst, const char* src, int64_t n, TailMode mode = TailMode::Exact) {
     copy_rows(st, dst, 0, src, 0, n, 1, mode);
+  }
+  // A segment whose source, destination and length are multiples of V: one body copy.
+  template <class St>
+  CUPIPE_DEVICE void copy_aligned(const St& st, char* dst, const char* src, int64_t n) {
+    if (n > 0) static_cast<Derived&>(*this).copy_body(st, dst, src, n);
   }
   template <class St>
   CUPIPE_DEVICE void copy_rows(const St& st, char* dst, int64_t dst_pitch, const char* src, int64_t src_pitch,

@@ -52,6 +52,11 @@ struct StageWriter {
                           TailMode tail = TailMode::Exact) const {
     ring.copy(st, stage + offset, static_cast<const char*>(src), nbytes, tail);
   }
+  // copy() for a segment whose offset, source and length are all multiples of the ring's copy
+  // width (16 bytes): no head or tail to split off, so no alignment arithmetic before the copy.
+  CUPIPE_DEVICE void copy_aligned(int64_t offset, const void* src, int64_t nbytes) const {
+    ring.copy_aligned(st, stage + offset, static_cast<const char*>(src), nbytes);
+  }
   // The threads that may also write the stage with plain stores before the commit (halo fills,
   // zero rows): their stores are published with the stage. All threads, except under
   // `specialized`, where the producer warp alone fills the stage.

@@ -1,3 +1,5 @@
+// Divisions fixed at launch, so that kernels do not divide: FastDiv and a grid's TileShare.
+//
 // Division by a divisor fixed at launch: n / d as one 64-bit multiply and a shift (Granlund and
 // Montgomery's round-up method), for the per-tile index arithmetic that a 32-bit division would
 // otherwise spend ~20 instructions on (I2F, MUFU.RCP, corrections) in every thread of every tile.
@@ -35,6 +37,17 @@ struct FastDiv {
     q = div(n);
     r = n - q * d;
   }
+};
+
+// A grid's even share of `ntiles` tiles, block b taking tiles b, b + grid, ...: `each` of them,
+// one more when b < extra. Worked out at launch: on the device a 64-bit division is a
+// ~70-instruction dependent chain, which every short-lived block paid before its first copy
+// (stream_copy lost 0.3% of its bandwidth to it; seventeenth run, docs/perf_notes.md).
+struct TileShare {
+  int64_t each = 0, extra = 0;
+  TileShare() = default;
+  TileShare(int64_t ntiles, int64_t grid) : each(ntiles / grid), extra(ntiles % grid) {}
+  CUPIPE_FD_HD int64_t of(uint32_t block) const { return each + (block < extra ? 1 : 0); }
 };
 
 }  // namespace kernels

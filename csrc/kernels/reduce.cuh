@@ -37,6 +37,9 @@ constexpr int kReduceThreads = 256;
 constexpr int kReduceRowsTileBytes = 32768;
 constexpr int kReduceColsTileBytes = 65536;
 constexpr int kMaxBlocksPerSm = 2048 / kReduceThreads;
+// Rows of more than 4 KiB (up to a stage) are reduced a block per ~16 KiB of rows, one tile per
+// block (reduce_wide_rows_kernel).
+constexpr int kWideRowsBlockBytes = 16384;
 
 // The combine of a run-time op (mean combines as a sum). The op is uniform across the grid, so
 // its branches cost a few uniform instructions per element; compiling the loops once per op
@@ -85,6 +88,18 @@ __device__ __forceinline__ void store_out(void* out, DType od, int64_t i, A v) {
 template <typename A>
 __device__ __forceinline__ A finalize(ReduceOp op, A v, int64_t r) {
   return op == ReduceOp::Mean ? v / static_cast<A>(r) : v;  // mean of nothing: 0/0 = nan
+}
+
+// The VE elements of one 16-byte vector combined as a balanced tree (pairs, then pairs of pairs):
+// a loop folding into one accumulator then waits on one dependent combine per vector instead of
+// one per element.
+template <typename A, int VE, class SC>
+__device__ __forceinline__ A vector_tree(A (&e)[VE], SC sc) {
+#pragma unroll
+  for (int w = 1; w < VE; w *= 2)
+#pragma unroll
+    for (int j = 0; j + w < VE; j += 2 * w) e[j] = sc(e[j], e[j + w]);
+  return e[0];
 }
 
 // Folds nvec 16-byte vectors at v (shared memory) into acc with the static combine sc, thread
@@ -154,7 +169,7 @@ __device__ A team_combine(A v, Combine<A> comb, engine::Team team, A* scratch) {
 struct RowsPlan {
   int64_t outer, r;
   int rows_per_tile;   // > 0: packed mode
-  int group;           // lanes per row in packed mode (power of two; over 32 only for vec_rows)
+  int group;           // lanes per row in packed mode (power of two; over 32 only when wide)
   int group_log2;
   bool vec_rows;       // packed rows all start 16-byte aligned: whole-vector loop, no head/tail
   int64_t parts;       // split mode: parts per row
@@ -162,9 +177,10 @@ struct RowsPlan {
   int64_t part_len;    // elements per part (a multiple of the tile's elements)
   int64_t ntiles;      // packed: tiles in all; split: tiles per part but the last
   int64_t last_tiles;  // split: tiles of each row's last part
-  int64_t tiles_each;  // packed, set at launch (set_rows_grid): block b takes tiles b, b + grid, ...:
-  int64_t tiles_extra; //   tiles_each of them, one more when b < tiles_extra
+  TileShare share;     // packed, set at launch (set_rows_grid): block b's tiles b, b + grid, ...
   int tile_elems;      // elements per stage
+  bool wide;           // packed rows over a warp's share: reduce_wide_rows_kernel, one tile per block
+  int last_rows;       // wide: rows of the last tile
 };
 
 // The default stage size shrunk (halved) until the stage count fits shared memory.
@@ -211,7 +227,7 @@ __global__ void __launch_bounds__(kReduceThreads)
 
   if (pl.rows_per_tile > 0) {
     // Packed: block-strided tiles of rows_per_tile whole rows; a group of G lanes per row.
-    const int64_t mine = pl.tiles_each + (blockIdx.x < pl.tiles_extra ? 1 : 0);
+    const int64_t mine = pl.share.of(blockIdx.x);
     auto rows_of = [&](int64_t k, int64_t& row0) {
       row0 = (blockIdx.x + k * gridDim.x) * pl.rows_per_tile;
       return static_cast<int>(min(static_cast<int64_t>(pl.rows_per_tile), pl.outer - row0));
@@ -229,30 +245,6 @@ __global__ void __launch_bounds__(kReduceThreads)
       const int G = pl.group, ngroups = team.size >> pl.group_log2, gi = team.rank >> pl.group_log2,
                 lane = team.rank & (G - 1);
       const int r = static_cast<int>(pl.r);
-      if (pl.vec_rows && G > 32) {
-        // Wide rows: a group of G / 32 warps per row. Each warp folds its lanes' vectors, the
-        // group's warps combine in warp order through scratch (deterministic). Every consumer
-        // thread runs the same trip count, so the team barriers are uniform; the second one
-        // keeps the next row's partials from overwriting scratch before it is read.
-        const int nvec = r / (16 / esz), wpg = G / 32, warp = team.rank / 32;
-        with_static_combine<A>(op, [&](auto sc) {
-          for (int rr = gi; rr - gi < nrows; rr += ngroups) {
-            const bool live = rr < nrows && gi < ngroups;
-            A acc = comb.init();
-            if (live) fold_vectors<T>(tile + static_cast<int64_t>(rr) * r, nvec, lane, G, acc, sc);
-            for (int o = 16; o > 0; o >>= 1) acc = sc(acc, __shfl_xor_sync(0xffffffffu, acc, o));
-            if (team.rank % 32 == 0) scratch[warp] = acc;
-            engine::team_sync(team);
-            if (live && lane == 0) {
-              A total = scratch[warp];
-              for (int w = 1; w < wpg; ++w) total = sc(total, scratch[warp + w]);
-              store_out(out, od, row0 + rr, finalize(op, total, pl.r));
-            }
-            engine::team_sync(team);
-          }
-        });
-        return;
-      }
       if (pl.vec_rows) {
         const int nvec = r / (16 / esz);
         with_static_combine<A>(op, [&](auto sc) {
@@ -313,6 +305,71 @@ __global__ void __launch_bounds__(kReduceThreads)
     if (pl.parts == 1) store_out(out, od, row, finalize(op, total, pl.r));
     else partials[row * pl.parts + part] = total;
   }
+}
+
+// ---------------------------------------------------------------------------------- wide rows
+// Packed rows wider than a warp's share (the plan's `wide`): a block reduces one tile of
+// rows_per_tile rows (about kWideRowsBlockBytes) and exits; the overlap of copies and folds is
+// between the blocks resident on an SM, not within a block, so the ring has one stage whatever
+// the stage count asked. A row's G / 32 warps fold its vectors (thread i of the group takes
+// vectors i, i + G, ...), shuffle, and the row's warps combine in warp order through smem: one
+// barrier per block. Everything the fold needs besides the data is worked out in ready(), while
+// the copy is in flight: what a block does after its data lands holds its SM slot.
+// H200, (4096, 4096) fp32, ms (docs/perf_notes.md, eighteenth run): the persistent grid of
+// two-row tiles through reduce_rows_kernel 0.0203-0.0204 (tma/1) and 0.0199-0.0202 (primitives/1)
+// against this kernel's 0.0194-0.0195 (either), one bulk copy per row without the engine
+// 0.0188-0.0190 (one call). The fold's trip count computed after the wait (a division the
+// compiler emits for a loop of run-time stride) cost 2%: 0.0197-0.0199 against 0.0191-0.0194 for
+// the ring with a hard-wired fold (scripts' bisection, other calls).
+// Eight resident blocks per SM (32 registers): a block's bytes in flight are its one tile.
+template <engine::Mechanism M, typename T>
+__global__ void __launch_bounds__(kReduceThreads, kMaxBlocksPerSm)
+    reduce_wide_rows_kernel(const T* __restrict__ x, void* out, DType od, RowsPlan pl, ReduceOp op) {
+  using A = acc_t<T>;
+  using Ring = engine::Ring<M, 1, 16>;
+  constexpr int esz = sizeof(T), VE = 16 / esz;
+  extern __shared__ __align__(engine::kStageAlign) char smem[];
+  __shared__ engine::RawShared<typename Ring::SharedState> ss;
+  __shared__ A scratch[kReduceThreads / 32];
+  Ring ring(ss.get(), smem, pl.tile_elems * esz + 32);
+  const unsigned b = blockIdx.x;
+  const int nrows = b + 1 == gridDim.x ? pl.last_rows : pl.rows_per_tile;
+  const int nvec = static_cast<int>(pl.r) / VE;  // vectors per row (a row fits a stage)
+  auto load = [&](const auto& w, int64_t) {
+    // vec_rows: x and every row are 16-byte aligned, so the tile lands at the stage's start.
+    w.copy_aligned(0, x + static_cast<int64_t>(b) * pl.tile_elems, nrows * nvec * 16);
+  };
+  int row = 0, first = 0, count = 0;  // this thread's row and vectors first, first + G, ... (count)
+  auto ready = [&] {
+    const int rank = Ring::consumer_rank();
+    row = rank >> pl.group_log2;
+    first = rank & (pl.group - 1);
+    count = row < nrows && first < nvec ? ((nvec - 1 - first) >> pl.group_log2) + 1 : 0;
+  };
+  auto consume = [&](const char* stage, int64_t, engine::Team team) {
+    const Combine<A> comb{op};
+    const uint4* u = reinterpret_cast<const uint4*>(stage) + row * nvec + first;
+    A acc = comb.init();
+    with_static_combine<A>(op, [&](auto sc) {
+#pragma unroll 4
+      for (int k = 0; k < count; ++k) {
+        A e[VE];
+        unpack16<T>(u[k << pl.group_log2], e);
+#pragma unroll
+        for (int j = 0; j < VE; ++j) acc = sc(acc, e[j]);
+      }
+      for (int o = 16; o > 0; o >>= 1) acc = sc(acc, __shfl_xor_sync(0xffffffffu, acc, o));
+    });
+    if ((team.rank & 31) == 0) scratch[team.rank >> 5] = acc;
+    engine::team_sync(team);
+    if (team.rank < nrows) {
+      const int wpr = pl.group >> 5;
+      A total = scratch[team.rank * wpr];
+      for (int w = 1; w < wpr; ++w) total = comb(total, scratch[team.rank * wpr + w]);
+      store_out(out, od, static_cast<int64_t>(b) * pl.rows_per_tile + team.rank, finalize(op, total, pl.r));
+    }
+  };
+  engine::run_ring(ring, 1, load, consume, ready);
 }
 
 // ---------------------------------------------------------------------------------- columns
@@ -537,8 +594,8 @@ inline RowsPlan make_rows_plan(const ReduceParams& p, int esz, int tile_bytes, i
     int g = 1;
     if (pl.vec_rows) {
       // About 4 vectors per lane (fewer shuffles per element), but enough lanes that the tile's
-      // rows occupy the whole block. Rows of more than 128 vectors take several warps each (up
-      // to the consumer team): one warp per 16 KiB row left 6 of 8 warps idle.
+      // rows occupy the whole block. Rows that this asks more than a warp for (over 128 vectors,
+      // too few per stage to fill the block) go to the wide-rows kernel below.
       const int consumers = engine::consumer_threads(p.mechanism, kReduceThreads);
       while (g < 32 && (g * 4 < vecs || g * pl.rows_per_tile < kReduceThreads)) g *= 2;
       while (g * 2 <= consumers && g * 4 < vecs && g * pl.rows_per_tile < consumers) g *= 2;
@@ -551,6 +608,20 @@ inline RowsPlan make_rows_plan(const ReduceParams& p, int esz, int tile_bytes, i
       // 0.2505-0.2508 -> 0.2496-0.2497. Two lanes per row ran even, eight lost 2-86% (their
       // shuffles; with or without the rotation), rotated loads in groups of four lost 1.5%.
       if (vecs <= 32) g = 1;
+      if (g > 32) {
+        // Wide rows (over 4 KiB with the default stage): reduce_wide_rows_kernel, a block per
+        // tile of about kWideRowsBlockBytes (whole rows, at least one), each row a power-of-two
+        // number of the block's warps.
+        const int warps = consumers / 32;
+        pl.wide = true;
+        pl.rows_per_tile = static_cast<int>(
+            std::clamp<int64_t>(kWideRowsBlockBytes / (p.r * esz), 1, static_cast<int64_t>(warps)));
+        int wpr = 1;
+        while (wpr * 2 * pl.rows_per_tile <= warps) wpr *= 2;
+        g = wpr * 32;
+        pl.tile_elems = static_cast<int>(pl.rows_per_tile * p.r);
+        pl.last_rows = static_cast<int>(p.outer - (ceil_div(p.outer, pl.rows_per_tile) - 1) * pl.rows_per_tile);
+      }
     } else {
       while (g < 32 && g < vecs) g *= 2;  // about one vector per lane
     }
@@ -575,8 +646,7 @@ inline RowsPlan make_rows_plan(const ReduceParams& p, int esz, int tile_bytes, i
 
 // The packed plan's share of tiles per block for a grid of `grid` blocks (grid <= ntiles, or 1).
 inline void set_rows_grid(RowsPlan& pl, int64_t grid) {
-  pl.tiles_each = pl.ntiles / grid;
-  pl.tiles_extra = pl.ntiles % grid;
+  pl.share = TileShare(pl.ntiles, grid);
 }
 
 inline ColsPlan make_cols_plan(const ReduceParams& p, const DeviceInfo& dev, int esz, int64_t target_blocks) {
@@ -651,6 +721,17 @@ void launch_reduce_typed(const ReduceParams& p) {
     prepare_smem(kernel, smem, "reduce");
     const int64_t resident = static_cast<int64_t>(dev.num_sms) * blocks_per_sm(kernel, kReduceThreads, smem);
     RowsPlan pl = make_rows_plan(p, esz, tile_bytes, target_blocks(p, resident));
+    if (pl.wide) {
+      auto wide = reduce_wide_rows_kernel<M, T>;
+      const size_t wide_smem = static_cast<size_t>(pl.tile_elems) * esz + 32;
+      prepare_smem(wide, wide_smem, "reduce");
+      if (pl.ntiles > 0x7fffffff) throw std::runtime_error("reduce: too many rows for one launch");
+      if (pl.ntiles == 0) return;  // no rows, no outputs
+      wide<<<static_cast<unsigned>(pl.ntiles), kReduceThreads, wide_smem, stream>>>(
+          static_cast<const T*>(p.x), p.out, p.out_dtype, pl, p.op);
+      CUPIPE_LAUNCH_CHECK();
+      return;
+    }
     int64_t grid;
     if (pl.rows_per_tile > 0) {
       grid = std::max<int64_t>(1, std::min<int64_t>(pl.ntiles, target_blocks(p, resident)));

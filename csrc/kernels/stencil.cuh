@@ -126,7 +126,7 @@ struct StencilGeom {
   int items;
   int64_t tiles_x, tiles_per_plane, ntiles;
   FastDiv tiles_x_div, per_plane_div;  // ntiles < 2^31: the tile origin without 32-bit divisions
-  int64_t tiles_each, tiles_extra;     // the grid's share of tiles per block (set_block_tiles)
+  TileShare share;         // the grid's share of tiles per block (set_block_tiles; each < 0: unset)
   int win_h, win_w;        // padded input window, in elements
   int pitch;               // bytes per smem row
   int hdr_bytes;           // TileHeader + win_h shifts, padded to 16
@@ -142,7 +142,7 @@ inline void set_tile_grid(StencilGeom& g) {
   g.tiles_x = (g.nx + g.x_phase + g.tile_w - 1) / g.tile_w;
   g.tiles_per_plane = (g.ny + g.tile_h - 1) / g.tile_h * g.tiles_x;
   g.ntiles = g.batch * g.tiles_per_plane;
-  g.tiles_each = -1;  // until the launcher knows its grid
+  g.share.each = -1;  // until the launcher knows its grid
   if (g.ntiles < (int64_t(1) << 31)) {
     g.tiles_x_div = FastDiv(static_cast<uint32_t>(g.tiles_x));
     g.per_plane_div = FastDiv(static_cast<uint32_t>(g.tiles_per_plane));
@@ -224,19 +224,13 @@ inline StencilGeom make_stencil_geom(const StencilParams& p, int esz, int acc_si
   return g;
 }
 
-// Block b of a grid of `grid` takes tiles b, b + grid, ...: tiles_each of them, one more when
-// b < tiles_extra. Computed here, on the host: on the device a 64-bit division is a
-// ~70-instruction dependent chain, which every short-lived block paid before its first copy
-// (stream_copy lost 0.3% of its bandwidth to it: stream_copy.cuh).
-inline void set_block_tiles(StencilGeom& g, int64_t grid) {
-  g.tiles_each = g.ntiles / grid;
-  g.tiles_extra = g.ntiles % grid;
-}
+// Block b of a grid of `grid` takes tiles b, b + grid, ...: its TileShare (worked out on the host).
+inline void set_block_tiles(StencilGeom& g, int64_t grid) { g.share = TileShare(g.ntiles, grid); }
 
 #if defined(__CUDACC__)
 // This block's tile count: set_block_tiles' share, or the division where a launcher did not set it.
 __device__ __forceinline__ int64_t block_tiles(const StencilGeom& g) {
-  if (g.tiles_each >= 0) return g.tiles_each + (blockIdx.x < g.tiles_extra ? 1 : 0);
+  if (g.share.each >= 0) return g.share.of(blockIdx.x);
   return blockIdx.x < g.ntiles ? (g.ntiles - blockIdx.x + gridDim.x - 1) / gridDim.x : 0;
 }
 #endif

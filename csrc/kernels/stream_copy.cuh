@@ -6,6 +6,7 @@
 #pragma once
 
 #include "engine/engine.cuh"
+#include "kernels/fast_div.cuh"
 #include "kernels/launch_utils.cuh"
 
 namespace cupipe {
@@ -45,13 +46,11 @@ constexpr int copy_tiles_per_block(int stages) {
 
 // dst + head is 16-byte aligned; (src - dst) is a multiple of V (the launcher narrows V until it
 // is), so every tile's source agrees with its 16-aligned stage buffer modulo V. Block b copies
-// tiles b, b + grid, ...: tiles_each of them, one more when b < tiles_extra (the launcher's
-// division: on the device a 64-bit one is a ~70-instruction dependent chain that every
-// short-lived block paid before its first copy).
+// tiles b, b + grid, ...: its TileShare, worked out by the launcher.
 template <engine::Mechanism M, int S, int V>
 __global__ void __launch_bounds__(kCopyThreads)
     stream_copy_kernel(const char* __restrict__ src, char* __restrict__ dst, int64_t bytes, int head,
-                       int tile_bytes, int64_t tiles_each, int64_t tiles_extra) {
+                       int tile_bytes, TileShare share) {
   using Ring = engine::Ring<M, S, V>;
   extern __shared__ __align__(engine::kStageAlign) char smem[];
   __shared__ engine::RawShared<typename Ring::SharedState> ss;
@@ -61,7 +60,7 @@ __global__ void __launch_bounds__(kCopyThreads)
   const char* s0 = src + head;
   char* d0 = dst + head;
   const int64_t body = bytes - head;
-  const int64_t mine = tiles_each + (blockIdx.x < tiles_extra ? 1 : 0);
+  const int64_t mine = share.of(blockIdx.x);
 
   auto tile_offset = [&](int64_t k) { return (blockIdx.x + k * gridDim.x) * static_cast<int64_t>(tile_bytes); };
   // tma: thread 0 both refills stages and bulk-stores them. The stage being refilled held the
@@ -118,8 +117,7 @@ void launch_stream_copy_mechanism(const StreamCopyParams& p, int head) {
       if (grid > ntiles) grid = ntiles;
       if (grid < 1) grid = 1;
       kernel<<<static_cast<unsigned>(grid), kCopyThreads, smem, reinterpret_cast<cudaStream_t>(p.stream)>>>(
-          static_cast<const char*>(p.src), static_cast<char*>(p.dst), p.bytes, head, tile, ntiles / grid,
-          ntiles % grid);
+          static_cast<const char*>(p.src), static_cast<char*>(p.dst), p.bytes, head, tile, TileShare(ntiles, grid));
       CUPIPE_LAUNCH_CHECK();
     };
     if constexpr (M == engine::Mechanism::Tma) {

@@ -115,6 +115,8 @@ CopyConfig resolve_stencil(const DeviceInfo& dev, MechanismArg mech, int64_t sta
 // stage (2026-11-23, tenth run, scripts/reduce_grid_sweep.py, (4096, 4096) fp32 in 0.0206-0.0212
 // ms against 2 stages' 0.0215-0.0232 over four runs, L2 warm or evicted): with a tile or two
 // per block there is little to overlap within a block, and one stage fits twice the blocks.
+// (Since the eighteenth run these rows take a block per tile of ~16 KiB, reduce_wide_rows_kernel
+// in reduce.cuh, which has one stage whatever is asked; tma and primitives ran it alike.)
 // The other innermost-dim reductions on sm_90+: tma with one 32 KiB stage (2026-11-24, fourteenth
 // run, scripts/reduce_grid_sweep.py, two rounds in one call, ms, against primitives/2): sum all
 // 2^28 fp32 0.2428-0.2429 against 0.2444-0.2449, rows (4194304, 64) 0.2595-0.2598 against
