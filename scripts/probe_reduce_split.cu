@@ -331,6 +331,12 @@ int main(int argc, char** argv) {
       {"sum rows (2097152, 128)", x, DType::F32, 2097152, 128, ReduceOp::Sum, NAN, 1},
       {"sum rows bf16 (4194304, 64)", xb, DType::BF16, 4194304, 64, ReduceOp::Sum, NAN, 1},
       {"sum rows (4096, 4096)", x, DType::F32, 4096, 4096, ReduceOp::Sum, NAN, 1},
+      // 2^28 elements as rows of 8-32 KiB (the wide-rows kernel): what a whole-tensor sum's first
+      // pass would cost with a block per tile instead of the split plan's parts
+      {"sum rows (131072, 2048)", x, DType::F32, 131072, 2048, ReduceOp::Sum, NAN, 1},
+      {"sum rows (65536, 4096)", x, DType::F32, 65536, 4096, ReduceOp::Sum, NAN, 1},
+      {"sum rows (32768, 8192)", x, DType::F32, 32768, 8192, ReduceOp::Sum, NAN, 1},
+      {"sum rows bf16 (65536, 4096)", xb, DType::BF16, 65536, 4096, ReduceOp::Sum, NAN, 1},
       {"sum cols (32768, 8192)", x, DType::F32, 1, 32768, ReduceOp::Sum, NAN, 8192},
   };
   // Grids: 0 is the plan's (one wave of resident blocks); others set ReduceParams::blocks: the
