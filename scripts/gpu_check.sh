@@ -5,12 +5,13 @@
 # Usage: bash scripts/gpu_check.sh [steps...]
 #        steps: build tests sanitize sass profile bench benchfull examples notebook
 #        (default: build tests sanitize sass bench examples notebook; logs go to $OUT or ./gpu_check_out)
-# On a device call limited to 600 s the whole set takes two or three calls (build ~200 s on a fresh
-# machine; every test file with CUPIPE_SLOW=1 in parallel processes ~320 s; sanitizers ~230 s;
+# On a device call limited to 600 s the whole set takes three calls (build 200-300 s on a fresh
+# machine; every test file with CUPIPE_SLOW=1 in parallel processes ~320 s; sanitizers ~280 s;
 # bench --quick --sweep ~100 s), e.g.
-#   bash scripts/gpu_check.sh build tests                   # every test file, ~520 s in all
+#   bash scripts/gpu_check.sh build                          # then, on the same warm machine:
+#   bash scripts/gpu_check.sh tests                          # every test file, ~320 s
 #   PYTEST_ARGS="tests/test_reduce.py" bash scripts/gpu_check.sh build tests   # one process, those files
-#   SAN_STAGES=2 SAN_RACE_STAGES=2 bash scripts/gpu_check.sh build sanitize bench
+#   SAN_STAGES=2 SAN_RACE_STAGES=2 bash scripts/gpu_check.sh sanitize sass bench   # ~400 s
 set -uo pipefail
 STEPS=${*:-build tests sanitize sass bench examples notebook}
 has() { [[ " $STEPS " == *" $1 "* ]]; }
