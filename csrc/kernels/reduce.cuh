@@ -90,18 +90,6 @@ __device__ __forceinline__ A finalize(ReduceOp op, A v, int64_t r) {
   return op == ReduceOp::Mean ? v / static_cast<A>(r) : v;  // mean of nothing: 0/0 = nan
 }
 
-// The VE elements of one 16-byte vector combined as a balanced tree (pairs, then pairs of pairs):
-// a loop folding into one accumulator then waits on one dependent combine per vector instead of
-// one per element.
-template <typename A, int VE, class SC>
-__device__ __forceinline__ A vector_tree(A (&e)[VE], SC sc) {
-#pragma unroll
-  for (int w = 1; w < VE; w *= 2)
-#pragma unroll
-    for (int j = 0; j + w < VE; j += 2 * w) e[j] = sc(e[j], e[j + w]);
-  return e[0];
-}
-
 // Folds nvec 16-byte vectors at v (shared memory) into acc with the static combine sc, thread
 // `rank` of `size` taking every size-th vector, in index order.
 template <typename T, typename A, typename SC>
@@ -320,7 +308,7 @@ __global__ void __launch_bounds__(kReduceThreads)
 // against this kernel's 0.0194-0.0195 (either), one bulk copy per row without the engine
 // 0.0188-0.0190 (one call). The fold's trip count computed after the wait (a division the
 // compiler emits for a loop of run-time stride) cost 2%: 0.0197-0.0199 against 0.0191-0.0194 for
-// the ring with a hard-wired fold (scripts' bisection, other calls).
+// the ring with a hard-wired fold (scripts/probe_reduce_wide.cu, other calls).
 // Eight resident blocks per SM (32 registers): a block's bytes in flight are its one tile.
 template <engine::Mechanism M, typename T>
 __global__ void __launch_bounds__(kReduceThreads, kMaxBlocksPerSm)
