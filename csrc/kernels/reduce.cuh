@@ -301,14 +301,13 @@ __global__ void __launch_bounds__(kReduceThreads)
 // between the blocks resident on an SM, not within a block, so the ring has one stage whatever
 // the stage count asked. A row's G / 32 warps fold its vectors (thread i of the group takes
 // vectors i, i + G, ...), shuffle, and the row's warps combine in warp order through smem: one
-// barrier per block. Everything the fold needs besides the data is worked out in ready(), while
-// the copy is in flight: what a block does after its data lands holds its SM slot.
+// barrier per block. What the fold needs besides the data (its row, first vector and trip count,
+// with shifts) is worked out in ready(), while the copy is in flight.
 // H200, (4096, 4096) fp32, ms (docs/perf_notes.md, eighteenth run): the persistent grid of
 // two-row tiles through reduce_rows_kernel 0.0203-0.0204 (tma/1) and 0.0199-0.0202 (primitives/1)
 // against this kernel's 0.0194-0.0195 (either), one bulk copy per row without the engine
-// 0.0188-0.0190 (one call). The fold's trip count computed after the wait (a division the
-// compiler emits for a loop of run-time stride) cost 2%: 0.0197-0.0199 against 0.0191-0.0194 for
-// the ring with a hard-wired fold (scripts/probe_reduce_wide.cu, other calls).
+// 0.0188-0.0190 (one call). The remaining ~2.5% is the consume's run-time geometry: the engine's
+// ring with a hard-wired fold runs as fast as staging without it (scripts/probe_reduce_wide.cu).
 // Eight resident blocks per SM (32 registers): a block's bytes in flight are its one tile.
 template <engine::Mechanism M, typename T>
 __global__ void __launch_bounds__(kReduceThreads, kMaxBlocksPerSm)
