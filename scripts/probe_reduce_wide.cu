@@ -4,7 +4,8 @@
 // (C), the rows plan's run-time geometry for the copy and/or the fold (S, D), and the kernel's first
 // version (trip count after the wait) with the op at compile time (E2). Each result is checked
 // against a per-row double sum. Three rounds, median of `reps` queued launches each (H200 numbers:
-// BENCHMARKS.md, eighteenth run).
+// BENCHMARKS.md, eighteenth run; D and E2 ran there as kernels of their own, merged into k_split
+// since with the same code).
 //   nvcc -O3 -std=c++17 -arch=sm_90a --expt-relaxed-constexpr -Icsrc -Iscripts -o /tmp/probe_wide \
 //       scripts/probe_reduce_wide.cu csrc/kernels/device_info.cu && /tmp/probe_wide [reps = 200]
 #include <cuda_bf16.h>
@@ -75,72 +76,34 @@ __global__ void __launch_bounds__(256, 8) k_ring(const float* x, float* out) {
   engine::run_ring(ring, 1, load, consume);
 }
 
-// D: C with the plan's run-time row geometry and fold_vectors (sum only), float store
-template <engine::Mechanism M>
-__global__ void __launch_bounds__(256, 8) k_ring_plan(const float* x, float* out, RowsPlan pl) {
-  using Ring = engine::Ring<M, 1, 16>;
-  extern __shared__ __align__(engine::kStageAlign) char smem[];
-  __shared__ engine::RawShared<typename Ring::SharedState> ss;
-  __shared__ float scratch[8];
-  Ring ring(ss.get(), smem, pl.tile_elems * 4 + 32);
-  const int64_t row0 = static_cast<int64_t>(blockIdx.x) * pl.rows_per_tile;
-  const int nrows = static_cast<int>(min(static_cast<int64_t>(pl.rows_per_tile), pl.outer - row0));
-  const int r = static_cast<int>(pl.r);
-  auto load = [&](const auto& w, int64_t) { w.copy_aligned(0, x + row0 * r, static_cast<int64_t>(nrows) * r * 4); };
-  auto consume = [&](const char* stage, int64_t, engine::Team team) {
-    const int G = pl.group, row = team.rank >> pl.group_log2, warp = team.rank >> 5;
-    float acc = 0.f;
-    StaticCombine<float, ReduceOp::Sum> sc;
-    if (row < nrows) fold_vectors<float>(reinterpret_cast<const float*>(stage) + row * r, r / 4, team.rank & (G - 1), G, acc, sc);
-    for (int o = 16; o > 0; o >>= 1) acc += __shfl_xor_sync(0xffffffffu, acc, o);
-    if ((team.rank & 31) == 0) scratch[warp] = acc;
-    engine::team_sync(team);
-    if (team.rank < nrows) {
-      const int wpr = G >> 5;
-      float t = scratch[team.rank * wpr];
-      for (int w = 1; w < wpr; ++w) t += scratch[team.rank * wpr + w];
-      out[row0 + team.rank] = t;
-    }
-  };
-  engine::run_ring(ring, nrows > 0 ? 1 : 0, load, consume);
+// The rows plan's consume of one tile with the op fixed at compile time: each row's group folds
+// its vectors (fold_vectors: the trip count worked out after the wait, as the wide kernel's first
+// version did), shuffles, and the row's warps combine in order; store(row, value) writes a row.
+template <ReduceOp Op, class Store>
+__device__ __forceinline__ void plan_consume(const char* stage, engine::Team team, const RowsPlan& pl, int nrows,
+                                             float* scratch, Store&& store) {
+  const int G = pl.group, row = team.rank >> pl.group_log2, r = static_cast<int>(pl.r);
+  const Combine<float> comb{Op};
+  StaticCombine<float, Op> sc;
+  float acc = comb.init();
+  if (row < nrows) fold_vectors<float>(reinterpret_cast<const float*>(stage) + row * r, r / 4, team.rank & (G - 1), G, acc, sc);
+  for (int o = 16; o > 0; o >>= 1) acc = sc(acc, __shfl_xor_sync(0xffffffffu, acc, o));
+  if ((team.rank & 31) == 0) scratch[team.rank >> 5] = acc;
+  engine::team_sync(team);
+  if (team.rank < nrows) {
+    const int wpr = G >> 5;
+    float t = scratch[team.rank * wpr];
+    for (int w = 1; w < wpr; ++w) t = sc(t, scratch[team.rank * wpr + w]);
+    store(team.rank, t);
+  }
 }
 
-// The wide kernel's first version (the fold's trip count worked out after the wait) with the op
-// fixed at compile time (store through store_out)
-template <engine::Mechanism M, ReduceOp Op>
-__global__ void __launch_bounds__(256, 8) k_wide_static(const float* x, void* out, DType od, RowsPlan pl) {
-  using Ring = engine::Ring<M, 1, 16>;
-  extern __shared__ __align__(engine::kStageAlign) char smem[];
-  __shared__ engine::RawShared<typename Ring::SharedState> ss;
-  __shared__ float scratch[8];
-  Ring ring(ss.get(), smem, pl.tile_elems * 4 + 32);
-  const int64_t row0 = static_cast<int64_t>(blockIdx.x) * pl.rows_per_tile;
-  const int nrows = static_cast<int>(min(static_cast<int64_t>(pl.rows_per_tile), pl.outer - row0));
-  const int r = static_cast<int>(pl.r);
-  auto load = [&](const auto& w, int64_t) { w.copy_aligned(0, x + row0 * r, static_cast<int64_t>(nrows) * r * 4); };
-  auto consume = [&](const char* stage, int64_t, engine::Team team) {
-    const int G = pl.group, row = team.rank >> pl.group_log2, warp = team.rank >> 5;
-    const Combine<float> comb{Op};
-    StaticCombine<float, Op> sc;
-    float acc = comb.init();
-    if (row < nrows) fold_vectors<float>(reinterpret_cast<const float*>(stage) + row * r, r / 4, team.rank & (G - 1), G, acc, sc);
-    for (int o = 16; o > 0; o >>= 1) acc = sc(acc, __shfl_xor_sync(0xffffffffu, acc, o));
-    if ((team.rank & 31) == 0) scratch[warp] = acc;
-    engine::team_sync(team);
-    if (team.rank < nrows) {
-      const int wpr = G >> 5;
-      float t = scratch[team.rank * wpr];
-      for (int w = 1; w < wpr; ++w) t = sc(t, scratch[team.rank * wpr + w]);
-      store_out(out, od, row0 + team.rank, finalize(Op, t, pl.r));
-    }
-  };
-  engine::run_ring(ring, nrows > 0 ? 1 : 0, load, consume);
-}
-
-// Split D: LoadPlan = the plan's row geometry for the copy (else C's constant one); ConsumePlan =
-// D's consume (else C's staged consume)
-template <bool LoadPlan, bool ConsumePlan>
-__global__ void __launch_bounds__(256, 8) k_split(const float* x, float* out, RowsPlan pl) {
+// S, D and E2: LoadPlan = the plan's row geometry for the copy (else C's constant one);
+// ConsumePlan = plan_consume with op Op (else C's staged consume); StoreOut = the result through
+// store_out and finalize (the kernel's store; else a float store). D is <true, true>; E2, the wide
+// kernel's first version with the op fixed at compile time, is <true, true, Sum, true>.
+template <bool LoadPlan, bool ConsumePlan, ReduceOp Op = ReduceOp::Sum, bool StoreOut = false>
+__global__ void __launch_bounds__(256, 8) k_split(const float* x, void* out, DType od, RowsPlan pl) {
   using Ring = engine::Ring<engine::Mechanism::Tma, 1, 16>;
   extern __shared__ __align__(engine::kStageAlign) char smem[];
   __shared__ engine::RawShared<typename Ring::SharedState> ss;
@@ -149,25 +112,17 @@ __global__ void __launch_bounds__(256, 8) k_split(const float* x, float* out, Ro
   const int64_t row0 = static_cast<int64_t>(blockIdx.x) * pl.rows_per_tile;
   const int nrows = static_cast<int>(min(static_cast<int64_t>(pl.rows_per_tile), pl.outer - row0));
   const int r = static_cast<int>(pl.r);
+  float* fout = static_cast<float*>(out);
   auto load = [&](const auto& w, int64_t) {
     if (LoadPlan) w.copy_aligned(0, x + row0 * r, static_cast<int64_t>(nrows) * r * 4);
     else w.copy_aligned(0, x + int64_t(blockIdx.x) * 4096, 16384);
   };
   auto consume = [&](const char* stage, int64_t, engine::Team team) {
-    if (!ConsumePlan) { staged_sum(reinterpret_cast<const float4*>(stage), scratch, out, blockIdx.x); return; }
-    const int G = pl.group, row = team.rank >> pl.group_log2, warp = team.rank >> 5;
-    float acc = 0.f;
-    StaticCombine<float, ReduceOp::Sum> sc;
-    if (row < nrows) fold_vectors<float>(reinterpret_cast<const float*>(stage) + row * r, r / 4, team.rank & (G - 1), G, acc, sc);
-    for (int o = 16; o > 0; o >>= 1) acc += __shfl_xor_sync(0xffffffffu, acc, o);
-    if ((team.rank & 31) == 0) scratch[warp] = acc;
-    engine::team_sync(team);
-    if (team.rank < nrows) {
-      const int wpr = G >> 5;
-      float t = scratch[team.rank * wpr];
-      for (int w = 1; w < wpr; ++w) t += scratch[team.rank * wpr + w];
-      out[row0 + team.rank] = t;
-    }
+    if (!ConsumePlan) { staged_sum(reinterpret_cast<const float4*>(stage), scratch, fout, blockIdx.x); return; }
+    plan_consume<Op>(stage, team, pl, nrows, scratch, [&](int i, float v) {
+      if (StoreOut) store_out(out, od, row0 + i, finalize(Op, v, pl.r));
+      else fout[row0 + i] = v;
+    });
   };
   engine::run_ring(ring, LoadPlan ? (nrows > 0 ? 1 : 0) : 1, load, consume);
 }
@@ -195,15 +150,16 @@ int main(int argc, char** argv) {
   vs.push_back({"B staged, dynamic smem", [&] { k_staged<true><<<4096, 256, dyn>>>(x, out); }});
   vs.push_back({"C ring tma, staged consume", [&] { k_ring<engine::Mechanism::Tma><<<4096, 256, dyn>>>(x, out); }});
   vs.push_back({"C ring primitives, staged consume", [&] { k_ring<engine::Mechanism::Primitives><<<4096, 256, dyn>>>(x, out); }});
-  vs.push_back({"D ring tma, plan + fold_vectors", [&] { k_ring_plan<engine::Mechanism::Tma><<<4096, 256, dyn>>>(x, out, pl); }});
-  vs.push_back({"S plan load, staged consume", [&] { k_split<true, false><<<4096, 256, dyn>>>(x, out, pl); }});
-  vs.push_back({"S constant load, plan consume", [&] { k_split<false, true><<<4096, 256, dyn>>>(x, out, pl); }});
-  vs.push_back({"E2 first wide kernel, op at compile time", [&] { k_wide_static<engine::Mechanism::Tma, ReduceOp::Sum><<<4096, 256, dyn>>>(x, out, DType::F32, pl); }});
+  vs.push_back({"D ring tma, plan + fold_vectors", [&] { k_split<true, true><<<4096, 256, dyn>>>(x, out, DType::F32, pl); }});
+  vs.push_back({"S plan load, staged consume", [&] { k_split<true, false><<<4096, 256, dyn>>>(x, out, DType::F32, pl); }});
+  vs.push_back({"S constant load, plan consume", [&] { k_split<false, true><<<4096, 256, dyn>>>(x, out, DType::F32, pl); }});
+  vs.push_back({"E2 first wide kernel, op at compile time", [&] { k_split<true, true, ReduceOp::Sum, true><<<4096, 256, dyn>>>(x, out, DType::F32, pl); }});
   vs.push_back({"E reduce_wide_rows_kernel tma (kernel)", [&] { reduce_wide_rows_kernel<engine::Mechanism::Tma, float><<<4096, 256, dyn>>>(x, out, DType::F32, pl, ReduceOp::Sum); }});
   vs.push_back({"E reduce_wide_rows_kernel primitives (kernel)", [&] { reduce_wide_rows_kernel<engine::Mechanism::Primitives, float><<<4096, 256, dyn>>>(x, out, DType::F32, pl, ReduceOp::Sum); }});
   vs.push_back({"F launch_reduce_typed tma/1 (host path)", [&] { launch_reduce_typed<engine::Mechanism::Tma, 1, float>(p); }});
   for (auto* k : {(const void*)k_ring<engine::Mechanism::Tma>, (const void*)k_ring<engine::Mechanism::Primitives>,
-                  (const void*)k_ring_plan<engine::Mechanism::Tma>, (const void*)k_split<true, false>, (const void*)k_split<false, true>, (const void*)k_wide_static<engine::Mechanism::Tma, ReduceOp::Sum>,
+                  (const void*)k_split<true, true>, (const void*)k_split<true, false>, (const void*)k_split<false, true>,
+                  (const void*)k_split<true, true, ReduceOp::Sum, true>,
                   (const void*)reduce_wide_rows_kernel<engine::Mechanism::Tma, float>,
                   (const void*)reduce_wide_rows_kernel<engine::Mechanism::Primitives, float>})
     PROBE_CHECK(cudaFuncSetAttribute(k, cudaFuncAttributeMaxDynamicSharedMemorySize, dyn));
