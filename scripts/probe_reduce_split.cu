@@ -11,6 +11,9 @@
 //   [PROBE_TILE=bytes] [PROBE_ONLY=name part] /tmp/probe_reduce [reps = 50] [tma1 | tma2 | tma3 | primitives | primitives1]
 //       [blocks ...]
 //   (tma/1 is the launcher's choice, primitives/2 the older one; blocks: grids besides the plan's)
+//   PROBE_PASSES=1 /tmp/probe_reduce [reps]: the chunked whole-tensor sum's two passes timed apart
+//   (the first alone, the partials pass alone, both, both with the dependent launch, the floor of
+//   a dependent launch that only waits)
 #include <cuda_bf16.h>
 
 #include <algorithm>
@@ -25,6 +28,11 @@
 
 using namespace cupipe;
 using namespace cupipe::kernels;
+
+__global__ void wait_and_store(void* out) {
+  wait_for_previous_grid();
+  if (threadIdx.x == 0) *static_cast<float*>(out) = 1.f;
+}
 
 template <typename T>
 __global__ void fill_random(T* p, int64_t n, uint32_t seed) {
@@ -309,6 +317,51 @@ int main(int argc, char** argv) {
       }
     }
     CUPIPE_CUDA_CHECK(cudaFree(nbad));
+  }
+
+  if (std::getenv("PROBE_PASSES") != nullptr) {
+    // The whole-tensor sum's two passes apart: the chunked first pass alone (reduce_wide_rows_kernel,
+    // a block per 32 KiB), the partials pass alone over what it wrote, both plain, both with the
+    // partials pass as a programmatic dependent (what the launcher does).
+    ReduceParams p;
+    p.x = x; p.out = out; p.in_dtype = DType::F32; p.out_dtype = DType::F32;
+    p.outer = 1; p.r = n; p.inner = 1; p.op = ReduceOp::Sum;
+    p.mechanism = engine::Mechanism::Tma; p.stages = 1; p.tile_bytes = tile_bytes;
+    p.workspace = ws; p.workspace_bytes = 64 << 20;
+    const RowsPlan pl = make_rows_plan(p, 4, rows_tile_bytes(p, dev), dev.num_sms * kernels::kMaxBlocksPerSm);
+    if (!pl.wide) { std::printf("not chunked\n"); return 1; }
+    auto first = reduce_wide_rows_kernel<engine::Mechanism::Tma, float>;
+    const size_t sm = static_cast<size_t>(pl.tile_elems) * 4 + 32;
+    CUPIPE_CUDA_CHECK(cudaFuncSetAttribute(first, cudaFuncAttributeMaxDynamicSharedMemorySize, sm));
+    float* parts = static_cast<float*>(ws);
+    auto pass1 = [&] { first<<<static_cast<unsigned>(pl.ntiles), kReduceThreads, sm>>>(x, out, DType::F32, parts, pl, p.op); };
+    auto pass2 = [&](bool dep) {
+      launch_dependent(reduce_partials_block_kernel<float>, dim3(1), dim3(kPartialsBlockThreads), 0, nullptr, dep,
+                       static_cast<const float*>(parts), out, DType::F32, pl.parts, pl.parts, int64_t(1), p.op, p.r);
+    };
+    const float a = probe_median_ms(pass1, reps);
+    const float b = probe_median_ms([&] { pass2(false); }, reps);
+    const float c = probe_median_ms([&] { pass1(); pass2(false); }, reps);
+    const float d = probe_median_ms([&] { pass1(); pass2(true); }, reps);
+    const float e = probe_median_ms([&] { run_reduce(p); }, reps);
+    float got;
+    CUPIPE_CUDA_CHECK(cudaMemcpy(&got, out, sizeof got, cudaMemcpyDeviceToHost));
+    // The floor under the partials pass: a dependent that only waits and stores; and the pass over
+    // a quarter of the partials.
+    const float f = probe_median_ms([&] {
+      pass1();
+      launch_dependent(wait_and_store, dim3(1), dim3(kPartialsBlockThreads), 0, nullptr, true, out);
+    }, reps);
+    const float g = probe_median_ms([&] {
+      pass1();
+      launch_dependent(reduce_partials_block_kernel<float>, dim3(1), dim3(kPartialsBlockThreads), 0, nullptr, true,
+                       static_cast<const float*>(parts), out, DType::F32, pl.parts / 4, pl.parts, int64_t(1), p.op, p.r);
+    }, reps);
+    std::printf("first pass + a dependent that only waits: %.4f ms; + the partials pass over a quarter: %.4f\n", f, g);
+    std::printf("chunked sum 2^28 fp32, %lld partials: first pass %.4f ms, partials pass %.4f, both %.4f, both (PDL) "
+                "%.4f, run_reduce %.4f (%s)\n", static_cast<long long>(pl.parts), a, b, c, d, e,
+                std::fabs(got - ref[0]) <= 1e-5 * ref[0] ? "ok" : "FAIL");
+    return 0;
   }
 
   struct Case {

@@ -87,7 +87,8 @@ for m in mechs:
                            w5[None, None]).reshape(xt.shape).movedim(-1, dim)
             check(torch.allclose(y, ref, atol=1e-4), f"stencil1d {m} {s} {x.shape} dim={dim}")
         for shape, dim in [((3, 20000), 1), ((300, 50), 1), ((300, 64), 1), ((2000, 33), 0), ((600, 256), 0), ((3, 600, 5), 1),
-                           ((9, 4096), 1)]:  # last: wide rows (reduce_wide_rows_kernel, a block per row)
+                           ((9, 4096), 1),  # wide rows (reduce_wide_rows_kernel, a block per row)
+                           ((20001,), 0)]:  # at one stage, 64 KiB chunks, the last ending in one element
             x = torch.randn(shape, device="cuda")
             for op in ["sum", "amax"]:
                 y = cupipe.reduce(x, op, dim, mechanism=m, stages=s)

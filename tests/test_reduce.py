@@ -311,6 +311,40 @@ def test_reduce_wide_rows(device, mechanism):
                 assert torch.equal(y.nan_to_num(), again.nan_to_num()), f"not deterministic: {op} {shape}"
 
 
+@pytest.mark.parametrize("mechanism", cupipe.MECHANISMS)
+def test_reduce_chunked_rows(device, mechanism):
+    """Whole tensors and a few long rows at one stage (the CUDA chunked path: a block per
+    stage-sized chunk of a row, then the partials pass): last chunks that end past a 16-byte
+    multiple or hold only a few elements, every dtype, several dims at once; each case clean and
+    again with NaN in the last chunk's tail and -inf inside; every op; bit-identical repeats."""
+    if device == "cuda" and mechanism == "tma" and torch.cuda.get_device_capability() < (9, 0):
+        pytest.skip("tma needs sm_90")
+    cases = [((3 * 16384 + 3,), None, torch.float32),    # 64 KiB chunks, the last one 3 elements
+             ((11137,), None, torch.float32),            # 32 KiB chunks, the last 736 vectors + 1
+             ((2 * 32768 + 7,), None, torch.float16),
+             ((40005,), None, torch.bfloat16),
+             ((2 * 8192 + 1,), None, torch.float64),
+             ((3, 20000), -1, torch.float32),            # a few long rows
+             ((2, 40000), 1, torch.bfloat16),
+             ((4, 3, 5000), [1, 2], torch.float32)]
+    for i, (shape, dim, dtype) in enumerate(cases):
+        for poisoned in (False, True):
+            x = make_input(shape, dtype, device, seed=110 + i)
+            if poisoned:
+                flat = x.view(-1)
+                flat[-1] = float("nan")
+                flat[flat.numel() // 2] = -float("inf")
+            for op in REDUCE_OPS:
+                y = cupipe.reduce(x, op, dim, mechanism=mechanism, stages=1)
+                ref = reduce_ref(x, op, dim)
+                atol, rtol = _tolerance(op, y.dtype, _n_reduced(shape, dim))
+                assert_close(y, ref, atol=atol, rtol=rtol, equal_nan=True,
+                             what=f"{mechanism} {op} {shape} dim={dim} {dtype} poisoned={poisoned}")
+                again = cupipe.reduce(x, op, dim, mechanism=mechanism, stages=1)
+                assert torch.equal(y.nan_to_num(), again.nan_to_num()) and \
+                    torch.equal(y.isnan(), again.isnan()), f"not deterministic: {op} {shape} {dtype}"
+
+
 @pytest.mark.parametrize("mechanism", ["primitives", "cg", "barrier", "specialized", "tma"])
 @pytest.mark.parametrize("tile_bytes", [2048, 8192, 32768])
 def test_reduce_stage_sizes(device, mechanism, tile_bytes):

@@ -167,9 +167,26 @@ struct RowsPlan {
   int64_t last_tiles;  // split: tiles of each row's last part
   TileShare share;     // packed, set at launch (set_rows_grid): block b's tiles b, b + grid, ...
   int tile_elems;      // elements per stage
-  bool wide;           // packed rows over a warp's share: reduce_wide_rows_kernel, one tile per block
-  int last_rows;       // wide: rows of the last tile
+  bool wide;           // reduce_wide_rows_kernel, one tile per block: packed rows over a warp's
+                       // share (parts == 1), or chunks of part_len elements of long rows (parts > 1)
+  int last_rows;       // wide, packed: rows of the last tile
 };
+
+// Rows longer than a stage, fewer than the resident blocks (the whole tensor, a few long rows),
+// at one stage, x and every row 16-byte aligned (a single row may end anywhere): a block per
+// stage-sized chunk of a row (reduce_wide_rows_kernel), its partial to the workspace, then the
+// partials pass. Blocks that exit after one chunk keep every SM's copies in flight to the end of
+// the pass, where the split plan's resident blocks each stream a part and finish unevenly. H200,
+// scripts/probe_reduce_split.cu, old and new in one call, two rounds (nineteenth run, ms, split ->
+// chunked, tma/1): sum of 2^28 fp32 0.2374-0.2375 -> 0.2367, amax 0.2393 -> 0.2382, 2^28 bf16
+// 0.1233-0.1234 -> 0.1227-0.1228, rows (64, 2^22) 0.2378-0.2379 -> 0.2360; of the 0.2365 ms, the
+// first pass 0.2337 and the partials pass ~2.8 us (0.9 of it the dependent launch's floor). 64
+// KiB chunks: 32 KiB ran the first pass as fast but left twice the partials (16384 for 2^28
+// fp32, the pass then ~4.7 us), 128 KiB fit one block per SM (amax 13% slower). At more stages
+// the split plan streams each part through the ring (what the stage count buys).
+inline bool chunked_rows(const ReduceParams& p, int esz) {
+  return p.stages == 1 && (reinterpret_cast<uintptr_t>(p.x) & 15u) == 0 && (p.outer == 1 || (p.r * esz) % 16 == 0);
+}
 
 // The default stage size shrunk (halved) until the stage count fits shared memory.
 inline int fitted_tile_bytes(const ReduceParams& p, const DeviceInfo& dev, int t, int slack) {
@@ -186,9 +203,10 @@ inline int fitted_tile_bytes(const ReduceParams& p, const DeviceInfo& dev, int t
 // 4096) 0.0203 -> 0.0209; nor did 16 KiB or other grids help them.
 inline int rows_tile_bytes(const ReduceParams& p, const DeviceInfo& dev) {
   if (p.tile_bytes > 0) return p.tile_bytes;
-  const bool split = p.r * static_cast<int64_t>(dtype_size(p.in_dtype)) > 2 * kReduceRowsTileBytes;
-  const int t = split && p.mechanism == engine::Mechanism::Tma && p.stages == 1 ? 2 * kReduceRowsTileBytes
-                                                                                 : kReduceRowsTileBytes;
+  const int esz = dtype_size(p.in_dtype);
+  const bool split = p.r * static_cast<int64_t>(esz) > 2 * kReduceRowsTileBytes;
+  const bool wide_stage = split && p.stages == 1 && (p.mechanism == engine::Mechanism::Tma || chunked_rows(p, esz));
+  const int t = wide_stage ? 2 * kReduceRowsTileBytes : kReduceRowsTileBytes;
   return fitted_tile_bytes(p, dev, t, 32);
 }
 // Columns: a tile row is a chunk plus 32 bytes of pitch slack (chunks are 512 bytes or wider).
@@ -296,13 +314,16 @@ __global__ void __launch_bounds__(kReduceThreads)
 }
 
 // ---------------------------------------------------------------------------------- wide rows
-// Packed rows wider than a warp's share (the plan's `wide`): a block reduces one tile of
-// rows_per_tile rows (about kWideRowsBlockBytes) and exits; the overlap of copies and folds is
-// between the blocks resident on an SM, not within a block, so the ring has one stage whatever
-// the stage count asked. A row's G / 32 warps fold its vectors (thread i of the group takes
-// vectors i, i + G, ...), shuffle, and the row's warps combine in warp order through smem: one
-// barrier per block. What the fold needs besides the data (its row, first vector and trip count,
-// with shifts) is worked out in ready(), while the copy is in flight.
+// A block per tile that exits after it: packed rows wider than a warp's share (parts == 1: a tile
+// of rows_per_tile whole rows, about kWideRowsBlockBytes, each row's result to `out`), or one
+// chunk of a long row (parts > 1, chunked_rows: block b is chunk b % parts of row b / parts, its
+// partial to partials[b], the split plan's [row][part] layout). The overlap of copies and folds
+// is between the blocks resident on an SM, not within a block, so the ring has one stage. A row's
+// G / 32 warps fold its vectors (thread i of the group takes vectors i, i + G, ...), shuffle, and
+// the row's warps combine in warp order through smem: one barrier per block. A chunk's last
+// elements past a 16-byte multiple (a single row's end) are folded last by its thread 0. What the
+// fold needs besides the data (its row, first vector and trip count, with shifts) is worked out
+// in ready(), while the copy is in flight.
 // H200, (4096, 4096) fp32, ms (docs/perf_notes.md, eighteenth run): the persistent grid of
 // two-row tiles through reduce_rows_kernel 0.0203-0.0204 (tma/1) and 0.0199-0.0202 (primitives/1)
 // against this kernel's 0.0194-0.0195 (either), one bulk copy per row without the engine
@@ -311,7 +332,8 @@ __global__ void __launch_bounds__(kReduceThreads)
 // Eight resident blocks per SM (32 registers): a block's bytes in flight are its one tile.
 template <engine::Mechanism M, typename T>
 __global__ void __launch_bounds__(kReduceThreads, kMaxBlocksPerSm)
-    reduce_wide_rows_kernel(const T* __restrict__ x, void* out, DType od, RowsPlan pl, ReduceOp op) {
+    reduce_wide_rows_kernel(const T* __restrict__ x, void* out, DType od, acc_t<T>* partials, RowsPlan pl,
+                            ReduceOp op) {
   using A = acc_t<T>;
   using Ring = engine::Ring<M, 1, 16>;
   constexpr int esz = sizeof(T), VE = 16 / esz;
@@ -319,12 +341,30 @@ __global__ void __launch_bounds__(kReduceThreads, kMaxBlocksPerSm)
   __shared__ engine::RawShared<typename Ring::SharedState> ss;
   __shared__ A scratch[kReduceThreads / 32];
   Ring ring(ss.get(), smem, pl.tile_elems * esz + 32);
+  allow_dependent_launch();  // the partials pass, when there is one, may start waiting
   const unsigned b = blockIdx.x;
-  const int nrows = b + 1 == gridDim.x ? pl.last_rows : pl.rows_per_tile;
-  const int nvec = static_cast<int>(pl.r) / VE;  // vectors per row (a row fits a stage)
+  // The tile: nrows rows of nvec 16-byte vectors each from src, then `tail` elements (chunks only).
+  const T* src;
+  int nrows, nvec, tail;
+  if (pl.parts == 1) {
+    src = x + static_cast<int64_t>(b) * pl.tile_elems;
+    nrows = b + 1 == gridDim.x ? pl.last_rows : pl.rows_per_tile;
+    nvec = static_cast<int>(pl.r) / VE;  // (a row fits a stage)
+    tail = 0;
+  } else {
+    uint32_t row, part;
+    pl.parts_div.divmod(b, row, part);
+    const int64_t begin = static_cast<int64_t>(part) * pl.part_len;
+    const int n = static_cast<int>(min(pl.part_len, pl.r - begin));
+    src = x + row * pl.r + begin;
+    nrows = 1;
+    nvec = n / VE;
+    tail = n - nvec * VE;
+  }
   auto load = [&](const auto& w, int64_t) {
-    // vec_rows: x and every row are 16-byte aligned, so the tile lands at the stage's start.
-    w.copy_aligned(0, x + static_cast<int64_t>(b) * pl.tile_elems, nrows * nvec * 16);
+    // x and every row or chunk start 16-byte aligned, so the tile lands at the stage's start.
+    if (tail == 0) w.copy_aligned(0, src, nrows * nvec * 16);
+    else w.copy(0, src, (nvec * VE + tail) * esz, engine::TailMode::MayOverwrite);
   };
   int row = 0, first = 0, count = 0;  // this thread's row and vectors first, first + G, ... (count)
   auto ready = [&] {
@@ -345,6 +385,10 @@ __global__ void __launch_bounds__(kReduceThreads, kMaxBlocksPerSm)
 #pragma unroll
         for (int j = 0; j < VE; ++j) acc = sc(acc, e[j]);
       }
+      if (tail > 0 && team.rank == 0) {
+        const T* t = reinterpret_cast<const T*>(stage) + nvec * VE;
+        for (int j = 0; j < tail; ++j) acc = sc(acc, to_acc<A>(t[j]));
+      }
       for (int o = 16; o > 0; o >>= 1) acc = sc(acc, __shfl_xor_sync(0xffffffffu, acc, o));
     });
     if ((team.rank & 31) == 0) scratch[team.rank >> 5] = acc;
@@ -353,7 +397,10 @@ __global__ void __launch_bounds__(kReduceThreads, kMaxBlocksPerSm)
       const int wpr = pl.group >> 5;
       A total = scratch[team.rank * wpr];
       for (int w = 1; w < wpr; ++w) total = comb(total, scratch[team.rank * wpr + w]);
-      store_out(out, od, static_cast<int64_t>(b) * pl.rows_per_tile + team.rank, finalize(op, total, pl.r));
+      if (pl.parts == 1)
+        store_out(out, od, static_cast<int64_t>(b) * pl.rows_per_tile + team.rank, finalize(op, total, pl.r));
+      else
+        partials[b] = total;
     }
   };
   engine::run_ring(ring, 1, load, consume, ready);
@@ -517,28 +564,52 @@ __global__ void __launch_bounds__(kReduceThreads, 3)
   }
 }
 
+// Folds src[p * stride] for p = first, first + step, ... below n into acc in that order, issuing
+// kBatch loads before folding them: the partials sit in L2, a few hundred cycles away, and a loop
+// that waits on each load in turn (what the compiler made of a plain unrolled loop with a
+// run-time op) made the pass over 32768 partials of a whole-tensor sum cost 14.6 us after the
+// first pass, against 4.7 us batched (H200, nineteenth run, scripts/probe_reduce_split.cu).
+template <int kBatch, typename A, class SC>
+__device__ __forceinline__ void fold_strided(const A* __restrict__ src, int64_t stride, int64_t first, int64_t step,
+                                             int64_t n, A& acc, SC sc) {
+  int64_t p = first;
+  for (; p + (kBatch - 1) * step < n; p += kBatch * step) {
+    A v[kBatch];
+#pragma unroll
+    for (int k = 0; k < kBatch; ++k) v[k] = src[(p + k * step) * stride];
+#pragma unroll
+    for (int k = 0; k < kBatch; ++k) acc = sc(acc, v[k]);
+  }
+  for (; p < n; p += step) acc = sc(acc, src[p * stride]);
+}
+
 // Combines `parts` partials per output in order: partials laid out [out][part] (stride_part = 1,
 // stride_out = parts) for rows, [part][out] for columns.
 // Few outputs with many partials each (a whole-tensor reduction: one output, one partial per
-// resident block): a block per output, its threads folding strided partials, then the block's
-// fixed-order combine.
+// resident block or per 32 KiB chunk, up to tens of thousands): a block of 1024 threads per
+// output, each folding the partials p = rank, rank + 1024, ... sixteen loads at a time, then the
+// block's fixed-order combine.
+constexpr int kPartialsBlockThreads = 1024;
 template <typename A>
-__global__ void __launch_bounds__(kReduceThreads)
+__global__ void __launch_bounds__(kPartialsBlockThreads)
     reduce_partials_block_kernel(const A* __restrict__ partials, void* out, DType od, int64_t parts,
                                  int64_t stride_out, int64_t stride_part, ReduceOp op, int64_t r) {
-  __shared__ A scratch[kReduceThreads / 32];
+  __shared__ A scratch[kPartialsBlockThreads / 32];
   const Combine<A> comb{op};
   const int64_t i = blockIdx.x;
+  const A* src = partials + i * stride_out;
   A acc = comb.init();
   wait_for_previous_grid();  // launched as a dependent of the pass that writes the partials
-  for (int64_t p = threadIdx.x; p < parts; p += blockDim.x) acc = comb(acc, partials[i * stride_out + p * stride_part]);
-  const engine::Team team{static_cast<int>(threadIdx.x), static_cast<int>(blockDim.x)};
+  with_static_combine<A>(op, [&](auto sc) {
+    fold_strided<16>(src, stride_part, threadIdx.x, kPartialsBlockThreads, parts, acc, sc);
+  });
+  const engine::Team team{static_cast<int>(threadIdx.x), kPartialsBlockThreads};
   const A total = team_combine(acc, comb, team, scratch);
   if (threadIdx.x == 0) store_out(out, od, i, finalize(op, total, r));
 }
 
 // Many outputs (columns, or rows split in parts): a group of 2^lanes_log2 lanes of one warp per
-// output, lane g folding partials g, g + G, ... (independent loads, several in flight per lane),
+// output, lane g folding partials g, g + G, ... (four loads in flight at a time per lane),
 // then a fixed shuffle tree. A thread per output walking all its partials in turn waited on one
 // load after another: ~25 us for 49 partials of 8192 columns, a tenth of the column sum it ends.
 template <typename A>
@@ -553,9 +624,7 @@ __global__ void __launch_bounds__(256)
   A acc = comb.init();
   wait_for_previous_grid();  // launched as a dependent of the pass that writes the partials
   if (i < nout) {
-    const A* src = partials + i * stride_out;
-#pragma unroll 4
-    for (int64_t p = lane; p < parts; p += G) acc = comb(acc, src[p * stride_part]);
+    with_static_combine<A>(op, [&](auto sc) { fold_strided<4>(partials + i * stride_out, stride_part, lane, G, parts, acc, sc); });
   }
   // Every lane of the warp gets here (the groups of a warp differ only in i), so the shuffles
   // are uniform.
@@ -617,6 +686,23 @@ inline RowsPlan make_rows_plan(const ReduceParams& p, int esz, int tile_bytes, i
     while ((1 << pl.group_log2) < g) ++pl.group_log2;
     pl.parts = 1;
     pl.ntiles = ceil_div(p.outer, pl.rows_per_tile);
+  } else if (chunked_rows(p, esz) && p.outer < target_blocks) {
+    // A block per chunk of a stage (reduce_wide_rows_kernel), each row's chunks laid out as the
+    // split plan's parts; a chunk is folded by the largest power-of-two number of consumer warps.
+    const int warps = engine::consumer_threads(p.mechanism, kReduceThreads) / 32;
+    pl.wide = true;
+    pl.rows_per_tile = 1;
+    pl.last_rows = 1;
+    int wpr = 1;
+    while (wpr * 2 <= warps) wpr *= 2;
+    pl.group = wpr * 32;
+    pl.group_log2 = 5;
+    while ((1 << pl.group_log2) < pl.group) ++pl.group_log2;
+    pl.vec_rows = true;
+    pl.part_len = pl.tile_elems;
+    pl.parts = ceil_div(p.r, pl.part_len);
+    pl.parts_div = FastDiv(static_cast<uint32_t>(std::min<int64_t>(pl.parts, 0x7fffffff)));  // (grids < 2^31)
+    pl.ntiles = p.outer * pl.parts;
   } else {
     pl.rows_per_tile = 0;
     int64_t parts = target_blocks / p.outer;  // rounded down: no second, nearly empty wave
@@ -687,7 +773,7 @@ inline int64_t partial_count(const ReduceParams& p, const DeviceInfo& dev) {
   const int esz = dtype_size(p.in_dtype);
   if (p.inner == 1) {
     const RowsPlan pl = make_rows_plan(p, esz, rows_tile_bytes(p, dev), max_target_blocks(p, dev));
-    return pl.rows_per_tile == 0 && pl.parts > 1 ? p.outer * pl.parts : 0;
+    return pl.parts > 1 ? p.outer * pl.parts : 0;  // split or chunked
   }
   const ColsPlan pl = make_cols_plan(p, dev, esz, max_target_blocks(p, dev));
   return pl.parts > 1 ? pl.parts * p.outer * p.inner : 0;
@@ -715,22 +801,22 @@ void launch_reduce_typed(const ReduceParams& p) {
       if (pl.ntiles > 0x7fffffff) throw std::runtime_error("reduce: too many rows for one launch");
       if (pl.ntiles == 0) return;  // no rows, no outputs
       wide<<<static_cast<unsigned>(pl.ntiles), kReduceThreads, wide_smem, stream>>>(
-          static_cast<const T*>(p.x), p.out, p.out_dtype, pl, p.op);
+          static_cast<const T*>(p.x), p.out, p.out_dtype, partials, pl, p.op);
       CUPIPE_LAUNCH_CHECK();
-      return;
-    }
-    int64_t grid;
-    if (pl.rows_per_tile > 0) {
-      grid = std::max<int64_t>(1, std::min<int64_t>(pl.ntiles, target_blocks(p, resident)));
-      set_rows_grid(pl, grid);
     } else {
-      grid = p.outer * pl.parts;
-      parts = pl.parts; stride_out = pl.parts; stride_part = 1;
+      int64_t grid;
+      if (pl.rows_per_tile > 0) {
+        grid = std::max<int64_t>(1, std::min<int64_t>(pl.ntiles, target_blocks(p, resident)));
+        set_rows_grid(pl, grid);
+      } else {
+        grid = p.outer * pl.parts;
+      }
+      if (grid > 0x7fffffff) throw std::runtime_error("reduce: too many rows for one launch");
+      kernel<<<static_cast<unsigned>(std::max<int64_t>(grid, 1)), kReduceThreads, smem, stream>>>(
+          static_cast<const T*>(p.x), p.out, p.out_dtype, partials, pl, p.op);
+      CUPIPE_LAUNCH_CHECK();
     }
-    if (grid > 0x7fffffff) throw std::runtime_error("reduce: too many rows for one launch");
-    kernel<<<static_cast<unsigned>(std::max<int64_t>(grid, 1)), kReduceThreads, smem, stream>>>(
-        static_cast<const T*>(p.x), p.out, p.out_dtype, partials, pl, p.op);
-    CUPIPE_LAUNCH_CHECK();
+    parts = pl.parts; stride_out = pl.parts; stride_part = 1;  // (parts == 1: no partials)
   } else {
     auto kernel = reduce_cols_kernel<M, S, T>;
     const ColsPlan shape = make_cols_plan(p, dev, esz, 1);  // tile geometry; the split needs `resident`
@@ -747,7 +833,7 @@ void launch_reduce_typed(const ReduceParams& p) {
   }
   const bool dependent = dev.sm >= 90;
   if (parts > 1 && nout < dev.num_sms) {
-    launch_dependent(reduce_partials_block_kernel<A>, dim3(static_cast<unsigned>(nout)), dim3(kReduceThreads), 0,
+    launch_dependent(reduce_partials_block_kernel<A>, dim3(static_cast<unsigned>(nout)), dim3(kPartialsBlockThreads), 0,
                      stream, dependent, static_cast<const A*>(partials), p.out, p.out_dtype, parts, stride_out,
                      stride_part, p.op, p.r);
   } else if (parts > 1) {
