@@ -342,7 +342,9 @@ _TABLE_REASONS = {
                           "primitives/2's 0.2444-0.2449, rows (4194304, 64) 0.2595 against 0.2634, "
                           "amax all 0.2454 against 0.2481, bf16 -> fp32 0.1264 against 0.1283 "
                           "(H200, BENCHMARKS.md, fourteenth run); one bulk copy per tile leaves "
-                          "the threads to the fold",
+                          "the threads to the fold; since the nineteenth run a whole tensor or a "
+                          "few long rows at one stage take a block per 64 KiB chunk and a partials "
+                          "pass (sum all 0.2374 -> 0.2367 ms, rows (64, 2^22) 0.2378 -> 0.2360)",
     ("reduce", "primitives", 1): "primitives with 1 stage for rows of 4-32 KiB along the innermost "
                                  "dim (a row or two per 32 KiB stage, each folded by several warps): "
                                  "(4096, 4096) fp32 0.0206-0.0212 ms against 2 stages' "

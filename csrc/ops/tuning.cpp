@@ -126,6 +126,10 @@ CopyConfig resolve_stencil(const DeviceInfo& dev, MechanismArg mech, int64_t sta
 // issued by one thread, leaves the block's threads to the fold.) Rows over 64 KiB take 64 KiB
 // stages under tma/1 (rows_tile_bytes in reduce.cuh, sixteenth run); tma/2 and tma/3 at 16-64
 // KiB, and primitives/2, stayed behind tma/1 on every row case (scripts/probe_reduce_split.cu).
+// (Since the nineteenth run, long rows fewer than the resident blocks at one stage, the whole
+// tensor among them, take a block per 64 KiB chunk and a partials pass: chunked_rows in
+// reduce.cuh; tma/1 sum all 0.2374 -> 0.2367 ms, bf16 0.1233 -> 0.1227, rows (64, 2^22) 0.2378
+// -> 0.2360.)
 // Columns keep primitives/2: tma/2 ran even (0.2524 against 0.2518 ms), tma/1 and tma/3 slower.
 CopyConfig resolve_reduce(const DeviceInfo& dev, MechanismArg mech, int64_t stages, int64_t /*outer*/,
                           int64_t r, int64_t inner, int esz) {
