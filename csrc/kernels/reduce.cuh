@@ -183,9 +183,13 @@ struct RowsPlan {
 // first pass 0.2337 and the partials pass ~2.8 us (0.9 of it the dependent launch's floor). 64
 // KiB chunks: 32 KiB ran the first pass as fast but left twice the partials (16384 for 2^28
 // fp32, the pass then ~4.7 us), 128 KiB fit one block per SM (amax 13% slower). At more stages
-// the split plan streams each part through the ring (what the stage count buys).
+// the split plan streams each part through the ring (what the stage count buys). `sync` keeps the
+// split plan: its copies wait on each load in registers, so a block of one 64 KiB chunk keeps
+// little in flight (sum all 0.373 ms chunked, nineteenth run's sweep, against 0.269 at one stage
+// of the split plan in the fifth run's).
 inline bool chunked_rows(const ReduceParams& p, int esz) {
-  return p.stages == 1 && (reinterpret_cast<uintptr_t>(p.x) & 15u) == 0 && (p.outer == 1 || (p.r * esz) % 16 == 0);
+  return p.stages == 1 && p.mechanism != engine::Mechanism::Sync && (reinterpret_cast<uintptr_t>(p.x) & 15u) == 0 &&
+         (p.outer == 1 || (p.r * esz) % 16 == 0);
 }
 
 // The default stage size shrunk (halved) until the stage count fits shared memory.
