@@ -181,8 +181,8 @@ struct RowsPlan {
 // chunked, tma/1): sum of 2^28 fp32 0.2374-0.2375 -> 0.2367, amax 0.2393 -> 0.2382, 2^28 bf16
 // 0.1233-0.1234 -> 0.1227-0.1228, rows (64, 2^22) 0.2378-0.2379 -> 0.2360; of the 0.2365 ms, the
 // first pass 0.2337 and the partials pass ~2.8 us (0.9 of it the dependent launch's floor). 64
-// KiB chunks: 32 KiB ran the first pass as fast but left twice the partials (16384 for 2^28
-// fp32, the pass then ~4.7 us), 128 KiB fit one block per SM (amax 13% slower). At more stages
+// KiB chunks: 32 KiB ran the first pass as fast but left twice the partials (32768 for 2^28
+// fp32, the pass then ~4.7 us), 128 KiB fit one block per SM (amax 9% slower). At more stages
 // the split plan streams each part through the ring (what the stage count buys). `sync` keeps the
 // split plan: its copies wait on each load in registers, so a block of one 64 KiB chunk keeps
 // little in flight (sum all 0.373 ms chunked, nineteenth run's sweep, against 0.269 at one stage
