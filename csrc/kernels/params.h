@@ -104,7 +104,8 @@ struct ReduceParams {
   int stages = 2;
   int tile_bytes = 0;            // bytes per stage (columns: whole rows of a 512 B..4 KiB chunk); 0 = default
   int64_t blocks = 0;            // blocks of the main pass (0 = one wave of resident blocks); for sweeps
-                                 // (the wide rows of reduce.cuh take a block per tile whatever it says)
+                                 // (the wide rows and the chunked long rows of reduce.cuh take a block
+                                 // per tile or chunk whatever it says)
   void* workspace = nullptr;     // scratch for split reductions, see reduce_workspace_bytes
   int64_t workspace_bytes = 0;
   Stream stream = nullptr;
