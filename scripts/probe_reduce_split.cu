@@ -330,7 +330,7 @@ int main(int argc, char** argv) {
     p.workspace = ws; p.workspace_bytes = 64 << 20;
     const RowsPlan pl = make_rows_plan(p, 4, rows_tile_bytes(p, dev), dev.num_sms * kernels::kMaxBlocksPerSm);
     if (!pl.wide) { std::printf("not chunked\n"); return 1; }
-    auto first = reduce_wide_rows_kernel<engine::Mechanism::Tma, float>;
+    auto first = reduce_wide_rows_kernel<engine::Mechanism::Tma, float, true>;
     const size_t sm = static_cast<size_t>(pl.tile_elems) * 4 + 32;
     CUPIPE_CUDA_CHECK(cudaFuncSetAttribute(first, cudaFuncAttributeMaxDynamicSharedMemorySize, sm));
     float* parts = static_cast<float*>(ws);

@@ -154,14 +154,14 @@ int main(int argc, char** argv) {
   vs.push_back({"S plan load, staged consume", [&] { k_split<true, false><<<4096, 256, dyn>>>(x, out, DType::F32, pl); }});
   vs.push_back({"S constant load, plan consume", [&] { k_split<false, true><<<4096, 256, dyn>>>(x, out, DType::F32, pl); }});
   vs.push_back({"E2 first wide kernel, op at compile time", [&] { k_split<true, true, ReduceOp::Sum, true><<<4096, 256, dyn>>>(x, out, DType::F32, pl); }});
-  vs.push_back({"E reduce_wide_rows_kernel tma (kernel)", [&] { reduce_wide_rows_kernel<engine::Mechanism::Tma, float><<<4096, 256, dyn>>>(x, out, DType::F32, pl, ReduceOp::Sum); }});
-  vs.push_back({"E reduce_wide_rows_kernel primitives (kernel)", [&] { reduce_wide_rows_kernel<engine::Mechanism::Primitives, float><<<4096, 256, dyn>>>(x, out, DType::F32, pl, ReduceOp::Sum); }});
+  vs.push_back({"E reduce_wide_rows_kernel tma (kernel)", [&] { reduce_wide_rows_kernel<engine::Mechanism::Tma, float, false><<<4096, 256, dyn>>>(x, out, DType::F32, nullptr, pl, ReduceOp::Sum); }});
+  vs.push_back({"E reduce_wide_rows_kernel primitives (kernel)", [&] { reduce_wide_rows_kernel<engine::Mechanism::Primitives, float, false><<<4096, 256, dyn>>>(x, out, DType::F32, nullptr, pl, ReduceOp::Sum); }});
   vs.push_back({"F launch_reduce_typed tma/1 (host path)", [&] { launch_reduce_typed<engine::Mechanism::Tma, 1, float>(p); }});
   for (auto* k : {(const void*)k_ring<engine::Mechanism::Tma>, (const void*)k_ring<engine::Mechanism::Primitives>,
                   (const void*)k_split<true, true>, (const void*)k_split<true, false>, (const void*)k_split<false, true>,
                   (const void*)k_split<true, true, ReduceOp::Sum, true>,
-                  (const void*)reduce_wide_rows_kernel<engine::Mechanism::Tma, float>,
-                  (const void*)reduce_wide_rows_kernel<engine::Mechanism::Primitives, float>})
+                  (const void*)reduce_wide_rows_kernel<engine::Mechanism::Tma, float, false>,
+                  (const void*)reduce_wide_rows_kernel<engine::Mechanism::Primitives, float, false>})
     PROBE_CHECK(cudaFuncSetAttribute(k, cudaFuncAttributeMaxDynamicSharedMemorySize, dyn));
   for (int round = 0; round < 3; ++round) {
     for (auto& v : vs) {

@@ -327,14 +327,18 @@ __global__ void __launch_bounds__(kReduceThreads)
 // the row's warps combine in warp order through smem: one barrier per block. A chunk's last
 // elements past a 16-byte multiple (a single row's end) are folded last by its thread 0. What the
 // fold needs besides the data (its row, first vector and trip count, with shifts) is worked out
-// in ready(), while the copy is in flight.
+// in ready(), while the copy is in flight. kChunks (parts > 1) is a template parameter, so the
+// packed rows' kernel is the one it was before chunks: with run-time branches on parts,
+// (4096, 4096) measured 0.0195-0.0196 -> 0.0197-0.0198 ms against the old kernel (two calls);
+// templated, 0.0195-0.0198 -> 0.0196-0.0197 (tma/1 and primitives/1, another call; a 0.0001 ms
+// resolution), nineteenth run.
 // H200, (4096, 4096) fp32, ms (docs/perf_notes.md, eighteenth run): the persistent grid of
 // two-row tiles through reduce_rows_kernel 0.0203-0.0204 (tma/1) and 0.0199-0.0202 (primitives/1)
 // against this kernel's 0.0194-0.0195 (either), one bulk copy per row without the engine
 // 0.0188-0.0190 (one call). The remaining ~2.5% is the consume's run-time geometry: the engine's
 // ring with a hard-wired fold runs as fast as staging without it (scripts/probe_reduce_wide.cu).
 // Eight resident blocks per SM (32 registers): a block's bytes in flight are its one tile.
-template <engine::Mechanism M, typename T>
+template <engine::Mechanism M, typename T, bool kChunks>
 __global__ void __launch_bounds__(kReduceThreads, kMaxBlocksPerSm)
     reduce_wide_rows_kernel(const T* __restrict__ x, void* out, DType od, acc_t<T>* partials, RowsPlan pl,
                             ReduceOp op) {
@@ -345,12 +349,12 @@ __global__ void __launch_bounds__(kReduceThreads, kMaxBlocksPerSm)
   __shared__ engine::RawShared<typename Ring::SharedState> ss;
   __shared__ A scratch[kReduceThreads / 32];
   Ring ring(ss.get(), smem, pl.tile_elems * esz + 32);
-  allow_dependent_launch();  // the partials pass, when there is one, may start waiting
+  if constexpr (kChunks) allow_dependent_launch();  // the partials pass may start waiting
   const unsigned b = blockIdx.x;
   // The tile: nrows rows of nvec 16-byte vectors each from src, then `tail` elements (chunks only).
   const T* src;
   int nrows, nvec, tail;
-  if (pl.parts == 1) {
+  if constexpr (!kChunks) {
     src = x + static_cast<int64_t>(b) * pl.tile_elems;
     nrows = b + 1 == gridDim.x ? pl.last_rows : pl.rows_per_tile;
     nvec = static_cast<int>(pl.r) / VE;  // (a row fits a stage)
@@ -367,7 +371,7 @@ __global__ void __launch_bounds__(kReduceThreads, kMaxBlocksPerSm)
   }
   auto load = [&](const auto& w, int64_t) {
     // x and every row or chunk start 16-byte aligned, so the tile lands at the stage's start.
-    if (tail == 0) w.copy_aligned(0, src, nrows * nvec * 16);
+    if (!kChunks || tail == 0) w.copy_aligned(0, src, nrows * nvec * 16);
     else w.copy(0, src, (nvec * VE + tail) * esz, engine::TailMode::MayOverwrite);
   };
   int row = 0, first = 0, count = 0;  // this thread's row and vectors first, first + G, ... (count)
@@ -389,7 +393,7 @@ __global__ void __launch_bounds__(kReduceThreads, kMaxBlocksPerSm)
 #pragma unroll
         for (int j = 0; j < VE; ++j) acc = sc(acc, e[j]);
       }
-      if (tail > 0 && team.rank == 0) {
+      if (kChunks && tail > 0 && team.rank == 0) {
         const T* t = reinterpret_cast<const T*>(stage) + nvec * VE;
         for (int j = 0; j < tail; ++j) acc = sc(acc, to_acc<A>(t[j]));
       }
@@ -401,10 +405,10 @@ __global__ void __launch_bounds__(kReduceThreads, kMaxBlocksPerSm)
       const int wpr = pl.group >> 5;
       A total = scratch[team.rank * wpr];
       for (int w = 1; w < wpr; ++w) total = comb(total, scratch[team.rank * wpr + w]);
-      if (pl.parts == 1)
-        store_out(out, od, static_cast<int64_t>(b) * pl.rows_per_tile + team.rank, finalize(op, total, pl.r));
-      else
+      if constexpr (kChunks)
         partials[b] = total;
+      else
+        store_out(out, od, static_cast<int64_t>(b) * pl.rows_per_tile + team.rank, finalize(op, total, pl.r));
     }
   };
   engine::run_ring(ring, 1, load, consume, ready);
@@ -799,7 +803,7 @@ void launch_reduce_typed(const ReduceParams& p) {
     const int64_t resident = static_cast<int64_t>(dev.num_sms) * blocks_per_sm(kernel, kReduceThreads, smem);
     RowsPlan pl = make_rows_plan(p, esz, tile_bytes, target_blocks(p, resident));
     if (pl.wide) {
-      auto wide = reduce_wide_rows_kernel<M, T>;
+      auto wide = pl.parts > 1 ? reduce_wide_rows_kernel<M, T, true> : reduce_wide_rows_kernel<M, T, false>;
       const size_t wide_smem = static_cast<size_t>(pl.tile_elems) * esz + 32;
       prepare_smem(wide, wide_smem, "reduce");
       if (pl.ntiles > 0x7fffffff) throw std::runtime_error("reduce: too many rows for one launch");
