@@ -594,7 +594,7 @@ __device__ __forceinline__ void fold_strided(const A* __restrict__ src, int64_t 
 // Combines `parts` partials per output in order: partials laid out [out][part] (stride_part = 1,
 // stride_out = parts) for rows, [part][out] for columns.
 // Few outputs with many partials each (a whole-tensor reduction: one output, one partial per
-// resident block or per 32 KiB chunk, up to tens of thousands): a block of 1024 threads per
+// resident block or one per chunk, up to tens of thousands): a block of 1024 threads per
 // output, each folding the partials p = rank, rank + 1024, ... sixteen loads at a time, then the
 // block's fixed-order combine.
 constexpr int kPartialsBlockThreads = 1024;
