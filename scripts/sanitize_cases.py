@@ -86,7 +86,7 @@ for m in mechs:
             ref = F.conv1d(F.pad(xt.reshape(-1, 1, xt.shape[-1]), (2, 2), mode="replicate"),
                            w5[None, None]).reshape(xt.shape).movedim(-1, dim)
             check(torch.allclose(y, ref, atol=1e-4), f"stencil1d {m} {s} {x.shape} dim={dim}")
-        for shape, dim in [((3, 20000), 1), ((300, 50), 1), ((300, 64), 1), ((2000, 33), 0), ((600, 256), 0), ((3, 600, 5), 1),
+        for shape, dim in [((3, 20000), 1), ((300, 50), 1), ((300, 64), 1), ((2000, 33), 0), ((600, 256), 0), ((5000, 301), 0), ((3, 600, 5), 1),
                            ((9, 4096), 1),  # wide rows (reduce_wide_rows_kernel, a block per row)
                            ((20001,), 0)]:  # at one stage, 64 KiB chunks, the last ending in one element
             x = torch.randn(shape, device="cuda")

@@ -259,7 +259,8 @@ LAYOUT_CASES = [
     ((257, 64), 1), ((300, 37), 1), ((5, 9000), 1), ((3, 40000), -1),
     ((300, 1000), 0), ((301, 1003), 0), ((130, 129), 0), ((4, 67, 300), 1), ((2, 33, 5), 1),
     ((20, 4500), 0), ((3, 40, 1500), 1), ((9, 2050), 0),
-    ((1500, 700), 0),  # many parts of many columns: the partials pass with lane groups
+    ((1500, 700), 0),  # many parts of many columns: the column partials pass, two threads per column
+    ((5000, 301), 0),  # 40 parts of 301 columns: four threads per column, a partial last block
     ((37, 4096), 1), ((11, 6000), 1),  # packed rows over 2 KiB: several warps per row
     ((10, 1300), 1),  # rows of ~5 KiB: three rows per wide-rows block, the last block one row
     ((1031, 128), 1), ((4099, 16), 1),  # packed rows of up to 32 vectors: a thread per row
