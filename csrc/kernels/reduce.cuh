@@ -616,10 +616,11 @@ __global__ void __launch_bounds__(kPartialsBlockThreads)
   if (threadIdx.x == 0) store_out(out, od, i, finalize(op, total, r));
 }
 
-// Many outputs (columns, or rows split in parts): a group of 2^lanes_log2 lanes of one warp per
-// output, lane g folding partials g, g + G, ... (four loads in flight at a time per lane),
-// then a fixed shuffle tree. A thread per output walking all its partials in turn waited on one
-// load after another: ~25 us for 49 partials of 8192 columns, a tenth of the column sum it ends.
+// Many outputs of rows split in parts ([out][part]: an output's partials are adjacent): a group of
+// 2^lanes_log2 lanes of one warp per output, lane g folding partials g, g + G, ... (four loads in
+// flight at a time per lane), then a fixed shuffle tree. (Columns took it too until the twentieth
+// run; before these lanes, a thread per output folding one load after another took ~25 us for 49
+// partials of 8192 columns, a tenth of the column sum it ends.)
 template <typename A>
 __global__ void __launch_bounds__(256)
     reduce_partials_kernel(const A* __restrict__ partials, void* out, DType od, int64_t nout, int64_t parts,
