@@ -345,6 +345,11 @@ _TABLE_REASONS = {
                           "the threads to the fold; since the nineteenth run a whole tensor or a "
                           "few long rows at one stage take a block per 64 KiB chunk and a partials "
                           "pass (sum all 0.2374 -> 0.2367 ms, rows (64, 2^22) 0.2378 -> 0.2360)",
+    ("reduce", "tma", 3): "tma with 3 stages of 64 KiB over columns on sm_90+ (rows of 4 KiB or "
+                          "more, a multiple of 128 bytes: each tile row lands at its source's offset "
+                          "modulo 128): (32768, 8192) fp32 0.2452 ms against primitives/2's "
+                          "0.2488-0.2489 and tma/2's 0.2468-0.2474 (H200, BENCHMARKS.md, "
+                          "twentieth run)",
     ("reduce", "primitives", 1): "primitives with 1 stage for rows of 4-32 KiB along the innermost "
                                  "dim (a row or two per 32 KiB stage, each folded by several warps): "
                                  "(4096, 4096) fp32 0.0206-0.0212 ms against 2 stages' "

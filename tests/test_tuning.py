@@ -344,13 +344,18 @@ def test_stencil_table_depends_on_the_radii_and_dtype(fake_gpu, monkeypatch):
 @needs_table
 def test_reduce_table_depends_on_the_reduced_view(fake_gpu, monkeypatch):
     """Reductions along the innermost dim resolve to tma/1 on sm_90 (primitives/2 before it), rows
-    of 4-32 KiB to primitives/1, columns to primitives/2 (measured); explicit arguments win;
+    of 4-32 KiB to primitives/1, columns to primitives/2, on sm_90 columns of 4 KiB or more (a
+    multiple of 128 bytes) to tma/3 (measured); explicit arguments win;
     explain derives the (outer, r, inner) view and the element size like the op does."""
     rc = cupipe._C.resolve_config
     assert rc("reduce", 90, "auto", 0, 0, outer=1, r=1 << 28, inner=1)[:2] == ("tma", 1)
     assert rc("reduce", 90, "auto", 0, 0, outer=8192, r=32768, inner=1)[:2] == ("tma", 1)
     assert rc("reduce", 90, "auto", 0, 0, outer=4194304, r=64, inner=1)[:2] == ("tma", 1)
-    assert rc("reduce", 90, "auto", 0, 0, outer=1, r=32768, inner=8192)[:2] == ("primitives", 2)
+    assert rc("reduce", 90, "auto", 0, 0, outer=1, r=32768, inner=8192)[:2] == ("tma", 3)
+    assert rc("reduce", 80, "auto", 0, 0, outer=1, r=32768, inner=8192)[:2] == ("primitives", 2)
+    assert rc("reduce", 90, "auto", 0, 0, outer=1, r=32768, inner=1000)[:2] == ("primitives", 2)  # 4000 B rows
+    assert rc("reduce", 90, "auto", 0, 0, outer=1, r=32768, inner=1030, esz=4)[:2] == ("primitives", 2)  # % 128
+    assert rc("reduce", 90, "auto", 0, 0, outer=4, r=512, inner=2048, esz=2)[:2] == ("tma", 3)
     assert rc("reduce", 80, "auto", 0, 0, outer=1, r=1 << 28, inner=1)[:2] == ("primitives", 2)
     assert rc("reduce", 90, "auto", 3, 0, outer=1, r=1 << 28, inner=1)[:2] == ("tma", 3)
     assert rc("reduce", 90, "primitives", 0, 0, outer=1, r=1 << 28, inner=1)[:2] == ("primitives", 1)
@@ -377,8 +382,10 @@ def test_reduce_table_depends_on_the_reduced_view(fake_gpu, monkeypatch):
     monkeypatch.setattr(cupipe._C, "cuda_device_info", lambda index: {"sm": 90})
     e = cupipe.explain("reduce", torch.empty(1 << 20, device="cuda"), "sum")
     assert (e.mechanism, e.stages) == ("tma", 1) and "0.2428 ms" in e.reason
-    e = cupipe.explain("reduce", torch.empty(64, 1024, device="cuda"), "sum", 0)
+    e = cupipe.explain("reduce", torch.empty(64, 512, device="cuda"), "sum", 0)  # rows of 2 KiB
     assert (e.mechanism, e.stages) == ("primitives", 2) and "columns" in e.reason
+    e = cupipe.explain("reduce", torch.empty(64, 1024, device="cuda"), "sum", 0)  # rows of 4 KiB
+    assert (e.mechanism, e.stages) == ("tma", 3) and "columns" in e.reason and "0.2452 ms" in e.reason
     e = cupipe.explain("reduce", torch.empty(64, 4096, device="cuda"), "sum", -1)
     assert (e.mechanism, e.stages) == ("primitives", 1) and "4-32 KiB" in e.reason
 

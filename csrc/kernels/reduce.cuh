@@ -442,6 +442,8 @@ struct ColsPlan {
   int row_threads_log2;
   int tile_rows;       // rows per tile (tile bytes / chunk bytes)
   int pitch;           // smem bytes per tile row
+  int base;            // smem offset of a tile's first row (congruent layout: x's offset modulo 128)
+  int stage_bytes;     // tile_rows * pitch, + 128 when base can be nonzero
   bool aligned;        // rows 16-byte aligned (x aligned and inner * esz % 16 == 0): vector reads
 };
 
@@ -457,7 +459,7 @@ __global__ void __launch_bounds__(kReduceThreads, 3)
   extern __shared__ __align__(engine::kStageAlign) char smem[];
   __shared__ engine::RawShared<typename Ring::SharedState> ss;
   __shared__ A scratch[kReduceThreads * VE];  // [group][chunk column], vecs == 1
-  Ring ring(ss.get(), smem, pl.tile_rows * pl.pitch);
+  Ring ring(ss.get(), smem, pl.stage_bytes);
   const Combine<A> comb{op};
   allow_dependent_launch();  // the partials pass, when there is one, may start waiting
 
@@ -492,7 +494,7 @@ __global__ void __launch_bounds__(kReduceThreads, 3)
     const int rows = rows_in(k);
     const T* src = base + k * pl.tile_rows * pl.inner;
     if (pl.aligned) {
-      w.copy_rows(0, pl.pitch, src, src_pitch, static_cast<int64_t>(ncols) * esz, rows,
+      w.copy_rows(pl.base, pl.pitch, src, src_pitch, static_cast<int64_t>(ncols) * esz, rows,
                   engine::TailMode::MayOverwrite);
     } else {  // rows disagree modulo 16: each row lands at its own shift
       for (int i = 0; i < rows; ++i) {
@@ -507,10 +509,10 @@ __global__ void __launch_bounds__(kReduceThreads, 3)
     const int rows = rows_in(k);
     const T* src = base + k * pl.tile_rows * pl.inner;
     // Whole vectors: every vector of this thread lies inside the chunk's columns.
-    if (pl.aligned && col_of(pl.vecs - 1) + VE <= ncols) {
+    if (pl.aligned && col_of(pl.vecs - 1) + VE <= ncols) {  // (vec_rows: shift 0, the tile at base)
       with_static_combine<A>(op, [&](auto sc) {
         for (int i = grp; i < rows; i += pl.groups) {
-          const char* row = stage + static_cast<int64_t>(i) * pl.pitch;
+          const char* row = stage + pl.base + static_cast<int64_t>(i) * pl.pitch;
 #pragma unroll
           for (int u = 0; u < kColMaxVecs; ++u) {
             if (u >= pl.vecs) break;
@@ -523,7 +525,7 @@ __global__ void __launch_bounds__(kReduceThreads, 3)
       });
     } else {
       for (int i = grp; i < rows; i += pl.groups) {
-        const int shift = pl.aligned ? 0 : shift_of(src + i * pl.inner);
+        const int shift = pl.aligned ? pl.base : shift_of(src + i * pl.inner);
         const T* srow = reinterpret_cast<const T*>(stage + static_cast<int64_t>(i) * pl.pitch + shift);
 #pragma unroll
         for (int u = 0; u < kColMaxVecs; ++u) {
@@ -802,9 +804,23 @@ inline ColsPlan make_cols_plan(const ReduceParams& p, const DeviceInfo& dev, int
   pl.chunks_div = FastDiv(static_cast<uint32_t>(std::clamp<int64_t>(pl.col_chunks, 1, 0x7fffffff)));
   pl.row_threads_log2 = 0;
   while ((1 << pl.row_threads_log2) < pl.row_threads) ++pl.row_threads_log2;
-  // 32 bytes of slack: up to 15 for a row's shift, 16 for the zero-filled tail chunk.
-  pl.pitch = chunk_bytes + 32;
   pl.aligned = (reinterpret_cast<uintptr_t>(p.x) & 15u) == 0 && (p.inner * esz) % 16 == 0;
+  if (pl.aligned && (p.inner * esz) % 128 == 0) {
+    // Congruent layout: every row of a tile lands at its source's offset modulo 128 (rows a
+    // multiple of 128 bytes apart in both, the tile at x's offset modulo 128: a chunk starts a
+    // multiple of 512 bytes into its row). Rows with no tail need no slack. A pitch of chunk + 32
+    // (rows 1-3 of a 4-row tile 32, 64 and 96 bytes off their sources' lines) made each async copy
+    // of a misplaced row two L2 requests per line: (32768, 8192) fp32, column pass at primitives/2
+    // 0.2427-0.2428 -> 0.2416-0.2422 ms, primitives/3 0.3035-0.3051 -> 0.2382-0.2388, tma/2
+    // 0.2422-0.2428 -> 0.2395-0.2398 (H200, twentieth run, scripts/probe_reduce_cols.cu).
+    pl.pitch = chunk_bytes;
+    pl.base = static_cast<int>(reinterpret_cast<uintptr_t>(p.x) & 127u);
+  } else {
+    // 32 bytes of slack: up to 15 for a row's shift, 16 for the zero-filled tail chunk.
+    pl.pitch = chunk_bytes + 32;
+    pl.base = 0;
+  }
+  pl.stage_bytes = pl.tile_rows * pl.pitch + (pl.base != 0 ? 128 : 0);
   return pl;
 }
 
@@ -867,7 +883,7 @@ void launch_reduce_typed(const ReduceParams& p) {
   } else {
     auto kernel = reduce_cols_kernel<M, S, T>;
     const ColsPlan shape = make_cols_plan(p, dev, esz, 1);  // tile geometry; the split needs `resident`
-    const size_t smem = static_cast<size_t>(S) * shape.tile_rows * shape.pitch;
+    const size_t smem = static_cast<size_t>(S) * shape.stage_bytes;
     prepare_smem(kernel, smem, "reduce");
     const int64_t resident = static_cast<int64_t>(dev.num_sms) * blocks_per_sm(kernel, kReduceThreads, smem);
     const ColsPlan pl = make_cols_plan(p, dev, esz, target_blocks(p, resident));
@@ -884,8 +900,8 @@ void launch_reduce_typed(const ReduceParams& p) {
                      stream, dependent, static_cast<const A*>(partials), p.out, p.out_dtype, parts, stride_out,
                      stride_part, p.op, p.r);
   } else if (parts > 1 && stride_out == 1) {
-    int slices_log2 = 0;  // about 16 partials per thread, up to four threads per output
-    while (slices_log2 < 2 && (int64_t(16) << slices_log2) < parts) ++slices_log2;
+    int slices_log2 = 0;  // about 8-16 partials per thread, up to eight threads per output
+    while (slices_log2 < 3 && (int64_t(16) << slices_log2) < parts) ++slices_log2;
     const int64_t blocks = ceil_div(nout << slices_log2, kColPartialsThreads);
     if (blocks > 0x7fffffff) throw std::runtime_error("reduce: too many outputs for the partials pass");
     launch_dependent(reduce_col_partials_kernel<A>, dim3(static_cast<unsigned>(blocks)), dim3(kColPartialsThreads), 0,

@@ -130,16 +130,27 @@ CopyConfig resolve_stencil(const DeviceInfo& dev, MechanismArg mech, int64_t sta
 // tensor among them, take a block per 64 KiB chunk and a partials pass: chunked_rows in
 // reduce.cuh; tma/1 sum all 0.2374 -> 0.2367 ms, bf16 0.1233 -> 0.1227, rows (64, 2^22) 0.2378
 // -> 0.2360.)
-// Columns keep primitives/2: tma/2 ran even (0.2524 against 0.2518 ms), tma/1 and tma/3 slower.
+// Columns: primitives/2, and on sm_90+ for rows of 4 KiB or more, a multiple of 128 bytes (the
+// tiles' congruent layout, reduce.cuh), tma with three 64 KiB stages: (32768, 8192) fp32 0.2452
+// ms against primitives/2's 0.2488-0.2489, primitives/3 0.2459-0.2465, tma/2 0.2468-0.2474 (H200,
+// 2026-11-24, twentieth run, scripts/probe_reduce_cols.cu, two rounds). Before that layout (a
+// tile's rows 32 bytes off their sources' lines) tma/2 ran even with primitives/2 and tma/1 and
+// tma/3 slower; the narrower rows' one bulk copy per row of a few hundred bytes is not measured.
 CopyConfig resolve_reduce(const DeviceInfo& dev, MechanismArg mech, int64_t stages, int64_t /*outer*/,
                           int64_t r, int64_t inner, int esz) {
   CopyConfig best;
   best.mechanism = engine::Mechanism::Primitives;
   best.stages = 2;
   const int64_t row_bytes = r * esz;
-  if (inner == 1 && row_bytes > 4096 && row_bytes <= 32768) {
+  const int64_t col_row_bytes = inner * esz;
+  if (inner > 1) {
+    if (dev.sm >= 90 && col_row_bytes >= 4096 && col_row_bytes % 128 == 0) {
+      best.mechanism = engine::Mechanism::Tma;
+      best.stages = 3;
+    }
+  } else if (row_bytes > 4096 && row_bytes <= 32768) {
     best.stages = 1;
-  } else if (inner == 1 && dev.sm >= 90) {
+  } else if (dev.sm >= 90) {
     best.mechanism = engine::Mechanism::Tma;
     best.stages = 1;
   }
