@@ -443,7 +443,7 @@ struct ColsPlan {
   int tile_rows;       // rows per tile (tile bytes / chunk bytes)
   int pitch;           // smem bytes per tile row
   int base;            // smem offset of a tile's first row (congruent layout: x's offset modulo 128)
-  int stage_bytes;     // tile_rows * pitch, + 128 when base can be nonzero
+  int stage_bytes;     // tile_rows * pitch, + 128 when base is nonzero (stages stay 128-aligned)
   bool aligned;        // rows 16-byte aligned (x aligned and inner * esz % 16 == 0): vector reads
 };
 
@@ -509,7 +509,7 @@ __global__ void __launch_bounds__(kReduceThreads, 3)
     const int rows = rows_in(k);
     const T* src = base + k * pl.tile_rows * pl.inner;
     // Whole vectors: every vector of this thread lies inside the chunk's columns.
-    if (pl.aligned && col_of(pl.vecs - 1) + VE <= ncols) {  // (vec_rows: shift 0, the tile at base)
+    if (pl.aligned && col_of(pl.vecs - 1) + VE <= ncols) {  // (aligned rows: no shifts, the tile at base)
       with_static_combine<A>(op, [&](auto sc) {
         for (int i = grp; i < rows; i += pl.groups) {
           const char* row = stage + pl.base + static_cast<int64_t>(i) * pl.pitch;
