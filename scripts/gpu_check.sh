@@ -3,7 +3,7 @@
 # compute-sanitizer tools over a reduced matrix, a SASS check, a short benchmark (with the
 # mechanism x stages sweep and plots), the examples and the tour notebook.
 # Usage: bash scripts/gpu_check.sh [steps...]
-#        steps: build tests sanitize sass profile bench benchfull examples notebook
+#        steps: build tests sanitize sass profile bench benchengine benchfull examples notebook, or engine
 #        (default: build tests sanitize sass bench examples notebook; logs go to $OUT or ./gpu_check_out)
 # On a device call limited to 600 s the whole set takes three calls (build 200-300 s on a fresh
 # machine; every test file with CUPIPE_SLOW=1 in parallel processes ~320 s; sanitizers ~280 s;
@@ -12,8 +12,21 @@
 #   bash scripts/gpu_check.sh tests                          # every test file, ~320 s
 #   PYTEST_ARGS="tests/test_reduce.py" bash scripts/gpu_check.sh build tests   # one process, those files
 #   SAN_STAGES=2 SAN_RACE_STAGES=2 bash scripts/gpu_check.sh sanitize sass bench   # ~400 s
+#   bash scripts/gpu_check.sh engine                         # the engine's whole proof, one call, ~450 s:
+#     build, its tests (stream_copy, engine, tuning), the sanitizers over stream_copy only at stages
+#     1,2,3,4,8 (every mechanism), the SASS check and the engine suite (mechanism x stages, copy
+#     width, the latency-bound stage curve); set PYTEST_ARGS/SAN_* to override
 set -uo pipefail
 STEPS=${*:-build tests sanitize sass bench examples notebook}
+if [ "$STEPS" = engine ]; then
+  STEPS="build tests sanitize sass benchengine"
+  # test_engine_cuda.py's stream_copy cases, the tma/shared-memory errors and the per-kernel SASS
+  # check (its stencil and reduce cases belong to the ops' checks), in three processes.
+  export TEST_GROUPS=${TEST_GROUPS:-"copy:tests/test_stream_copy.py tests/test_engine_headers.py tests/test_tuning.py;\
+engine_matrix:tests/test_engine_cuda.py -k stream_copy_matrix;\
+engine_rest:tests/test_engine_cuda.py -k 'stream_copy and not matrix or tma_error or shared_memory or sass'"}
+  export SAN_OPS=${SAN_OPS:-copy} SAN_STAGES=${SAN_STAGES:-1,2,3,4,8} SAN_RACE_STAGES=${SAN_RACE_STAGES:-1,2,3,4,8}
+fi
 has() { [[ " $STEPS " == *" $1 "* ]]; }
 LOG=${OUT:-$PWD/gpu_check_out}
 mkdir -p "$LOG"
@@ -50,15 +63,20 @@ else
   # Every file of tests/, in six pytest processes side by side: the tests are mostly host-bound
   # (launches, references, checks), so one GPU runs them together in ~320 s where one process
   # took over 600 s (H200, seventeenth run). The last group is every file the others do not name.
-  groups=("stencil:tests/test_stencil.py" "reduce:tests/test_reduce.py" "engine:tests/test_engine_cuda.py"
-          "tuning_copy:tests/test_tuning.py tests/test_stream_copy.py"
-          "ops:tests/test_wrappers.py tests/test_cuda_streams.py tests/test_compile.py tests/test_opcheck.py tests/test_errors.py")
-  named=" $(printf '%s ' "${groups[@]}" | sed 's/[a-z_]*://g') "
-  rest=""
-  for f in tests/test_*.py; do [[ "$named" == *" $f "* ]] || rest="$rest $f"; done
-  groups+=("rest:${rest# }")
+  # TEST_GROUPS="name:pytest args;name:pytest args" replaces the groups (the engine preset's).
+  if [ -n "${TEST_GROUPS:-}" ]; then
+    IFS=';' read -ra groups <<<"$TEST_GROUPS"
+  else
+    groups=("stencil:tests/test_stencil.py" "reduce:tests/test_reduce.py" "engine:tests/test_engine_cuda.py"
+            "tuning_copy:tests/test_tuning.py tests/test_stream_copy.py"
+            "ops:tests/test_wrappers.py tests/test_cuda_streams.py tests/test_compile.py tests/test_opcheck.py tests/test_errors.py")
+    named=" $(printf '%s ' "${groups[@]}" | sed 's/[a-z_]*://g') "
+    rest=""
+    for f in tests/test_*.py; do [[ "$named" == *" $f "* ]] || rest="$rest $f"; done
+    groups+=("rest:${rest# }")
+  fi
   for g in "${groups[@]}"; do
-    (CUPIPE_SLOW=1 timeout ${PYTEST_TIMEOUT:-500} python3 -m pytest -q -p no:cacheprovider ${g#*:} \
+    (eval "CUPIPE_SLOW=1 timeout ${PYTEST_TIMEOUT:-500} python3 -m pytest -q -p no:cacheprovider ${g#*:}" \
        >"$LOG/pytest_${g%%:*}.log" 2>&1; echo $? >"$LOG/pytest_${g%%:*}.rc") &
   done
   wait
@@ -67,30 +85,39 @@ else
     grep -E "^(FAILED|ERROR)" "$LOG/pytest_$n.log" | head -20
     note "pytest $n (CPU+CUDA, slow included): rc=$(cat "$LOG/pytest_$n.rc"), $(tail -1 "$LOG/pytest_$n.log")"
   done
-  note "pytest: every file in ${#groups[@]} processes [$(( $(date +%s) - t0 ))s]"
+  note "pytest: ${#groups[@]} processes [$(( $(date +%s) - t0 ))s]"
 fi
 fi
 
 if has sanitize; then
 t0=$(date +%s)
-for tool in memcheck racecheck; do
+# One process per tool x mechanism, SAN_JOBS at a time: synccheck stops a kernel at its first
+# error, so a report in one mechanism cannot hide the others, and the processes (mostly host-bound
+# Python under the tools) run side by side (the serial set took ~400 s at stages 1,2).
+mechs="sync pipeline pipeline_thread primitives cg barrier specialized tma"
+for tool in memcheck racecheck synccheck; do
   stages=${SAN_STAGES:-1,2,3}; [ "$tool" = racecheck ] && stages=${SAN_RACE_STAGES:-1,2}
-  compute-sanitizer --tool $tool --error-exitcode 9 python3 scripts/sanitize_cases.py $stages >"$LOG/sanitizer_$tool.log" 2>&1
-  r=$?
-  errs=$(grep -E "ERROR SUMMARY|RACECHECK SUMMARY" "$LOG/sanitizer_$tool.log" | tail -1)
-  note "compute-sanitizer $tool: rc=$r ${errs} $(grep -o 'sanitize_cases:.*' "$LOG/sanitizer_$tool.log")"
+  for m in $mechs; do
+    while [ "$(jobs -rp | wc -l)" -ge "${SAN_JOBS:-8}" ]; do wait -n; done
+    (compute-sanitizer --tool $tool --error-exitcode 9 python3 scripts/sanitize_cases.py $stages $m \
+       >"$LOG/sanitizer_${tool}_$m.log" 2>&1; echo $? >"$LOG/sanitizer_${tool}_$m.rc") &
+  done
 done
-# synccheck stops a kernel at its first error, so one process per mechanism: a report in one
-# cannot hide the others. The probe is cuda::pipeline alone, in the programming guide's pattern.
-for m in sync pipeline pipeline_thread primitives cg barrier specialized tma; do
-  compute-sanitizer --tool synccheck --error-exitcode 9 python3 scripts/sanitize_cases.py ${SAN_STAGES:-1,2,3} $m \
-    >"$LOG/sanitizer_synccheck_$m.log" 2>&1
-  r=$?
-  note "compute-sanitizer synccheck $m: rc=$r $(grep -E 'ERROR SUMMARY' "$LOG/sanitizer_synccheck_$m.log" | head -1) $(grep -m1 -o 'Barrier error detected.*' "$LOG/sanitizer_synccheck_$m.log") $(grep -o 'sanitize_cases:.*' "$LOG/sanitizer_synccheck_$m.log")"
+wait
+for tool in memcheck racecheck synccheck; do
+  line="compute-sanitizer $tool (${SAN_OPS:-every op}):"
+  for m in $mechs; do
+    f="$LOG/sanitizer_${tool}_$m"
+    n=$(grep -E "ERROR SUMMARY|RACECHECK SUMMARY" "$f.log" | tail -1 | grep -oE "[0-9]+ (error|hazard)" | head -1 | grep -oE "[0-9]+")
+    ok=$(grep -q "sanitize_cases:.*: OK" "$f.log" && echo ok || echo NOT-OK)
+    line="$line $m rc=$(cat "$f.rc") ${n:-?} $ok;"
+  done
+  note "$line"
 done
 if nvcc -std=c++17 -arch=sm_$(python3 -c "import torch; a,b=torch.cuda.get_device_capability(); print(f'{a}{b}')") \
      -o /tmp/probe_pipeline scripts/probe_pipeline_synccheck.cu >/dev/null 2>&1; then
-  # barrier_ring args: stages tile_bytes blocks tiles-per-block (the shape of cupipe's barrier ring)
+  # The probe is cuda::pipeline alone, in the programming guide's pattern; barrier_ring args:
+  # stages tile_bytes blocks tiles-per-block (the shape of cupipe's barrier ring).
   for probe in "pipeline" "barrier" "barrier_ring 2 8192 20 3" "barrier_ring4 1 8192 20 1" \
                "barrier_ring4 2 8192 20 3"; do
     name=$(echo $probe | tr ' ' '_')
@@ -99,7 +126,7 @@ if nvcc -std=c++17 -arch=sm_$(python3 -c "import torch; a,b=torch.cuda.get_devic
   done
 fi
 # Where the first reports point (kernel and PC), for the mechanisms that have any.
-for m in pipeline barrier specialized; do
+for m in $mechs; do
   f="$LOG/sanitizer_synccheck_$m.log"
   [ -f "$f" ] && grep -q "Barrier error" "$f" && { echo "--- first synccheck report, $m:"; grep -m1 -A7 "Barrier error" "$f" | cut -c1-200; }
 done
@@ -132,6 +159,11 @@ PY
 note "profile: see profile_times.txt and ncu.csv"
 fi
 
+if has benchengine; then
+  t0=$(date +%s)
+  python3 -m cupipe.bench --suite engine --no-progress --out "$LOG/bench_engine" 2>&1 | tee "$LOG/bench_engine.txt"
+  note "engine suite: rc=${PIPESTATUS[0]} [$(( $(date +%s) - t0 ))s] (tables in bench_engine.txt)"
+fi
 if has benchfull; then
   python3 -m cupipe.bench --out "$LOG/bench" 2>&1 | tee "$LOG/bench.txt"
 elif has bench; then

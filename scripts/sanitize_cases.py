@@ -1,7 +1,8 @@
 """A reduced matrix of every op x mechanism on small inputs, for compute-sanitizer
 (memcheck, racecheck, synccheck). Usage: sanitize_cases.py [stages [mechanisms]], both
-comma-separated (default: stages 1,2,3, every mechanism). Checks results too, so a run that "passes" the sanitizer
-with wrong answers still fails."""
+comma-separated (default: stages 1,2,3, every mechanism); SAN_OPS=copy,stencil2d,stencil1d,
+reduce,grad (default: all) picks the ops (copy alone is the engine's own matrix). Checks results
+too, so a run that "passes" the sanitizer with wrong answers still fails."""
 import os
 import sys
 
@@ -16,6 +17,10 @@ if torch.cuda.get_device_capability() >= (9, 0):
 stages = [int(s) for s in (sys.argv[1].split(",") if len(sys.argv) > 1 else ["1", "2", "3"])]
 if len(sys.argv) > 2:  # a subset of mechanisms, e.g. one per synccheck run
     mechs = [m for m in sys.argv[2].split(",") if m in mechs]
+ops = os.environ.get("SAN_OPS", "copy,stencil2d,stencil1d,reduce,grad").split(",")
+unknown = set(ops) - {"copy", "stencil2d", "stencil1d", "reduce", "grad"}
+if unknown:
+    sys.exit(f"sanitize_cases: unknown SAN_OPS {sorted(unknown)}")
 torch.manual_seed(0)
 bad = 0
 
@@ -59,18 +64,24 @@ def ref2d(x, w, b):
 
 for m in mechs:
     for s in stages:
-        for off, vec in [(0, 16), (1, 4), (2, 8)]:
+        for off, vec in [(0, 16), (1, 4), (2, 8)] if "copy" in ops else []:
             x = base[off:off + 39999]
             check(torch.equal(cupipe.stream_copy(x, mechanism=m, stages=s, vec_bytes=vec), x), f"copy {m} {s} {off}")
-        xb = torch.randint(0, 255, (4099,), dtype=torch.uint8, device="cuda")[1:]
-        check(torch.equal(cupipe.stream_copy(xb, mechanism=m, stages=s), xb), f"copy u8 {m} {s}")
-        for b in ["zero", "reflect", "circular"]:
+        if "copy" in ops:
+            xb = torch.randint(0, 255, (4099,), dtype=torch.uint8, device="cuda")[1:]
+            check(torch.equal(cupipe.stream_copy(xb, mechanism=m, stages=s), xb), f"copy u8 {m} {s}")
+            # Two persistent blocks of 4 KiB tiles: ~20 tiles each, so the ring wraps at every
+            # stage count (the op's own grids give a block two tiles). Odd offset: head and tail.
+            x = base[3:3 + 39997]
+            y = torch.ops.cupipe._stream_copy_ex(x, m, s, 16, 4096, 2)
+            check(torch.equal(y, x), f"copy ring wraps {m} {s}")
+        for b in ["zero", "reflect", "circular"] if "stencil2d" in ops else []:
             for x, w in [(img, w3), (img, w9), (img16, w9), (img16, w_wide), (img_big, w3), (img_big, w5x5),
                          (img_big, w9)]:
                 y = cupipe.stencil2d(x, w, boundary=b, mechanism=m, stages=s)
                 ok = torch.allclose(y, ref2d(x, w, b), atol=1e-3)
                 check(ok, f"stencil2d {m} {s} {b} {tuple(w.shape)}")
-        for b in ["zero", "reflect"]:
+        for b in ["zero", "reflect"] if "stencil2d" in ops else []:
             # w7.half(): fp16 weights, the one-term tensor-core kernels; img_b: bf16, two terms
             for xh, w in [(img_h, w5x5), (img_h, w7), (img_h, w9), (img_h, w7.half()), (img_b, w5x5)]:
                 y = cupipe.stencil2d(xh, w, boundary=b, mechanism=m, stages=s).float()
@@ -80,7 +91,7 @@ for m in mechs:
                 fin = torch.isfinite(ref)
                 ok = torch.equal(fin, torch.isfinite(y)) and torch.allclose(y[fin], ref[fin], rtol=2e-2, atol=0.25)
                 check(ok, f"stencil2d {xh.dtype} {m} {s} {b} {tuple(w.shape)}")
-        for x, dim in [(img, 1), (sig, 1)]:
+        for x, dim in [(img, 1), (sig, 1)] if "stencil1d" in ops else []:
             y = cupipe.stencil1d(x, w5, dim=dim, boundary="replicate", mechanism=m, stages=s)
             xt = x.movedim(dim, -1)
             ref = F.conv1d(F.pad(xt.reshape(-1, 1, xt.shape[-1]), (2, 2), mode="replicate"),
@@ -88,7 +99,7 @@ for m in mechs:
             check(torch.allclose(y, ref, atol=1e-4), f"stencil1d {m} {s} {x.shape} dim={dim}")
         for shape, dim in [((3, 20000), 1), ((300, 50), 1), ((300, 64), 1), ((2000, 33), 0), ((600, 256), 0), ((5000, 301), 0), ((3, 600, 5), 1),
                            ((9, 4096), 1),  # wide rows (reduce_wide_rows_kernel, a block per row)
-                           ((20001,), 0)]:  # at one stage, 64 KiB chunks, the last ending in one element
+                           ((20001,), 0)] if "reduce" in ops else []:  # at one stage, 64 KiB chunks, the last ending in one element
             x = torch.randn(shape, device="cuda")
             for op in ["sum", "amax"]:
                 y = cupipe.reduce(x, op, dim, mechanism=m, stages=s)
@@ -96,7 +107,7 @@ for m in mechs:
                 check(torch.allclose(y, ref, rtol=1e-4, atol=1e-3), f"reduce {m} {s} {shape} {op}")
 # The weight-gradient kernel (one mechanism of its own: primitives, 2 stages): persistent
 # accumulators (3x3, 1-D), per-item warp flushes (9x9, 3x17), edge items (odd planes).
-if "primitives" in mechs:
+if "primitives" in mechs and "grad" in ops:
     for x, w in [(img, w3), (img16, w9), (img16, w_wide)]:
         g = torch.randn_like(x)
         for b in ["zero", "reflect"]:
@@ -109,5 +120,5 @@ if "primitives" in mechs:
     ref = torch.stack([(g * sig.roll(2 - k, -1)).sum() for k in range(5)])
     check(torch.allclose(got, ref, rtol=1e-4, atol=1e-2), "weight grad 1-D circular")
 torch.cuda.synchronize()
-print(f"sanitize_cases: {','.join(mechs)} x stages {stages}: {'OK' if bad == 0 else f'{bad} MISMATCHES'}")
+print(f"sanitize_cases: {','.join(ops)} x {','.join(mechs)} x stages {stages}: {'OK' if bad == 0 else f'{bad} MISMATCHES'}")
 sys.exit(1 if bad else 0)
