@@ -111,8 +111,9 @@ for tool in memcheck racecheck synccheck; do
   for m in $mechs; do
     f="$LOG/sanitizer_${tool}_$m"
     n=$(grep -E "ERROR SUMMARY|RACECHECK SUMMARY" "$f.log" | tail -1 | grep -oE "[0-9]+ (error|hazard)" | head -1 | grep -oE "[0-9]+")
-    ok=$(grep -q "sanitize_cases:.*: OK" "$f.log" && echo ok || echo NOT-OK)
-    line="$line $m rc=$(cat "$f.rc") ${n:-?} $ok;"
+    # the cases' own verdict: OK, N MISMATCHES, or none (the process did not get to the end)
+    res=$(grep -o "sanitize_cases:.*" "$f.log" | tail -1 | sed 's/.*: //')
+    line="$line $m rc=$(cat "$f.rc") ${n:-?} ${res:-no-verdict};"
   done
   note "$line"
 done
