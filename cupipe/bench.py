@@ -308,7 +308,8 @@ def tasks_engine(b: Bench) -> List[Task]:
             if m == "auto":  # what the shipped table picked, so the row reads as a configuration
                 try:
                     e = cupipe.explain("stream_copy", x)
-                    row["resolved"] = f"{e.mechanism}/{e.stages}/vec{e.vec_bytes}"
+                    row["resolved"] = ("cpu: knobs ignored" if e.mechanism is None else
+                                       f"{e.mechanism}/{e.stages}/vec{e.vec_bytes}")
                 except Exception:  # pragma: no cover (an older build without _C.resolve_config)
                     pass
             b.res.add(table=table, op="stream_copy", mechanism=m, stages=s, **row, ms=ms, GBps=bw,

@@ -57,6 +57,9 @@ def test_cpu_quick_end_to_end(tmp_path):
     ops = {r["op"] for r in doc["rows"]}
     assert ops == {"stream_copy", "stencil1d", "stencil2d", "reduce"}
     assert all(r["table"].endswith("[CPU]") for r in doc["rows"])
+    # the engine table's first row is what stream_copy runs by default, named as such
+    auto = [r for r in doc["rows"] if r["table"].startswith("stream_copy 2^") and r["mechanism"] == "auto"]
+    assert len(auto) == 1 and auto[0]["resolved"] == "cpu: knobs ignored" and auto[0]["ms"] > 0
     with open(out / "results.csv", newline="") as f:
         rows = list(csv.DictReader(f))
     assert len(rows) == len(doc["rows"]) and "GBps" in rows[0]
