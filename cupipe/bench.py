@@ -326,8 +326,8 @@ def tasks_engine(b: Bench) -> List[Task]:
     if not b.cpu:
         # The default configuration against copy_ in alternating rounds (each a median of reps):
         # the table above divides by one copy_ timing taken at the start, so any drift over the
-        # run moves its ratios (0.997 and 0.999 for the same kernel in two calls on an H200); here each round's
-        # ratio is of two timings taken back to back.
+        # run moves its ratios (0.997 and 0.999 for the same kernel in two calls on an H200);
+        # here each round's ratio is of two timings taken back to back.
         rounds = 11
         tbl_i = f"stream_copy (auto) against y.copy_(x) in {rounds} alternating rounds"
 
