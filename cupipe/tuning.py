@@ -308,11 +308,9 @@ _STENCIL_REASONS = {
                 "sixth run); fp32 3x3 and 5x5 run their fixed consumers in 128-thread blocks, one "
                 "and two tiles per block (8192^2 0.141 and 0.142 ms against primitives/2's 0.146 "
                 "and 0.152, twelfth run); fp16 boxes of 5-9 tap rows run the narrow tensor-core "
-                "kernels (fp16 5x5 0.085 ms against the CUDA cores' 0.113, thirteenth run)",
-    ("specialized", 2): "on sm_90, 2-byte signals along the last dim: specialized (one producer "
-                        "warp, the other warps consume) with 2 stages; fp16 2^28 r=4 0.406-0.430 ms "
-                        "against barrier/2's 0.462-0.537 (H200, BENCHMARKS.md, fourth run; fifth "
-                        "run 0.334 against 0.379)",
+                "kernels (fp16 5x5 0.085 ms against the CUDA cores' 0.113, thirteenth run); "
+                "2-byte signals along the last dim: one bulk copy per 32 KiB tile (fp16 2^28 r=4 "
+                "0.299 ms against barrier/2's 0.302 and specialized/2's 0.307, twenty-second run)",
     ("primitives", 2): "primitives (guaranteed LDGSTS, zero-fill tails) with 2 stages: 2-D boxes on "
                        "sm_90 (fp32 8192^2 3x3 0.157 ms against specialized/2's 0.169, 5x5 0.156 "
                        "against 0.190; fp16 3x3 0.127 against 0.205; H200, BENCHMARKS.md, fifth "

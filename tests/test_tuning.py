@@ -286,14 +286,14 @@ def test_explain_on_a_gpu_table_and_cache(fake_gpu, monkeypatch):
 
 @needs_table
 def test_stencil_table_depends_on_the_radii_and_dtype(fake_gpu, monkeypatch):
-    """On sm_90 (measured): along the last dim only (ry = 0) barrier/2, or specialized/2 for 2-byte
+    """On sm_90 (measured): along the last dim only (ry = 0) barrier/2, or tma/2 for 2-byte
     types; 2-D boxes of 2-byte types, fp32 3x3 and 5x5 boxes and fp32 boxes wider than 5 on rows
     of 16-byte multiples tma/2; other 2-D boxes, a strided dim and older GPUs primitives/2.
     explain derives (ry, rx, esz, rows16) like the kernels."""
     rc = cupipe._C.resolve_config
     assert rc("stencil1d", 90, "auto", 0, 0, ry=0, rx=4)[:2] == ("barrier", 2)
     assert rc("stencil1d", 90, "auto", 0, 0, ry=0, rx=4, esz=8)[:2] == ("barrier", 2)
-    assert rc("stencil1d", 90, "auto", 0, 0, ry=0, rx=4, esz=2)[:2] == ("specialized", 2)
+    assert rc("stencil1d", 90, "auto", 0, 0, ry=0, rx=4, esz=2)[:2] == ("tma", 2)
     assert rc("stencil1d", 90, "auto", 0, 0, ry=4, rx=0)[:2] == ("primitives", 2)
     assert rc("stencil1d", 80, "auto", 0, 0, ry=0, rx=4)[:2] == ("primitives", 2)
     assert rc("stencil2d", 90, "auto", 0, 0, ry=1, rx=1)[:2] == ("primitives", 2)
@@ -332,7 +332,7 @@ def test_stencil_table_depends_on_the_radii_and_dtype(fake_gpu, monkeypatch):
     e = cupipe.explain("stencil1d", sig, torch.empty(9, device="cuda"))
     assert (e.mechanism, e.stages) == ("barrier", 2) and "0.621" in e.reason
     e = cupipe.explain("stencil1d", sig.half(), torch.empty(9, device="cuda"))
-    assert (e.mechanism, e.stages) == ("specialized", 2) and "fp16" in e.reason
+    assert (e.mechanism, e.stages) == ("tma", 2) and "2-byte signals" in e.reason
     e = cupipe.explain("stencil2d", torch.empty(64, 64, device="cuda"), torch.empty(3, 3, device="cuda"))
     assert (e.mechanism, e.stages) == ("tma", 2) and "fp32 3x3" in e.reason
     e = cupipe.explain("stencil2d", torch.empty(64, 63, device="cuda"), torch.empty(3, 3, device="cuda"))

@@ -99,6 +99,11 @@ template <typename T>
 constexpr int kTW = sizeof(T) == 8 ? 2 : 4;
 template <typename T>
 constexpr int kVecBytes = kTW<T> * static_cast<int>(sizeof(T));
+// The 2-byte rows' fixed consumer (1-D signals: one output row per item, 8 accumulators) takes
+// items of 8 outputs, one 16-byte vector: with 4-output items the fp16 1-D r=4 kernel issued 30
+// instructions per output (ncu, H200: issue slots 77% busy, DRAM 51%), 9 of them FMAs and the
+// rest the item's conversions, indexing and checks, which wider items share among more outputs.
+constexpr int kRowWideTW = 8;
 
 // What the loader tells the consumer about the tile in a stage, before the row shifts.
 struct TileHeader {
@@ -151,11 +156,11 @@ inline void set_tile_grid(StencilGeom& g) {
 
 // Tile shape for `consumers` consuming threads, shrunk until `stages` stages and the weights fit
 // `smem_budget` bytes. Box tiles start at one item per thread: 32 items (a warp) across, one
-// 8-row block per warp down (64 x 128 outputs for fp32); Row tiles are 2048 items of one row, 8
-// per thread, so that a 1-D signal moves in 32 KiB stages (16 for 2-byte types): a tile's fixed
-// cost (its origin, window and copy setup, the ring's wait) is spread over more outputs than at
-// 1024 items (H200, 2^28 r = 4 with primitives/2: fp16 0.70 -> 0.52-0.56 ms, fp32 unchanged
-// within the runs' spread; BENCHMARKS.md, fourth run). Narrow planes
+// 8-row block per warp down (64 x 128 outputs for fp32); Row tiles are 32 KiB of one row (2048
+// items of fp32 or fp64, 4096 of a 2-byte type), so that a 1-D signal moves in 32 KiB stages: a
+// tile's fixed cost (its origin, window and copy setup, the ring's wait) is spread over more
+// outputs than at 1024 items (H200, 2^28 r = 4 with primitives/2: fp16 0.70 -> 0.52-0.56 ms, fp32
+// unchanged within the runs' spread; BENCHMARKS.md, fourth run). Narrow planes
 // trade columns for rows (up to kStencilMaxTileRows), short planes drop rows; when even the
 // smallest Box tile does not fit (huge radii), Row's shorter window is tried.
 // `align`: of the window rows' start in a stage and of the stage size (16; 128 for tensor-map
@@ -185,7 +190,7 @@ inline StencilGeom make_stencil_geom(const StencilParams& p, int esz, int acc_si
     g.kh_pad = static_cast<int>(kh_pad);
     g.kw_pad = static_cast<int>(kw_pad);
     g.weight_bytes = engine::align_up(kh_pad * kw_pad * acc_size, 16);
-    int cols = b.th == 1 ? 2048 : 32;
+    int cols = b.th == 1 ? static_cast<int>(32768 / (tw * esz)) : 32;  // Row: 32 KiB of outputs
     while (cols > 1 && (cols / 2) * int64_t(tw) >= p.nx) cols /= 2;
     int rb = static_cast<int>(std::max<int64_t>(1, std::min<int64_t>({(b.th == 1 ? 8 * consumers : consumers) / cols,
                                                                       kStencilMaxTileRows / b.th,
@@ -547,7 +552,8 @@ __device__ __forceinline__ void store_vector(T* dst, const acc_t<T> (&v)[TW]) {
         u[i] = *reinterpret_cast<const uint32_t*>(&h);
       }
     }
-    *reinterpret_cast<uint2*>(dst) = make_uint2(u[0], u[1]);
+    if constexpr (TW == 8) *reinterpret_cast<uint4*>(dst) = make_uint4(u[0], u[1], u[2], u[3]);
+    else *reinterpret_cast<uint2*>(dst) = make_uint2(u[0], u[1]);
   }
 }
 
@@ -627,11 +633,14 @@ __device__ __noinline__ void consume_box_tile(uint32_t stage, uint32_t w_s, Cons
 // the lanes of a warp read consecutive vectors) and the elements are picked at compile-time
 // offsets. The weights are loaded into registers once per tile, not once per item. The vectors
 // read up to V - 1 bytes past the row's last tap, which the pitch and the stage's slack cover.
-template <typename T, int TH, int KH, int KW>
+// TW: outputs per item, kTW<T> (the tile's own items) or, for the 2-byte rows (kRowWideTW), items
+// twice as wide: the launcher then passes half the items (cols_log2 one less).
+template <typename T, int TH, int KH, int KW, int TW = kTW<T>>
 __device__ __noinline__ void consume_tile_fixed(uint32_t stage_s, uint32_t w_s, ConsumerGeom g, T* out, int rank,
                                                 int size) {
   using A = acc_t<T>;
-  constexpr int esz = sizeof(T), TW = kTW<T>, V = kVecBytes<T>, kPerVec = V / esz;
+  constexpr int esz = sizeof(T), V = TW * esz, kPerVec = TW;
+  static_assert(V == 8 || V == 16, "items of one 8- or 16-byte vector");
   constexpr int M = (kPerVec - (KW / 2) % kPerVec) % kPerVec;
   constexpr int NX = TW + KW - 1;                    // window elements an item row needs
   constexpr int NV = (M + NX + kPerVec - 1) / kPerVec;  // aligned vectors that hold them
@@ -803,11 +812,17 @@ __device__ __forceinline__ void consume_fixed(StencilFixed f, uint32_t st, uint3
     if (f == StencilFixed::Box3x3) consume_tile_fixed<T, BoxBlocking<3>::TH, 3, 3>(st, ws, cg, out, rank, size);
     else consume_tile_fixed<T, BoxBlocking<5>::TH, 5, 5>(st, ws, cg, out, rank, size);
   } else {
+    constexpr int TW = sizeof(T) == 2 ? kRowWideTW : kTW<T>;
+    ConsumerGeom rg = cg;
+    if constexpr (TW != kTW<T>) {  // items of TW outputs: half as many (choose_fixed's tile_w % TW)
+      rg.cols_log2 -= 1;
+      rg.items >>= 1;
+    }
     switch (f) {
-      case StencilFixed::Row3: consume_tile_fixed<T, 1, 1, 3>(st, ws, cg, out, rank, size); break;
-      case StencilFixed::Row5: consume_tile_fixed<T, 1, 1, 5>(st, ws, cg, out, rank, size); break;
-      case StencilFixed::Row7: consume_tile_fixed<T, 1, 1, 7>(st, ws, cg, out, rank, size); break;
-      default: consume_tile_fixed<T, 1, 1, 9>(st, ws, cg, out, rank, size); break;
+      case StencilFixed::Row3: consume_tile_fixed<T, 1, 1, 3, TW>(st, ws, rg, out, rank, size); break;
+      case StencilFixed::Row5: consume_tile_fixed<T, 1, 1, 5, TW>(st, ws, rg, out, rank, size); break;
+      case StencilFixed::Row7: consume_tile_fixed<T, 1, 1, 7, TW>(st, ws, rg, out, rank, size); break;
+      default: consume_tile_fixed<T, 1, 1, 9, TW>(st, ws, rg, out, rank, size); break;
     }
   }
 }
@@ -816,11 +831,13 @@ __device__ __forceinline__ void consume_fixed(StencilFixed f, uint32_t st, uint3
 // rows share one shift (rows of whole 16-byte multiples), and a data pointer aligned to the
 // consumer's vectors (then the shift puts the first taps where the consumer expects them).
 inline StencilFixed choose_fixed(const StencilGeom& g, const void* x, int esz) {
-  const int vec = esz == 8 ? 16 : 4 * esz;  // kVecBytes
+  const bool row = g.blocking == StencilBlocking::Row;
+  // The consumer's vector: kVecBytes, 16 bytes for the 2-byte rows' wide items (kRowWideTW).
+  const int vec = esz == 8 || (row && esz == 2) ? 16 : 4 * esz;
   if (g.nx * esz % 16 != 0 || reinterpret_cast<uintptr_t>(x) % vec != 0) return StencilFixed::None;
   const int kh = 2 * g.ry + 1, kw = 2 * g.rx + 1;
-  if (g.blocking == StencilBlocking::Row) {
-    if (kh != 1) return StencilFixed::None;
+  if (row) {
+    if (kh != 1 || (esz == 2 && g.tile_w % kRowWideTW != 0)) return StencilFixed::None;
     switch (kw) {
       case 3: return StencilFixed::Row3;
       case 5: return StencilFixed::Row5;

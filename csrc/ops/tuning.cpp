@@ -46,6 +46,10 @@ CopyConfig resolve_stream_copy(const DeviceInfo& dev, MechanismArg mech, int64_t
 //     fp16 2^28 r=4: specialized/2 0.430, 0.406; barrier/2 0.537, 0.462; primitives/2 0.561, 0.517
 //     (fifth run, queued timing: fp32 barrier/2 0.577, specialized/2 0.588, primitives/2 0.601;
 //     fp16 specialized/2 0.334, barrier/2 0.379, primitives/2 0.415)
+//     2-byte signals since the twenty-second run (the fixed consumer's 16-byte items, 32 KiB
+//     tiles; 2026-11-25, scripts/stencil_sweep.py, ms, fp16 / bf16, copy_ 0.258): tma/2 0.299 /
+//     0.300, barrier/2 0.302 / 0.303, specialized/2 0.307 / 0.306, primitives/2 0.313 / 0.313
+//     (before: 8-byte items in 16 KiB tiles, specialized/2 0.340 / 0.346 in the same session).
 //   2-D boxes (both radii > 0), fp32 8192^2: since interior tiles skip fill_stage (fifth run,
 //   2026-11-23, queued timing) primitives/2 leads: 3x3 0.157 vs specialized/2 0.169, 5-point
 //   0.151 vs 0.164, 5x5 0.156 vs 0.190, 9x9 0.379 vs 0.401 (the loader got cheaper; under
@@ -90,7 +94,7 @@ CopyConfig resolve_stencil(const DeviceInfo& dev, MechanismArg mech, int64_t sta
   best.mechanism = engine::Mechanism::Primitives;
   best.stages = 2;
   if (dev.sm >= 90 && g.rx > 0 && g.ry == 0)
-    best.mechanism = g.esz == 2 ? engine::Mechanism::Specialized : engine::Mechanism::Barrier;
+    best.mechanism = g.esz == 2 ? engine::Mechanism::Tma : engine::Mechanism::Barrier;
   if (dev.sm >= 90 && g.esz == 4 && ((g.ry == 0 && g.rx > 0) || (g.ry == 1 && g.rx == 1))) best.tiles_per_block = 2;
   if (dev.sm >= 90 && g.ry > 0 && g.rx > 0 && g.rows16) {
     if (g.esz == 2 || (g.esz == 4 && g.rx > 2)) {
