@@ -99,11 +99,12 @@ template <typename T>
 constexpr int kTW = sizeof(T) == 8 ? 2 : 4;
 template <typename T>
 constexpr int kVecBytes = kTW<T> * static_cast<int>(sizeof(T));
-// The 2-byte rows' fixed consumer (1-D signals: one output row per item, 8 accumulators) takes
+// The 2-byte types' fixed consumers in the Row kernel (1-D signals) and the narrow 3x3 kernel take
 // items of 8 outputs, one 16-byte vector: with 4-output items the fp16 1-D r=4 kernel issued 30
 // instructions per output (ncu, H200: issue slots 77% busy, DRAM 51%), 9 of them FMAs and the
-// rest the item's conversions, indexing and checks, which wider items share among more outputs.
-constexpr int kRowWideTW = 8;
+// rest the item's conversions, indexing and checks, which wider items share among more outputs;
+// the fp16 3x3 box was issue-bound the same way (79% busy, DRAM 58%).
+constexpr int kTwoByteTW = 8;
 
 // What the loader tells the consumer about the tile in a stage, before the row shifts.
 struct TileHeader {
@@ -633,8 +634,8 @@ __device__ __noinline__ void consume_box_tile(uint32_t stage, uint32_t w_s, Cons
 // the lanes of a warp read consecutive vectors) and the elements are picked at compile-time
 // offsets. The weights are loaded into registers once per tile, not once per item. The vectors
 // read up to V - 1 bytes past the row's last tap, which the pitch and the stage's slack cover.
-// TW: outputs per item, kTW<T> (the tile's own items) or, for the 2-byte rows (kRowWideTW), items
-// twice as wide: the launcher then passes half the items (cols_log2 one less).
+// TW: outputs per item, kTW<T> (the tile's own items) or, for the 2-byte types (kTwoByteTW), items
+// twice as wide: the caller then passes half the items (cols_log2 one less).
 template <typename T, int TH, int KH, int KW, int TW = kTW<T>>
 __device__ __noinline__ void consume_tile_fixed(uint32_t stage_s, uint32_t w_s, ConsumerGeom g, T* out, int rank,
                                                 int size) {
@@ -812,7 +813,7 @@ __device__ __forceinline__ void consume_fixed(StencilFixed f, uint32_t st, uint3
     if (f == StencilFixed::Box3x3) consume_tile_fixed<T, BoxBlocking<3>::TH, 3, 3>(st, ws, cg, out, rank, size);
     else consume_tile_fixed<T, BoxBlocking<5>::TH, 5, 5>(st, ws, cg, out, rank, size);
   } else {
-    constexpr int TW = sizeof(T) == 2 ? kRowWideTW : kTW<T>;
+    constexpr int TW = sizeof(T) == 2 ? kTwoByteTW : kTW<T>;
     ConsumerGeom rg = cg;
     if constexpr (TW != kTW<T>) {  // items of TW outputs: half as many (choose_fixed's tile_w % TW)
       rg.cols_log2 -= 1;
@@ -831,13 +832,13 @@ __device__ __forceinline__ void consume_fixed(StencilFixed f, uint32_t st, uint3
 // rows share one shift (rows of whole 16-byte multiples), and a data pointer aligned to the
 // consumer's vectors (then the shift puts the first taps where the consumer expects them).
 inline StencilFixed choose_fixed(const StencilGeom& g, const void* x, int esz) {
-  const bool row = g.blocking == StencilBlocking::Row;
-  // The consumer's vector: kVecBytes, 16 bytes for the 2-byte rows' wide items (kRowWideTW).
-  const int vec = esz == 8 || (row && esz == 2) ? 16 : 4 * esz;
-  if (g.nx * esz % 16 != 0 || reinterpret_cast<uintptr_t>(x) % vec != 0) return StencilFixed::None;
+  // The consumers' vectors are 16 bytes (kVecBytes, and the 2-byte types' items of kTwoByteTW
+  // outputs where the Row and narrow 3x3 kernels take them; those need tiles of whole items).
+  if (g.nx * esz % 16 != 0 || reinterpret_cast<uintptr_t>(x) % 16 != 0) return StencilFixed::None;
+  if (esz == 2 && g.tile_w % kTwoByteTW != 0) return StencilFixed::None;
   const int kh = 2 * g.ry + 1, kw = 2 * g.rx + 1;
-  if (row) {
-    if (kh != 1 || (esz == 2 && g.tile_w % kRowWideTW != 0)) return StencilFixed::None;
+  if (g.blocking == StencilBlocking::Row) {
+    if (kh != 1) return StencilFixed::None;
     switch (kw) {
       case 3: return StencilFixed::Row3;
       case 5: return StencilFixed::Row5;
@@ -1056,7 +1057,12 @@ __global__ void __launch_bounds__(Threads, stencil_min_blocks<T, Box, NarrowK, T
       static_assert(BoxBlocking<3>::TH == BoxBlocking<5>::TH, "narrow items split the Box item");
       ConsumerGeom ng = cg;
       ng.items = cg.items * (BoxBlocking<3>::TH / kNarrowTH);  // the same tile in items of kNarrowTH rows
-      consume_tile_fixed<T, kNarrowTH, NarrowK, NarrowK>(static_cast<uint32_t>(__cvta_generic_to_shared(stage)),
+      constexpr int TW = sizeof(T) == 2 ? kTwoByteTW : kTW<T>;
+      if constexpr (TW != kTW<T>) {  // items of TW outputs: half as many across
+        ng.cols_log2 -= 1;
+        ng.items >>= 1;
+      }
+      consume_tile_fixed<T, kNarrowTH, NarrowK, NarrowK, TW>(static_cast<uint32_t>(__cvta_generic_to_shared(stage)),
                                                          static_cast<uint32_t>(__cvta_generic_to_shared(w_s)), ng,
                                                          out, team.rank, team.size);
     } else {
