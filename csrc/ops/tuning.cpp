@@ -50,6 +50,8 @@ CopyConfig resolve_stream_copy(const DeviceInfo& dev, MechanismArg mech, int64_t
 //     tiles; 2026-11-25, scripts/stencil_sweep.py, ms, fp16 / bf16, copy_ 0.258): tma/2 0.299 /
 //     0.300, barrier/2 0.302 / 0.303, specialized/2 0.307 / 0.306, primitives/2 0.313 / 0.313
 //     (before: 8-byte items in 16 KiB tiles, specialized/2 0.340 / 0.346 in the same session).
+//     Batches of short rows (many rows per tile, one bulk copy per row, as under fp32's barrier)
+//     were not measured.
 //   2-D boxes (both radii > 0), fp32 8192^2: since interior tiles skip fill_stage (fifth run,
 //   2026-11-23, queued timing) primitives/2 leads: 3x3 0.157 vs specialized/2 0.169, 5-point
 //   0.151 vs 0.164, 5x5 0.156 vs 0.190, 9x9 0.379 vs 0.401 (the loader got cheaper; under
