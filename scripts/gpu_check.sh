@@ -3,7 +3,8 @@
 # compute-sanitizer tools over a reduced matrix, a SASS check, a short benchmark (with the
 # mechanism x stages sweep and plots), the examples and the tour notebook.
 # Usage: bash scripts/gpu_check.sh [steps...]
-#        steps: build tests sanitize sass profile bench benchengine benchfull examples notebook, or engine
+#        steps: build tests sanitize sass profile bench benchengine benchops benchfull extras examples
+#        notebook, or one preset: engine, stencils, reductions
 #        (default: build tests sanitize sass bench examples notebook; logs go to $OUT or ./gpu_check_out)
 # On a device call limited to 600 s the whole set takes three calls (build 200-300 s on a fresh
 # machine; every test file with CUPIPE_SLOW=1 in parallel processes ~320 s; sanitizers ~280 s;
@@ -16,6 +17,13 @@
 #     build, its tests (stream_copy, engine incl. the per-kernel SASS check, tuning), the sanitizers
 #     over stream_copy only at stages 1,2,3,4,8 (every mechanism) and the engine suite (mechanism x
 #     stages, copy width, the latency-bound stage curve); set TEST_GROUPS/SAN_* to override.
+#   bash scripts/gpu_check.sh stencils                       # the stencils' proof, one call: build,
+#     test_stencil + test_tuning, the sanitizers over the stencil and gradient cases at 2 stages
+#     (every mechanism), the suite's stencil tables and scripts/stencil_extras.py (9x9 against the
+#     FP32 rate, fp16/bf16, training step)
+#   bash scripts/gpu_check.sh reductions                     # the same for reduce: test_reduce (two
+#     processes) + test_tuning, the sanitizers over the reduce cases at 2 stages, the reduce suite
+# (step names: benchops runs `cupipe.bench --suite ops --ops $BENCH_OPS`, extras stencil_extras.py)
 # The sass step alone dumps the whole module's SASS (~150 s on the device's 16 cores); the test
 # does the same per kernel, so the engine preset leaves the step out.
 set -uo pipefail
@@ -28,6 +36,16 @@ if [ "$STEPS" = engine ]; then
 engine_matrix:tests/test_engine_cuda.py -k stream_copy_matrix;\
 engine_rest:tests/test_engine_cuda.py -k 'stream_copy and not matrix or tma_error or shared_memory or sass'"}
   export SAN_OPS=${SAN_OPS:-copy} SAN_STAGES=${SAN_STAGES:-1,2,3,4,8} SAN_RACE_STAGES=${SAN_RACE_STAGES:-1,2,3,4,8}
+elif [ "$STEPS" = stencils ]; then
+  STEPS="build tests sanitize benchops extras"
+  export TEST_GROUPS=${TEST_GROUPS:-"stencil:tests/test_stencil.py;tuning:tests/test_tuning.py"}
+  export SAN_OPS=${SAN_OPS:-stencil2d,stencil1d,grad} SAN_STAGES=${SAN_STAGES:-2} SAN_RACE_STAGES=${SAN_RACE_STAGES:-2}
+  export BENCH_OPS=${BENCH_OPS:-stencil1d,stencil2d}
+elif [ "$STEPS" = reductions ]; then
+  STEPS="build tests sanitize benchops"
+  export TEST_GROUPS=${TEST_GROUPS:-"reduce_a:tests/test_reduce.py -k 'not layout';reduce_layouts:tests/test_reduce.py -k layout;tuning:tests/test_tuning.py"}
+  export SAN_OPS=${SAN_OPS:-reduce} SAN_STAGES=${SAN_STAGES:-2} SAN_RACE_STAGES=${SAN_RACE_STAGES:-2}
+  export BENCH_OPS=${BENCH_OPS:-reduce}
 fi
 has() { [[ " $STEPS " == *" $1 "* ]]; }
 LOG=${OUT:-$PWD/gpu_check_out}
@@ -166,6 +184,19 @@ if has benchengine; then
   t0=$(date +%s)
   python3 -m cupipe.bench --suite engine --no-progress --out "$LOG/bench_engine" 2>&1 | tee "$LOG/bench_engine.txt"
   note "engine suite: rc=${PIPESTATUS[0]} [$(( $(date +%s) - t0 ))s] (tables in bench_engine.txt)"
+fi
+if has benchops; then
+  t0=$(date +%s)
+  python3 -m cupipe.bench --suite ops --ops "${BENCH_OPS:-stream_copy,stencil1d,stencil2d,reduce}" --reps 30 \
+    --no-progress --out "$LOG/bench_ops" 2>&1 | tee "$LOG/bench_ops.txt"
+  note "suite ($BENCH_OPS): rc=${PIPESTATUS[0]} [$(( $(date +%s) - t0 ))s]"
+  while read -r l; do note "  $l"; done < <(grep -E "^(copy bandwidth|stencil|sum|amax|mean)" "$LOG/bench_ops.txt")
+fi
+if has extras; then
+  t0=$(date +%s)
+  python3 scripts/stencil_extras.py 2>&1 | tee "$LOG/stencil_extras.txt"
+  note "stencil extras: rc=${PIPESTATUS[0]} [$(( $(date +%s) - t0 ))s]"
+  while read -r l; do note "  $l"; done < <(grep -E "^(stencil|training)" "$LOG/stencil_extras.txt")
 fi
 if has benchfull; then
   python3 -m cupipe.bench --out "$LOG/bench" 2>&1 | tee "$LOG/bench.txt"
