@@ -187,9 +187,10 @@ if has benchengine; then
 fi
 if has benchops; then
   t0=$(date +%s)
-  python3 -m cupipe.bench --suite ops --ops "${BENCH_OPS:-stream_copy,stencil1d,stencil2d,reduce}" --reps 30 \
-    --no-progress --out "$LOG/bench_ops" 2>&1 | tee "$LOG/bench_ops.txt"
-  note "suite ($BENCH_OPS): rc=${PIPESTATUS[0]} [$(( $(date +%s) - t0 ))s]"
+  ops=${BENCH_OPS:-stream_copy,stencil1d,stencil2d,reduce}
+  python3 -m cupipe.bench --suite ops --ops "$ops" --reps 30 --no-progress --out "$LOG/bench_ops" 2>&1 \
+    | tee "$LOG/bench_ops.txt"
+  note "suite ($ops): rc=${PIPESTATUS[0]} [$(( $(date +%s) - t0 ))s]"
   while read -r l; do note "  $l"; done < <(grep -E "^(copy bandwidth|stencil|sum|amax|mean)" "$LOG/bench_ops.txt")
 fi
 if has extras; then

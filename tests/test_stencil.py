@@ -259,8 +259,8 @@ FIXED_WEIGHTS = [(3, 3), (5, 5), (9, 9)]
 
 @pytest.mark.parametrize("dtype", FLOAT_DTYPES, ids=lambda d: DTYPE_IDS[d])
 @pytest.mark.parametrize("boundary", BOUNDARIES)
-# offset 4: 2-byte data 8 bytes past a 16-byte boundary, where the 2-byte rows' fixed consumer
-# (16-byte items) gives way to the general one.
+# offset 4: 2-byte data 8 bytes past a 16-byte boundary, where the 2-byte fixed consumers (rows and
+# the narrow 3x3 kernel, 16-byte items) give way to the general one.
 @pytest.mark.parametrize("offset", [0, 1, 4], ids=["aligned", "offset", "offset4"])
 def test_stencil_fixed_consumers(device, boundary, dtype, offset):
     for shape in FIXED_PLANES:
