@@ -19,11 +19,15 @@
 #     stages, copy width, the latency-bound stage curve); set TEST_GROUPS/SAN_* to override.
 #   bash scripts/gpu_check.sh stencils                       # the stencils' proof, one call: build,
 #     test_stencil + test_tuning, the sanitizers over the stencil and gradient cases at 2 stages
-#     (every mechanism), the suite's stencil tables and scripts/stencil_extras.py (9x9 against the
-#     FP32 rate, fp16/bf16, training step)
+#     (every mechanism), the suite's stencil tables with the mechanism x stages sweep,
+#     scripts/stencil_extras.py (9x9 against the FP32 rate, fp16/bf16, training step) and the
+#     examples (heat_diffusion's PNG). ~450 s after a build: on a fresh machine run
+#     `gpu_check.sh build` in a call before it (the second build is a no-op).
 #   bash scripts/gpu_check.sh reductions                     # the same for reduce: test_reduce (two
 #     processes) + test_tuning, the sanitizers over the reduce cases at 2 stages, the reduce suite
-# (step names: benchops runs `cupipe.bench --suite ops --ops $BENCH_OPS`, extras stencil_extras.py)
+#     and its sweep
+# (step names: benchops runs `cupipe.bench --suite ops --ops $BENCH_OPS`, with --sweep when
+# BENCH_SWEEP is set; extras stencil_extras.py)
 # The sass step alone dumps the whole module's SASS (~150 s on the device's 16 cores); the test
 # does the same per kernel, so the engine preset leaves the step out.
 set -uo pipefail
@@ -37,15 +41,15 @@ engine_matrix:tests/test_engine_cuda.py -k stream_copy_matrix;\
 engine_rest:tests/test_engine_cuda.py -k 'stream_copy and not matrix or tma_error or shared_memory or sass'"}
   export SAN_OPS=${SAN_OPS:-copy} SAN_STAGES=${SAN_STAGES:-1,2,3,4,8} SAN_RACE_STAGES=${SAN_RACE_STAGES:-1,2,3,4,8}
 elif [ "$STEPS" = stencils ]; then
-  STEPS="build tests sanitize benchops extras"
+  STEPS="build tests sanitize benchops extras examples"
   export TEST_GROUPS=${TEST_GROUPS:-"stencil:tests/test_stencil.py;tuning:tests/test_tuning.py"}
   export SAN_OPS=${SAN_OPS:-stencil2d,stencil1d,grad} SAN_STAGES=${SAN_STAGES:-2} SAN_RACE_STAGES=${SAN_RACE_STAGES:-2}
-  export BENCH_OPS=${BENCH_OPS:-stencil1d,stencil2d}
+  export BENCH_OPS=${BENCH_OPS:-stencil1d,stencil2d} BENCH_SWEEP=${BENCH_SWEEP:-1}
 elif [ "$STEPS" = reductions ]; then
   STEPS="build tests sanitize benchops"
   export TEST_GROUPS=${TEST_GROUPS:-"reduce_a:tests/test_reduce.py -k 'not layout';reduce_layouts:tests/test_reduce.py -k layout;tuning:tests/test_tuning.py"}
   export SAN_OPS=${SAN_OPS:-reduce} SAN_STAGES=${SAN_STAGES:-2} SAN_RACE_STAGES=${SAN_RACE_STAGES:-2}
-  export BENCH_OPS=${BENCH_OPS:-reduce}
+  export BENCH_OPS=${BENCH_OPS:-reduce} BENCH_SWEEP=${BENCH_SWEEP:-1}
 fi
 has() { [[ " $STEPS " == *" $1 "* ]]; }
 LOG=${OUT:-$PWD/gpu_check_out}
@@ -188,10 +192,12 @@ fi
 if has benchops; then
   t0=$(date +%s)
   ops=${BENCH_OPS:-stream_copy,stencil1d,stencil2d,reduce}
-  python3 -m cupipe.bench --suite ops --ops "$ops" --reps 30 --no-progress --out "$LOG/bench_ops" 2>&1 \
-    | tee "$LOG/bench_ops.txt"
-  note "suite ($ops): rc=${PIPESTATUS[0]} [$(( $(date +%s) - t0 ))s]"
+  python3 -m cupipe.bench --suite ops --ops "$ops" ${BENCH_SWEEP:+--sweep} --reps 30 --no-progress \
+    --out "$LOG/bench_ops" 2>&1 | tee "$LOG/bench_ops.txt"
+  note "suite ($ops${BENCH_SWEEP:+, with the mechanism x stages sweep}): rc=${PIPESTATUS[0]} [$(( $(date +%s) - t0 ))s]"
   while read -r l; do note "  $l"; done < <(grep -E "^(copy bandwidth|stencil|sum|amax|mean)" "$LOG/bench_ops.txt")
+  # The sweep's tables (mechanism x stages for one case per op), whole.
+  while read -r l; do note "  $l"; done < <(awk '/^== sweep:/{on=1} on&&/^$/{on=0} on' "$LOG/bench_ops.txt")
 fi
 if has extras; then
   t0=$(date +%s)

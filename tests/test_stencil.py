@@ -250,7 +250,7 @@ def test_stencil2d_odd_planes(device, shape, boundary, dtype):
 # storage offset) the general consumer. Both must agree with the reference, on planes with
 # partial items (rows not a multiple of 8, columns not a multiple of a tile), on planes
 # shorter or narrower than one tile, and on planes with interior tiles (64 x 128 outputs, or 32 x
-# 128 in the fp32 narrow kernels' 128-thread blocks: (2, 150, 384) has them for 3x3 and 5x5).
+# 128 in the fp32 narrow kernels' 128-thread blocks: (2, 150, 384) has them for 3x3, 5x5 and 9x9).
 # Outputs come from poisoned memory.
 FIXED_PLANES = [(37, 96), (2, 70, 200), (8, 128), (3, 1, 1024),
                 (2, 150, 384)]  # interior tiles (no boundary row or column in their window) too
@@ -475,6 +475,7 @@ def test_stencil_mechanisms(device, mechanism):
     w2 = make_weights((5, 5), torch.float32, device)
     w3 = make_weights((9, 13), torch.float32, device)
     w4 = make_weights((3, 3), torch.float32, device)
+    w5 = make_weights((9, 9), torch.float32, device)
     for stages in (0, 1, 2, 3, 4, 8):
         for boundary in BOUNDARIES:
             for dim in (-1, 1):
@@ -482,12 +483,13 @@ def test_stencil_mechanisms(device, mechanism):
                                      stages=stages)
                 assert_close(y, _ref1d(x, w1, dim, boundary), atol=1e-4, rtol=1e-4,
                              what=f"1d {mechanism} {stages} {boundary} dim={dim}")
-            # xb's rows are whole 16-byte multiples: 1-D along them and the 3x3/5x5 boxes run
-            # the fixed consumers, behind every mechanism's loader.
+            # xb's rows are whole 16-byte multiples: 1-D along them and the 3x3/5x5/9x9 boxes
+            # run the fixed consumers (at 2 stages the narrow kernels), behind every mechanism's
+            # loader.
             y = cupipe.stencil1d(xb, w1, dim=-1, boundary=boundary, mechanism=mechanism, stages=stages)
             assert_close(y, _ref1d(xb, w1, -1, boundary), atol=1e-4, rtol=1e-4,
                          what=f"1d {mechanism} {stages} {boundary} x={tuple(xb.shape)}")
-            for xx, w in [(x, w2), (xb, w2), (xb, w4), (xb, w3)]:
+            for xx, w in [(x, w2), (xb, w2), (xb, w4), (xb, w3), (xb, w5)]:
                 y = cupipe.stencil2d(xx, w, boundary=boundary, mechanism=mechanism, stages=stages)
                 assert_close(y, _ref2d(xx, w, boundary), atol=1e-4, rtol=1e-4,
                              what=f"2d {mechanism} {stages} {boundary} x={tuple(xx.shape)} "

@@ -796,6 +796,14 @@ __device__ __noinline__ void consume_tile_wide(uint32_t stage_s, uint32_t w_s, C
   }
 }
 
+// The wide consumer over a Box tile (StencilFixed::Box9x9): items twice as wide as the Box
+// item, so one less column bit.
+__device__ __forceinline__ void consume_box9x9(uint32_t st, uint32_t ws, ConsumerGeom g, float* out, int rank,
+                                               int size) {
+  g.cols_log2 -= 1;
+  consume_tile_wide<9, 9>(st, ws, g, out, rank, size);
+}
+
 // Runs the fixed consumer the launcher chose (see StencilFixed): the Row shapes in the Row kernel,
 // the Box shapes in the Box kernel (each compiled under its kernel's register budget).
 template <typename T, bool Box>
@@ -804,9 +812,7 @@ __device__ __forceinline__ void consume_fixed(StencilFixed f, uint32_t st, uint3
   if constexpr (Box) {
     if constexpr (std::is_same_v<T, float>) {
       if (f == StencilFixed::Box9x9) {
-        ConsumerGeom wg = cg;
-        wg.cols_log2 -= 1;  // items twice as wide (see consume_tile_wide)
-        consume_tile_wide<9, 9>(st, ws, wg, out, rank, size);
+        consume_box9x9(st, ws, cg, out, rank, size);
         return;
       }
     }
@@ -933,11 +939,11 @@ __device__ __forceinline__ A weight_as(const void* w, DType t, int i) {
 // consumer, not the block size, bounds it: 0.108-0.110 ms at any size).
 constexpr int kNarrowTH = 4;
 // Resident warps per SM each kernel is compiled for (the register budget: 65536 / (32 x warps)
-// registers per thread): Row 24 (85), narrow 3x3 24 (80), narrow 5x5 20 (102), Box and narrow
-// tensor-core 16 (128), fp64 Box 8 (all they need).
+// registers per thread): Row 24 (85), narrow 3x3 24 (80), narrow 5x5 20 (102), Box, narrow 9x9
+// and narrow tensor-core 16 (128), fp64 Box 8 (all they need).
 template <typename T, bool Box, int NarrowK = 0>
 constexpr int stencil_min_warps() {
-  return !Box ? 24 : NarrowK == 3 ? 24 : NarrowK == 5 ? 20 : NarrowK < 0 ? 16 : sizeof(T) == 8 ? 8 : 16;
+  return !Box ? 24 : NarrowK == 3 ? 24 : NarrowK == 5 ? 20 : NarrowK == 9 || NarrowK < 0 ? 16 : sizeof(T) == 8 ? 8 : 16;
 }
 template <typename T, bool Box, int NarrowK = 0, int Threads = kStencilThreads>
 constexpr int stencil_min_blocks() {
@@ -976,17 +982,27 @@ inline int narrow_mma_rows(const StencilGeom& g, int stages, int sm) {
 // The narrow kernel for a box the launcher found a fixed consumer for: K, or 0 for none. One or
 // two stages (deeper rings do not fit the narrow kernels' blocks per SM at these tiles, so they
 // keep the general kernel, and the instantiations stay few); 3x3 for 2- and 4-byte types, 5x5 for
-// fp32 (the 2-byte 5x5 gains nothing); fp64 keeps its one-block kernel.
+// fp32 (the 2-byte 5x5 gains nothing); fp64 keeps its one-block kernel. 9: the fp32 9x9 box's wide
+// consumer alone, two stages, persistent 128-thread blocks (four per SM on 32 x 128 tiles; the
+// wide consumer at 118 registers): scripts/probe_stencil_wide.cu (H200, twenty-third run, 8192^2,
+// ms, two rounds): tma 0.2364-0.2367 against the general kernel's 0.2484-0.2505 (43.7 -> 46.0
+// TFLOP/s), primitives 0.289 against 0.313; 256-thread narrow blocks 0.245-0.246, blocks of 1, 2
+// or 4 tiles 0.244-0.259. ncu (tma, narrow): issue slots 83% busy, the FMA pipe 72% (the general
+// kernel: 76% and 67%, twenty-second run): four blocks per SM meet their tiles' barriers less in
+// step than two. Loading each window row while the row before it is applied (two row buffers) ran
+// slower: 0.246 narrow, 0.261 general.
 template <typename T>
 int narrow_box(StencilFixed f, int stages) {
   if (stages > 2 || sizeof(T) > 4) return 0;
   if (f == StencilFixed::Box3x3) return 3;
   if (f == StencilFixed::Box5x5 && std::is_same_v<T, float>) return 5;
+  if (f == StencilFixed::Box9x9 && std::is_same_v<T, float> && stages == 2) return 9;
   return 0;
 }
 
 // NarrowK (Box only): 0, the general kernel; 3 or 5, the fixed K x K consumer alone in items of
-// kNarrowTH rows (the launcher's precondition: g.fixed is that box); -KH (2-byte types), the
+// kNarrowTH rows (the launcher's precondition: g.fixed is that box); 9 (fp32), the wide consumer
+// alone (precondition: g.fixed is Box9x9, its weight rows widened); -KH (2-byte types), the
 // tensor-core consumer alone with KH tap rows (precondition: g.fixed is Mma, see
 // narrow_mma_rows). Threads: the block size (the launcher's: narrow_threads or kMmaNarrowThreads
 // for narrow kernels, else kStencilThreads; the probe compares others).
@@ -1053,6 +1069,10 @@ __global__ void __launch_bounds__(Threads, stencil_min_blocks<T, Box, NarrowK, T
       const uint32_t st = static_cast<uint32_t>(__cvta_generic_to_shared(stage));
       const uint32_t fs = ws + static_cast<uint32_t>(g.weight_bytes);
       consume_tile_mma_rows<T, KH, mma_round_rows(KH), Terms>(st, fs, ws, mg, out, team.rank, team.size);
+    } else if constexpr (NarrowK == 9) {
+      static_assert(std::is_same_v<T, float>, "the narrow 9x9 kernel is the fp32 wide consumer's");
+      consume_box9x9(static_cast<uint32_t>(__cvta_generic_to_shared(stage)),
+                     static_cast<uint32_t>(__cvta_generic_to_shared(w_s)), cg, out, team.rank, team.size);
     } else if constexpr (NarrowK > 0) {
       static_assert(BoxBlocking<3>::TH == BoxBlocking<5>::TH, "narrow items split the Box item");
       ConsumerGeom ng = cg;
@@ -1132,7 +1152,15 @@ void launch_stencil_mechanism(const StencilParams& p) {
           }
         }
       }
-      if (g.fixed == StencilFixed::Box9x9 && !widen_weight_rows(g, S, smem_budget)) g.fixed = StencilFixed::None;
+      if (g.fixed == StencilFixed::Box9x9 && !widen_weight_rows(g, S, smem_budget)) {
+        g.fixed = StencilFixed::None;
+        if (narrow == 9) {  // the general kernel and consumer, on its own tiles
+          g = geom_for(kStencilThreads);
+          g.fixed = StencilFixed::None;
+          narrow = 0;
+          threads = kStencilThreads;
+        }
+      }
       // tma moves a 2-D tile as one tensor-map box when the map can describe the input: rows of
       // whole 16-byte multiples from a 16-byte aligned pointer, boxes of at most 256 x 256.
       CUtensorMap tmap{};
@@ -1181,7 +1209,7 @@ void launch_stencil_mechanism(const StencilParams& p) {
         if (narrow == -7) return launch(stencil_kernel<M, S, T, true, -7>);
         if (narrow == -9) return launch(stencil_kernel<M, S, T, true, -9>);
       }
-      // The fixed 3x3 and 5x5 consumers in kernels of their own (see narrow_box).
+      // The fixed 3x3, 5x5 and (fp32) 9x9 consumers in kernels of their own (see narrow_box).
       if constexpr (S <= 2 && sizeof(T) <= 4) {
         if (narrow == 3) {
           launch(stencil_kernel<M, S, T, true, 3>);
@@ -1191,6 +1219,12 @@ void launch_stencil_mechanism(const StencilParams& p) {
           if (narrow == 5) {
             launch(stencil_kernel<M, S, T, true, 5>);
             return;
+          }
+          if constexpr (S == 2) {
+            if (narrow == 9) {
+              launch(stencil_kernel<M, S, T, true, 9>);
+              return;
+            }
           }
         }
       }
