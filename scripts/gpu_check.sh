@@ -21,11 +21,11 @@
 #     test_stencil + test_tuning, the sanitizers over the stencil and gradient cases at 2 stages
 #     (every mechanism), the suite's stencil tables with the mechanism x stages sweep,
 #     scripts/stencil_extras.py (9x9 against the FP32 rate, fp16/bf16, training step) and the
-#     examples (heat_diffusion's PNG). ~450 s after a build: on a fresh machine run
-#     `gpu_check.sh build` in a call before it (the second build is a no-op).
+#     examples (heat_diffusion's PNG): 487 s on an H200 with its build (199 s; pip rebuilds every
+#     file on each call, warm machine or not)
 #   bash scripts/gpu_check.sh reductions                     # the same for reduce: test_reduce (two
 #     processes) + test_tuning, the sanitizers over the reduce cases at 2 stages, the reduce suite
-#     and its sweep
+#     and its sweep (335 s with the build)
 # (step names: benchops runs `cupipe.bench --suite ops --ops $BENCH_OPS`, with --sweep when
 # BENCH_SWEEP is set; extras stencil_extras.py)
 # The sass step alone dumps the whole module's SASS (~150 s on the device's 16 cores); the test

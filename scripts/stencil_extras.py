@@ -3,8 +3,9 @@
 
   1. the 9x9 box (81 multiply-adds per point), fp32 8192^2, against the device's FP32 arithmetic
      rate measured in the same run (an 8192^3 fp32 matmul with TF32 off);
-  2. half-precision stencils (fp16, bf16; fp32 accumulation) against copy bandwidth, the 7x7 and
-     9x9 boxes on the tensor cores (CUPIPE_STENCIL_MMA=0: on the CUDA cores);
+  2. half-precision stencils (fp16, bf16; fp32 accumulation) against copy bandwidth (the fp32
+     plane's, and copy_ of the same 2-byte tensor), the 7x7 and 9x9 boxes on the tensor cores
+     (CUPIPE_STENCIL_MMA=0: on the CUDA cores);
   3. a training step: forward + backward of stencil2d with weights that require grad, next to
      the forward alone and to F.conv2d's forward + backward on the same data.
 
@@ -45,20 +46,28 @@ w_star = torch.tensor([[0., 1, 0], [1, -4, 1], [0, 1, 0]], device=dev)
 w_box3, w_box5 = torch.ones(3, 3, device=dev) / 9, torch.ones(5, 5, device=dev) / 25
 w_row9 = torch.ones(9, device=dev) / 9
 w_box7, w_box9 = torch.ones(7, 7, device=dev) / 49, torch.ones(9, 9, device=dev) / 81
+#    Two ratios: against the fp32 plane's copy_ bandwidth above, and against copy_ of the same
+#    2-byte tensor timed here (the suite's vs_copy_same: the same bytes, the same launch shape).
 for dt in (torch.float16, torch.bfloat16):
     x = img.to(dt)
     sig = torch.randn(1 << 28, device=dev, dtype=dt)
-    for name, fn, nbytes in [
-        ("stencil2d 5-point", lambda: cupipe.stencil2d(x, w_star), 2 * x.nbytes),
-        ("stencil2d 3x3", lambda: cupipe.stencil2d(x, w_box3), 2 * x.nbytes),
-        ("stencil2d 5x5", lambda: cupipe.stencil2d(x, w_box5), 2 * x.nbytes),
-        ("stencil2d 7x7 (tensor cores)", lambda: cupipe.stencil2d(x, w_box7), 2 * x.nbytes),
-        ("stencil2d 9x9 (tensor cores)", lambda: cupipe.stencil2d(x, w_box9), 2 * x.nbytes),
-        ("stencil1d r=4 2^28", lambda: cupipe.stencil1d(sig, w_row9), 2 * sig.nbytes),
+    same_ms = {}
+    for t in (x, sig):
+        out = torch.empty_like(t)
+        same_ms[t.numel()] = time_ms(lambda: out.copy_(t), reps=50)
+        del out
+    for name, fn, t in [
+        ("stencil2d 5-point", lambda: cupipe.stencil2d(x, w_star), x),
+        ("stencil2d 3x3", lambda: cupipe.stencil2d(x, w_box3), x),
+        ("stencil2d 5x5", lambda: cupipe.stencil2d(x, w_box5), x),
+        ("stencil2d 7x7 (tensor cores)", lambda: cupipe.stencil2d(x, w_box7), x),
+        ("stencil2d 9x9 (tensor cores)", lambda: cupipe.stencil2d(x, w_box9), x),
+        ("stencil1d r=4 2^28", lambda: cupipe.stencil1d(sig, w_row9), sig),
     ]:
         ms = time_ms(fn, reps=30)
-        gbs = nbytes / ms / 1e6
-        print(f"{name} {str(dt).replace('torch.', '')}: {ms:.3f} ms, {gbs:.0f} GB/s, {gbs / copy_gbs:.2f}x copy_")
+        gbs = 2 * t.nbytes / ms / 1e6
+        print(f"{name} {str(dt).replace('torch.', '')}: {ms:.3f} ms, {gbs:.0f} GB/s, {gbs / copy_gbs:.2f}x copy_, "
+              f"{same_ms[t.numel()] / ms:.2f}x copy_ of the same tensor ({same_ms[t.numel()]:.3f} ms)")
     del x, sig
 
 # 3. Training step: gradients for x and for the weights, and each backward piece alone. The

@@ -804,6 +804,21 @@ __device__ __forceinline__ void consume_box9x9(uint32_t st, uint32_t ws, Consume
   consume_tile_wide<9, 9>(st, ws, g, out, rank, size);
 }
 
+// The item width of the fixed consumers in the Row kernel and the narrow kernels (kTwoByteTW for
+// the 2-byte types; the Box kernel's keep kTW<T>), and a tile's ConsumerGeom, counted in kTW<T>
+// items, recounted in items of it: half as many across (choose_fixed asks tile_w % kTwoByteTW).
+template <typename T>
+constexpr int kItemTW = sizeof(T) == 2 ? kTwoByteTW : kTW<T>;
+template <typename T>
+__device__ __forceinline__ ConsumerGeom in_item_tw(ConsumerGeom g) {
+  static_assert(kItemTW<T> == kTW<T> || kItemTW<T> == 2 * kTW<T>, "items of one or two tile items");
+  if constexpr (kItemTW<T> != kTW<T>) {
+    g.cols_log2 -= 1;
+    g.items >>= 1;
+  }
+  return g;
+}
+
 // Runs the fixed consumer the launcher chose (see StencilFixed): the Row shapes in the Row kernel,
 // the Box shapes in the Box kernel (each compiled under its kernel's register budget).
 template <typename T, bool Box>
@@ -819,12 +834,8 @@ __device__ __forceinline__ void consume_fixed(StencilFixed f, uint32_t st, uint3
     if (f == StencilFixed::Box3x3) consume_tile_fixed<T, BoxBlocking<3>::TH, 3, 3>(st, ws, cg, out, rank, size);
     else consume_tile_fixed<T, BoxBlocking<5>::TH, 5, 5>(st, ws, cg, out, rank, size);
   } else {
-    constexpr int TW = sizeof(T) == 2 ? kTwoByteTW : kTW<T>;
-    ConsumerGeom rg = cg;
-    if constexpr (TW != kTW<T>) {  // items of TW outputs: half as many (choose_fixed's tile_w % TW)
-      rg.cols_log2 -= 1;
-      rg.items >>= 1;
-    }
+    constexpr int TW = kItemTW<T>;
+    const ConsumerGeom rg = in_item_tw<T>(cg);
     switch (f) {
       case StencilFixed::Row3: consume_tile_fixed<T, 1, 1, 3, TW>(st, ws, rg, out, rank, size); break;
       case StencilFixed::Row5: consume_tile_fixed<T, 1, 1, 5, TW>(st, ws, rg, out, rank, size); break;
@@ -1077,14 +1088,10 @@ __global__ void __launch_bounds__(Threads, stencil_min_blocks<T, Box, NarrowK, T
       static_assert(BoxBlocking<3>::TH == BoxBlocking<5>::TH, "narrow items split the Box item");
       ConsumerGeom ng = cg;
       ng.items = cg.items * (BoxBlocking<3>::TH / kNarrowTH);  // the same tile in items of kNarrowTH rows
-      constexpr int TW = sizeof(T) == 2 ? kTwoByteTW : kTW<T>;
-      if constexpr (TW != kTW<T>) {  // items of TW outputs: half as many across
-        ng.cols_log2 -= 1;
-        ng.items >>= 1;
-      }
-      consume_tile_fixed<T, kNarrowTH, NarrowK, NarrowK, TW>(static_cast<uint32_t>(__cvta_generic_to_shared(stage)),
-                                                         static_cast<uint32_t>(__cvta_generic_to_shared(w_s)), ng,
-                                                         out, team.rank, team.size);
+      ng = in_item_tw<T>(ng);
+      consume_tile_fixed<T, kNarrowTH, NarrowK, NarrowK, kItemTW<T>>(
+          static_cast<uint32_t>(__cvta_generic_to_shared(stage)), static_cast<uint32_t>(__cvta_generic_to_shared(w_s)),
+          ng, out, team.rank, team.size);
     } else {
       if constexpr (sizeof(T) == 2 && Box) {
         if (g.fixed == StencilFixed::Mma) {
