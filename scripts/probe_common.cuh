@@ -66,3 +66,19 @@ __global__ void __launch_bounds__(256) sum_plain(const float4* __restrict__ s, f
     part[blockIdx.x] = t;
   }
 }
+
+// The stencil probes' reference: the K x K box with a zero boundary, one output per thread (grid:
+// nx / blockDim.x blocks across, ny down), fp32 accumulation in row-major tap order.
+template <int K, typename T>
+__global__ void probe_reference_box(const T* x, float* out, const float* w, int ny, int nx) {
+  constexpr int R = K / 2;
+  const int j = blockIdx.x * blockDim.x + threadIdx.x, i = blockIdx.y;
+  if (j >= nx) return;
+  float acc = 0.f;
+  for (int a = 0; a < K; ++a)
+    for (int c = 0; c < K; ++c) {
+      const int y = i + a - R, xx = j + c - R;
+      if (y >= 0 && y < ny && xx >= 0 && xx < nx) acc += w[a * K + c] * static_cast<float>(x[int64_t(y) * nx + xx]);
+    }
+  out[int64_t(i) * nx + j] = acc;
+}

@@ -43,19 +43,6 @@ __global__ void fill_value(float* p, int64_t n, float v) {
   for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n; i += int64_t(gridDim.x) * blockDim.x) p[i] = v;
 }
 
-// The K x K stencil with a zero boundary, one output per thread.
-__global__ void reference_box(const float* x, float* out, const float* w, int ny, int nx) {
-  const int j = blockIdx.x * blockDim.x + threadIdx.x, i = blockIdx.y;
-  if (j >= nx) return;
-  float acc = 0.f;
-  for (int a = 0; a < K; ++a)
-    for (int c = 0; c < K; ++c) {
-      const int y = i + a - R, xx = j + c - R;
-      if (y >= 0 && y < ny && xx >= 0 && xx < nx) acc += w[a * K + c] * x[int64_t(y) * nx + xx];
-    }
-  out[int64_t(i) * nx + j] = acc;
-}
-
 // 81 products of |w| < 2 and |x| < 1 summed in another order than the consumer's: a few ulp of
 // sums up to ~160, relative to 1 + |ref|.
 constexpr float kTol = 1e-4f;
@@ -138,7 +125,7 @@ int main(int argc, char** argv) {
   float w[K * K];
   for (int i = 0; i < K * K; ++i) w[i] = static_cast<float>((i * 37) % 17 - 8) / 4.1f;  // |w| < 2, not exact
   PROBE_CHECK(cudaMemcpy(b.w, w, sizeof(w), cudaMemcpyHostToDevice));
-  reference_box<<<dim3(static_cast<unsigned>(b.nx / 256), static_cast<unsigned>(b.ny)), 256>>>(b.x, b.ref, b.w,
+  probe_reference_box<K><<<dim3(static_cast<unsigned>(b.nx / 256), static_cast<unsigned>(b.ny)), 256>>>(b.x, b.ref, b.w,
                                                                                             int(b.ny), int(b.nx));
   PROBE_CHECK(cudaGetLastError());
   const float copy_ms = only ? 0.f : probe_median_ms([&] {
