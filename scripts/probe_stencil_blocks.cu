@@ -87,7 +87,6 @@ __global__ void fill_value(T* p, int64_t n, float v) {
     p[i] = static_cast<T>(v);
 }
 
-
 struct Buffers {
   T* x;
   T* out;
