@@ -307,7 +307,9 @@ _STENCIL_REASONS = {
                 "against primitives/2's 0.112, fp32 9x9 0.344 against 0.380; H200, BENCHMARKS.md, "
                 "sixth run); fp32 3x3 and 5x5 run their fixed consumers in 128-thread blocks, one "
                 "and two tiles per block (8192^2 0.141 and 0.142 ms against primitives/2's 0.146 "
-                "and 0.152, twelfth run); fp16 boxes of 5-9 tap rows run the narrow tensor-core "
+                "and 0.152, twelfth run), the fp32 9x9 its wide consumer in persistent 128-thread "
+                "blocks (0.2365 ms against 0.249 in 256-thread ones, twenty-third run); fp16 boxes "
+                "of 5-9 tap rows run the narrow tensor-core "
                 "kernels (fp16 5x5 0.085 ms against the CUDA cores' 0.113, thirteenth run); "
                 "2-byte signals along the last dim: one bulk copy per 32 KiB tile (fp16 2^28 r=4 "
                 "0.299 ms against barrier/2's 0.302 and specialized/2's 0.307, twenty-second run)",
