@@ -21,7 +21,7 @@
 #     test_stencil + test_tuning, the sanitizers over the stencil and gradient cases at 2 stages
 #     (every mechanism), the suite's stencil tables with the mechanism x stages sweep,
 #     scripts/stencil_extras.py (9x9 against the FP32 rate, fp16/bf16, training step) and the
-#     examples (heat_diffusion's PNG): 487 s on an H200 with its build (199 s; pip rebuilds every
+#     examples (heat_diffusion's PNG): 487-533 s on an H200 with its build (~200 s; pip rebuilds every
 #     file on each call, warm machine or not)
 #   bash scripts/gpu_check.sh reductions                     # the same for reduce: test_reduce (two
 #     processes) + test_tuning, the sanitizers over the reduce cases at 2 stages, the reduce suite
