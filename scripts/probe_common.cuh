@@ -82,3 +82,20 @@ __global__ void probe_reference_box(const T* x, float* out, const float* w, int 
     }
   out[int64_t(i) * nx + j] = acc;
 }
+
+// The probes' data: a hash of the index mapped to [-1, 1) (no zeros, no pattern a kernel could
+// shortcut), and a constant (poison before a kernel writes).
+template <typename T>
+__global__ void probe_fill_random(T* p, int64_t n, uint32_t seed) {
+  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n; i += int64_t(gridDim.x) * blockDim.x) {
+    uint32_t h = static_cast<uint32_t>(i) * 2654435761u ^ seed;
+    h ^= h >> 15; h *= 2246822519u; h ^= h >> 13;
+    p[i] = static_cast<T>(static_cast<float>(h & 0xffffu) / 32768.0f - 1.0f);
+  }
+}
+
+template <typename T>
+__global__ void probe_fill_value(T* p, int64_t n, float v) {
+  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n; i += int64_t(gridDim.x) * blockDim.x)
+    p[i] = static_cast<T>(v);
+}

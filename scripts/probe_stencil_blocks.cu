@@ -74,19 +74,6 @@ constexpr int K = PROBE_K, R = K / 2;
 constexpr int kLauncherNarrow = K == 3 ? 3 : 0;
 int g_used_phase = 0;  // the last run's column phase (the tensor-core tiles')
 
-__global__ void fill_random(T* p, int64_t n, uint32_t seed) {
-  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n; i += int64_t(gridDim.x) * blockDim.x) {
-    uint32_t h = static_cast<uint32_t>(i) * 2654435761u ^ seed;
-    h ^= h >> 15; h *= 2246822519u; h ^= h >> 13;
-    p[i] = static_cast<T>(static_cast<float>(h & 0xffffu) / 32768.0f - 1.0f);  // [-1, 1)
-  }
-}
-
-__global__ void fill_value(T* p, int64_t n, float v) {
-  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n; i += int64_t(gridDim.x) * blockDim.x)
-    p[i] = static_cast<T>(v);
-}
-
 struct Buffers {
   T* x;
   T* out;
@@ -188,7 +175,7 @@ int main(int argc, char** argv) {
   CUPIPE_CUDA_CHECK(cudaMalloc(&b.base, n * sizeof(T)));
   CUPIPE_CUDA_CHECK(cudaMalloc(&b.ref, n * sizeof(float)));
   CUPIPE_CUDA_CHECK(cudaMalloc(&b.w, K * K * sizeof(float)));
-  fill_random<<<1024, 256>>>(b.x, n, 12345u);
+  probe_fill_random<<<1024, 256>>>(b.x, n, 12345u);
   float w[K * K];
   // Largest |w| ~1.95 (a common scale, like randn weights; the tensor-core kernels take it unscaled),
   // not exact in fp16 (both weight terms matter); with PROBE_EXACT=1 quarters up to 2, exact in
@@ -209,7 +196,7 @@ int main(int argc, char** argv) {
   int64_t grid;
   const float poison = sizeof(T) == 4 ? 1e30f : 60000.f;
   // The launcher's configuration first: its output is the bit-for-bit baseline.
-  fill_value<<<1024, 256>>>(b.out, n, poison);
+  probe_fill_value<<<1024, 256>>>(b.out, n, poison);
   const float base_ms = run<256, 2, kLauncherNarrow>(b, 2, reps, &bps, &grid);
   check(b, false, "the launcher's kernel");
   CUPIPE_CUDA_CHECK(cudaMemcpy(b.base, b.out, n * sizeof(T), cudaMemcpyDeviceToDevice));
@@ -228,7 +215,7 @@ int main(int argc, char** argv) {
   auto sweep = [&](auto narrow_c, auto threads_c, auto stages_c) {
     constexpr int N = decltype(narrow_c)::value, Th = decltype(threads_c)::value, S = decltype(stages_c)::value;
     for (int tpb : {1, 2, 4, 0}) {
-      fill_value<<<1024, 256>>>(b.out, n, poison);
+      probe_fill_value<<<1024, 256>>>(b.out, n, poison);
       const float ms = run<Th, S, N>(b, tpb, reps, &bps, &grid);
       check(b, true, "a configuration");
       row(N, Th, S, tpb, ms);
@@ -255,7 +242,7 @@ int main(int argc, char** argv) {
       constexpr int N = decltype(narrow_c)::value, Th = decltype(threads_c)::value, S = decltype(stages_c)::value;
       if (tile_threads > 0) std::printf("tiles of a %d-thread block:\n", tile_threads);
       for (int tpb : {0, 8}) {
-        fill_value<<<1024, 256>>>(b.out, n, poison);
+        probe_fill_value<<<1024, 256>>>(b.out, n, poison);
         // The narrow kernels with one weight term where the weights are exact (the launcher's choice
         // for weights in x's dtype).
         constexpr int Terms = N < 0 && PROBE_EXACT == 1 ? 1 : kMmaTerms<T>;

@@ -31,18 +31,6 @@ using namespace cupipe::kernels;
 constexpr engine::Mechanism kMech = engine::Mechanism::PROBE_MECH;
 constexpr int K = 9, R = K / 2;
 
-__global__ void fill_random(float* p, int64_t n, uint32_t seed) {
-  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n; i += int64_t(gridDim.x) * blockDim.x) {
-    uint32_t h = static_cast<uint32_t>(i) * 2654435761u ^ seed;
-    h ^= h >> 15; h *= 2246822519u; h ^= h >> 13;
-    p[i] = static_cast<float>(h & 0xffffu) / 32768.0f - 1.0f;  // [-1, 1)
-  }
-}
-
-__global__ void fill_value(float* p, int64_t n, float v) {
-  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n; i += int64_t(gridDim.x) * blockDim.x) p[i] = v;
-}
-
 // 81 products of |w| < 2 and |x| < 1 summed in another order than the consumer's: a few ulp of
 // sums up to ~160, relative to 1 + |ref|.
 constexpr float kTol = 1e-4f;
@@ -121,7 +109,7 @@ int main(int argc, char** argv) {
   const int64_t n = b.ny * b.nx;
   for (float** q : {&b.x, &b.out, &b.base, &b.ref}) PROBE_CHECK(cudaMalloc(q, n * sizeof(float)));
   PROBE_CHECK(cudaMalloc(&b.w, K * K * sizeof(float)));
-  fill_random<<<1024, 256>>>(b.x, n, 12345u);
+  probe_fill_random<<<1024, 256>>>(b.x, n, 12345u);
   float w[K * K];
   for (int i = 0; i < K * K; ++i) w[i] = static_cast<float>((i * 37) % 17 - 8) / 4.1f;  // |w| < 2, not exact
   PROBE_CHECK(cudaMemcpy(b.w, w, sizeof(w), cudaMemcpyHostToDevice));
@@ -139,7 +127,7 @@ int main(int argc, char** argv) {
     char row[64];
     std::snprintf(row, sizeof(row), "%s/%d/%d", name, Th, tpb);
     if (only != nullptr && std::strcmp(only, row) != 0) return;
-    fill_value<<<1024, 256>>>(b.out, n, 1e30f);  // poison
+    probe_fill_value<<<1024, 256>>>(b.out, n, 1e30f);  // poison
     const Launch l = run<Th, N>(b, tpb, only ? 1 : reps);
     check(b, !first, row);
     if (first) PROBE_CHECK(cudaMemcpy(b.base, b.out, n * sizeof(float), cudaMemcpyDeviceToDevice));

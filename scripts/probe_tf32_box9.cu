@@ -32,18 +32,6 @@ constexpr int K = 9, R = K / 2;
 constexpr int kTileH = 64, kTileW = 32, kWinH = kTileH + K - 1, kWinW = kTileW + K - 1;
 constexpr int kPitch = kWinW + 4;  // 44 floats: the eight rows of a fragment's loads on distinct banks
 
-__global__ void fill_random(float* p, int64_t n, uint32_t seed) {
-  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n; i += int64_t(gridDim.x) * blockDim.x) {
-    uint32_t h = static_cast<uint32_t>(i) * 2654435761u ^ seed;
-    h ^= h >> 15; h *= 2246822519u; h ^= h >> 13;
-    p[i] = static_cast<float>(h & 0xffffu) / 32768.0f - 1.0f;  // [-1, 1)
-  }
-}
-
-__global__ void fill_value(float* p, int64_t n, float v) {
-  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n; i += int64_t(gridDim.x) * blockDim.x) p[i] = v;
-}
-
 __device__ __forceinline__ uint32_t rna_tf32(float v) {
   uint32_t r;
   asm("cvt.rna.tf32.f32 %0, %1;" : "=r"(r) : "f"(v));
@@ -147,7 +135,7 @@ int main(int argc, char** argv) {
   PROBE_CHECK(cudaMalloc(&y, n * 4));
   PROBE_CHECK(cudaMalloc(&ref, n * 4));
   PROBE_CHECK(cudaMalloc(&w, K * K * 4));
-  fill_random<<<1024, 256>>>(x, n, 12345u);
+  probe_fill_random<<<1024, 256>>>(x, n, 12345u);
   float hw[K * K];
   for (int i = 0; i < K * K; ++i) hw[i] = static_cast<float>((i * 37) % 17 - 8) / 4.1f;  // |w| < 2, not exact
   PROBE_CHECK(cudaMemcpy(w, hw, sizeof(hw), cudaMemcpyHostToDevice));
@@ -156,7 +144,7 @@ int main(int argc, char** argv) {
   const float copy_ms = probe_median_ms([&] { PROBE_CHECK(cudaMemcpyAsync(y, x, n * 4, cudaMemcpyDeviceToDevice)); }, reps);
   std::printf("fp32 9x9 8192^2 on the tensor cores; cudaMemcpyAsync %.4f ms\n", copy_ms);
   auto run = [&](auto kernel, const char* name, float tol) {
-    fill_value<<<1024, 256>>>(y, n, 1e30f);
+    probe_fill_value<<<1024, 256>>>(y, n, 1e30f);
     const dim3 grid(nx / kTileW, ny / kTileH);
     const float ms = probe_median_ms([&] { kernel<<<grid, 128>>>(x, y, w, ny, nx); }, reps);
     unsigned long long* bad;
