@@ -23,6 +23,8 @@
 // on purpose, timed as bounds).
 // PROBE_QUICK=1 without PROBE_MMA: the narrow kernel at its launcher block size only, one and two
 // stages.
+// PROBE_WIDE=1: tiles 256 columns wide (64 items of 4 across) against the launcher's 128, for the
+// narrow CUDA-core kernel (or with PROBE_MMA the narrow tensor-core one) only.
 // PROBE_MMA=1 (fp16, bf16): the tensor-core consumer, narrow (NarrowK = -K) and general, instead of
 // the CUDA cores', compared with the reference and bit for bit with the first such configuration.
 #include <cuda_bf16.h>
@@ -51,6 +53,9 @@
 #ifndef PROBE_EXACT
 #define PROBE_EXACT 0
 #endif
+#ifndef PROBE_WIDE
+#define PROBE_WIDE 0
+#endif
 #ifndef PROBE_MECH
 #define PROBE_MECH Primitives
 #endif
@@ -73,6 +78,7 @@ constexpr int K = PROBE_K, R = K / 2;
 // The launcher's kernel for the box: the narrow 3x3 kernel, the general kernel for 5x5.
 constexpr int kLauncherNarrow = K == 3 ? 3 : 0;
 int g_used_phase = 0;  // the last run's column phase (the tensor-core tiles')
+int g_tile_h = 0, g_tile_w = 0;  // the last run's tile
 
 struct Buffers {
   T* x;
@@ -87,7 +93,7 @@ struct Buffers {
 // (NarrowK -K, the narrow tensor-core kernel).
 template <int Threads, int S, int NarrowK, bool Mma = (NarrowK < 0), int Terms = kMmaTerms<T>>
 float run(const Buffers& b, int tiles_per_block, int reps, int* blocks_out, int64_t* grid_out,
-          int tile_threads = Threads) {
+          int tile_threads = Threads, int box_cols = 32) {
   StencilParams p;
   p.x = b.x; p.out = b.out; p.weights = b.w; p.dtype = kDType;
   p.batch = 1; p.ny = b.ny; p.nx = b.nx; p.ry = R; p.rx = R; p.boundary = Boundary::Zero;
@@ -95,14 +101,14 @@ float run(const Buffers& b, int tiles_per_block, int reps, int* blocks_out, int6
   const DeviceInfo dev = device_info(current_device());
   constexpr bool kTma = kMech == engine::Mechanism::Tma;
   StencilGeom g = make_stencil_geom(p, sizeof(T), sizeof(float), engine::consumer_threads(kMech, tile_threads),
-                                    dev.max_smem_optin - 1024, kTma ? 128 : 16);
+                                    dev.max_smem_optin - 1024, kTma ? 128 : 16, box_cols);
   g.fixed = K <= 5 ? choose_fixed(g, p.x, sizeof(T)) : StencilFixed::None;  // 7x7, 9x9: the general consumer
   if (K <= 5 && g.fixed != (K == 3 ? StencilFixed::Box3x3 : StencilFixed::Box5x5)) {
     std::fprintf(stderr, "no fixed %dx%d consumer\n", K, K);
     std::exit(1);
   }
   CUtensorMap tmap{};
-  g.tensor_tiles = kTma;
+  g.tensor_tiles = kTma && g.pitch / tensor_map_unit(sizeof(T)) <= 256;
   if constexpr (Mma) {
     choose_mma(g, p, dev, S, 0);
     if (g.fixed != StencilFixed::Mma) {
@@ -111,7 +117,9 @@ float run(const Buffers& b, int tiles_per_block, int reps, int* blocks_out, int6
     }
   }
   g_used_phase = g.x_phase;
-  if (kTma) tmap = make_plane_map(p.x, p.dtype, sizeof(T), 1, p.ny, p.nx, g.pitch / sizeof(T), g.win_h);
+  if (g.tensor_tiles) tmap = make_plane_map(p.x, p.dtype, sizeof(T), 1, p.ny, p.nx, g.pitch, g.win_h);
+  g_tile_h = g.tile_h;
+  g_tile_w = g.tile_w;
   auto kernel = stencil_kernel<kMech, S, T, true, NarrowK, Threads, Terms>;
   const size_t smem = static_cast<size_t>(S) * g.stage_bytes + g.weight_bytes + g.frag_bytes;
   prepare_smem(kernel, smem, "probe");
@@ -222,7 +230,10 @@ int main(int argc, char** argv) {
     }
   };
   constexpr int kNarrow = K;
-#if !PROBE_MMA && PROBE_QUICK
+#if PROBE_WIDE
+  (void)sweep;  // the wide sweep below only
+  (void)kNarrow;
+#elif !PROBE_MMA && PROBE_QUICK
   sweep(int_c<kNarrow>{}, int_c<narrow_threads<T>()>{}, int_c<1>{});
   sweep(int_c<kNarrow>{}, int_c<narrow_threads<T>()>{}, int_c<2>{});
 #elif !PROBE_MMA
@@ -233,7 +244,7 @@ int main(int argc, char** argv) {
   sweep(int_c<kNarrow>{}, int_c<64>{}, int_c<1>{});
   sweep(int_c<kNarrow>{}, int_c<64>{}, int_c<2>{});
 #endif
-#if PROBE_MMA
+#if PROBE_MMA && !PROBE_WIDE
   if constexpr (sizeof(T) == 2) {
     // Tensor-core products round differently from the CUDA cores': compared with the reference, and
     // bit for bit with the first tensor-core configuration.
@@ -270,13 +281,57 @@ int main(int argc, char** argv) {
     mma_sweep(int_c<0>{}, int_c<256>{}, int_c<2>{}, false);
 #endif
   }
-#elif !PROBE_QUICK
+#elif !PROBE_QUICK && !PROBE_WIDE
   if constexpr (K == 5) {
     sweep(int_c<0>{}, int_c<256>{}, int_c<1>{});
     sweep(int_c<0>{}, int_c<256>{}, int_c<2>{});
     sweep(int_c<0>{}, int_c<128>{}, int_c<1>{});
     sweep(int_c<0>{}, int_c<128>{}, int_c<2>{});
   }
+#endif
+#if PROBE_WIDE
+  // Tiles of 64 items across (256 columns of fp32 items of 4; for the 2-byte types 512-byte window
+  // rows, which tensor-map boxes reach through the map's 4-byte units) against the launcher's 32:
+  // the same kernels, tiles of `tile_threads` consumers' rows. Compared bit for bit with the
+  // launcher's configuration (CUDA cores) or the first tensor-core one.
+  std::printf("wide tiles (box_cols 64 unless marked):\n");
+  std::printf("%8s %8s %6s %10s %10s %8s %8s %9s %8s\n", "kernel", "threads", "stages", "tiles/blk", "tile", "blk/SM",
+              "grid", "ms", "x copy");
+  bool first_wide = true;
+  auto wide = [&](auto narrow_c, auto threads_c, auto stages_c, int tile_threads, int box_cols) {
+    constexpr int N = decltype(narrow_c)::value, Th = decltype(threads_c)::value, S = decltype(stages_c)::value;
+    for (int tpb : {0, 1, 2, 4}) {
+      probe_fill_value<<<1024, 256>>>(b.out, n, poison);
+      const float ms = run<Th, S, N>(b, tpb, reps, &bps, &grid, tile_threads, box_cols);
+      check(b, !(N < 0 && first_wide), "a wide configuration");
+      if (N < 0 && first_wide) CUPIPE_CUDA_CHECK(cudaMemcpy(b.base, b.out, n * sizeof(T), cudaMemcpyDeviceToDevice));
+      if (N < 0) first_wide = false;
+      char tile[32];
+      std::snprintf(tile, sizeof(tile), "%dx%d", g_tile_h, g_tile_w);
+      std::printf("%8s %8d %6d %10d %10s %8d %8lld %9.4f %8.3f\n", N > 0 ? "narrow" : N < 0 ? "mma" : "general", Th, S,
+                  tpb, tile, bps, static_cast<long long>(grid), ms, copy_ms / ms);
+    }
+  };
+#if PROBE_MMA
+  if constexpr (sizeof(T) == 2) {
+    wide(int_c<-K>{}, int_c<128>{}, int_c<2>{}, 128, 32);  // the launcher's tiles (32 x 128)
+    wide(int_c<-K>{}, int_c<128>{}, int_c<2>{}, 128, 64);
+    wide(int_c<-K>{}, int_c<128>{}, int_c<2>{}, 256, 64);
+    wide(int_c<-K>{}, int_c<128>{}, int_c<2>{}, 512, 64);
+    wide(int_c<-K>{}, int_c<128>{}, int_c<1>{}, 256, 64);
+  }
+#else
+  wide(int_c<K>{}, int_c<narrow_threads<T>()>{}, int_c<2>{}, narrow_threads<T>(), 32);  // the launcher's tiles
+  wide(int_c<K>{}, int_c<narrow_threads<T>()>{}, int_c<2>{}, narrow_threads<T>(), 64);
+  wide(int_c<K>{}, int_c<narrow_threads<T>()>{}, int_c<2>{}, 2 * narrow_threads<T>(), 64);
+  wide(int_c<K>{}, int_c<narrow_threads<T>()>{}, int_c<1>{}, 2 * narrow_threads<T>(), 64);
+  if constexpr (narrow_threads<T>() != 128) {
+    wide(int_c<K>{}, int_c<128>{}, int_c<2>{}, 128, 32);
+    wide(int_c<K>{}, int_c<128>{}, int_c<2>{}, 128, 64);
+    wide(int_c<K>{}, int_c<128>{}, int_c<2>{}, 256, 64);
+    wide(int_c<K>{}, int_c<128>{}, int_c<1>{}, 256, 64);
+  }
+#endif
 #endif
   // The launcher's configuration again: the run's drift.
   const float again = run<256, 2, kLauncherNarrow>(b, 2, reps, &bps, &grid);

@@ -165,9 +165,13 @@ inline void set_tile_grid(StencilGeom& g) {
 // trade columns for rows (up to kStencilMaxTileRows), short planes drop rows; when even the
 // smallest Box tile does not fit (huge radii), Row's shorter window is tried.
 // `align`: of the window rows' start in a stage and of the stage size (16; 128 for tensor-map
-// boxes, whose shared-memory destination must be 128-byte aligned).
+// boxes, whose shared-memory destination must be 128-byte aligned). `box_cols`: items across a Box
+// tile before narrow planes shrink it (kBoxCols; the 2-byte narrow 3x3's tiles twice that, with
+// twice the consumers so that the rows stay: narrow_wide_tiles).
+constexpr int kBoxCols = 32;  // items across a Box tile (make_stencil_geom's default)
+
 inline StencilGeom make_stencil_geom(const StencilParams& p, int esz, int acc_size, int consumers,
-                                     int64_t smem_budget, int align = 16) {
+                                     int64_t smem_budget, int align = 16, int box_cols = kBoxCols) {
   StencilGeom g;
   g.batch = p.batch; g.ny = p.ny; g.nx = p.nx; g.ry = p.ry; g.rx = p.rx;
   g.wdt = p.weights_dtype;
@@ -191,7 +195,7 @@ inline StencilGeom make_stencil_geom(const StencilParams& p, int esz, int acc_si
     g.kh_pad = static_cast<int>(kh_pad);
     g.kw_pad = static_cast<int>(kw_pad);
     g.weight_bytes = engine::align_up(kh_pad * kw_pad * acc_size, 16);
-    int cols = b.th == 1 ? static_cast<int>(32768 / (tw * esz)) : 32;  // Row: 32 KiB of outputs
+    int cols = b.th == 1 ? static_cast<int>(32768 / (tw * esz)) : box_cols;  // Row: 32 KiB of outputs
     while (cols > 1 && (cols / 2) * int64_t(tw) >= p.nx) cols /= 2;
     int rb = static_cast<int>(std::max<int64_t>(1, std::min<int64_t>({(b.th == 1 ? 8 * consumers : consumers) / cols,
                                                                       kStencilMaxTileRows / b.th,
@@ -351,6 +355,9 @@ template <typename T, bool OneWarpBox = true, class W>
 __device__ __forceinline__ void load_stencil_tile(const W& w, const T* x, const StencilGeom& g, Boundary boundary,
                                                   int64_t tile, const void* tmap) {
   constexpr int64_t esz = sizeof(T);
+  // A box's x coordinate: the 16-byte boundary at or before window column xw (row shift `shift`
+  // bytes), in the map's units (tensor_map_unit).
+  auto map_x = [](int64_t xw, int shift) { return static_cast<int>((xw * esz - shift) / tensor_map_unit(esz)); };
   if constexpr (W::kTensorCopies && OneWarpBox) {
     // The zero boundary's tensor-map tiles (every tile one box, see below): one warp does the
     // whole load (thread 0 the copy, the warp the header and shifts), the others nothing but the
@@ -364,7 +371,7 @@ __device__ __forceinline__ void load_stencil_tile(const W& w, const T* x, const 
       const TileHeader t = tile_origin(tile, g);
       const int64_t yw = t.y0 - g.ry, xw = t.x0 - g.rx;
       const int shift = row_shift(x + t.b * g.ny * g.nx, yw, g.nx, xw);
-      w.copy_tensor_3d(g.hdr_bytes, tmap, static_cast<int>(xw - shift / esz), static_cast<int>(yw),
+      w.copy_tensor_3d(g.hdr_bytes, tmap, map_x(xw, shift), static_cast<int>(yw),
                        static_cast<int>(t.b), static_cast<uint32_t>(g.win_h) * static_cast<uint32_t>(g.pitch));
       if (threadIdx.x == 0) *reinterpret_cast<TileHeader*>(w.stage) = t;
       int* shifts = reinterpret_cast<int*>(w.stage + sizeof(TileHeader));
@@ -391,7 +398,7 @@ __device__ __forceinline__ void load_stencil_tile(const W& w, const T* x, const 
     const bool interior = tw.i_lo == 0 && tw.i_hi == g.win_h && tw.c_lo == tw.xw && tw.c_hi == tw.xw + g.win_w;
     if (g.tensor_tiles && (interior || (!OneWarpBox && boundary == Boundary::Zero))) {
       const int shift = row_shift(plane, tw.yw, g.nx, tw.xw);  // every row's (nx * esz % 16 == 0)
-      w.copy_tensor_3d(g.hdr_bytes, tmap, static_cast<int>(tw.xw - shift / esz), static_cast<int>(tw.yw),
+      w.copy_tensor_3d(g.hdr_bytes, tmap, map_x(tw.xw, shift), static_cast<int>(tw.yw),
                        static_cast<int>(tw.t.b), static_cast<uint32_t>(g.win_h) * static_cast<uint32_t>(g.pitch));
       const engine::Team st = w.store_team();
       if (st.rank < 0) return;
@@ -945,9 +952,9 @@ __device__ __forceinline__ A weight_as(const void* w, DType t, int i) {
 // types run 128-thread blocks on 32-row tiles, six (3x3) or five (5x5) blocks per SM: fp32 3x3
 // tma with one tile per block 0.1415-0.1417 against 0.1428-0.1433 at 256 threads (0.90 -> 0.91x
 // of cudaMemcpyAsync), fp32 5x5 tma, two tiles per block, narrow at 128 threads 0.1435 against
-// the general kernel's 0.1474-0.1498 (0.86 -> 0.90x). 2-byte types keep 256 threads: fp16 3x3
-// tma/2 0.0772 against 0.0786-0.0797 at 128, and their 5x5 keeps the general kernel (its
-// consumer, not the block size, bounds it: 0.108-0.110 ms at any size).
+// the general kernel's 0.1474-0.1498 (0.86 -> 0.90x). The 2-byte types kept 256 threads then
+// (fp16 3x3 tma/2 0.0772 against 0.0786-0.0797 at 128, on 32 x 128 tiles) until tiles of twice
+// the columns turned it (narrow_wide_tiles, twenty-fourth run); their 5x5 runs the tensor cores.
 constexpr int kNarrowTH = 4;
 // Resident warps per SM each kernel is compiled for (the register budget: 65536 / (32 x warps)
 // registers per thread): Row 24 (85), narrow 3x3 24 (80), narrow 5x5 20 (102), Box, narrow 9x9
@@ -962,7 +969,20 @@ constexpr int stencil_min_blocks() {
 }
 // The narrow kernels' block size (see above).
 template <typename T>
-constexpr int narrow_threads() { return sizeof(T) == 4 ? 128 : kStencilThreads; }
+constexpr int narrow_threads() { return 128; }
+// Tiles of the 2-byte narrow 3x3 kernel: the rows of its consumers (32), twice the columns of the
+// others (256: window rows of 544 bytes, the fp32 tiles' 512 + 32, through the tensor map's 8-byte
+// units), so two 8-output items per thread and tile. scripts/probe_stencil_blocks.cu with
+// PROBE_WIDE=1 (H200, twenty-fourth run, 8192^2, tma, ms; cudaMemcpyAsync 0.067): fp16 3x3 one
+// tile per block 0.0765 (two stages) / 0.0762 (one) against 0.0788-0.0796 for the 256-thread
+// kernel's persistent 64 x 128 tiles (the launcher's before), bf16 0.0765 / 0.0763 against
+// 0.0792-0.0795 (0.85 -> 0.88x); persistent 0.080, 256-thread blocks on 32 x 256 or 64 x 256
+// tiles 0.077-0.080, 128-thread blocks on 32 x 128 0.082-0.084, 16 x 256 0.080. The fp32 3x3 and
+// 5x5 gain nothing from wider tiles (0.1407-0.1409 against 0.1414 ms): their 512-byte rows
+// already meet five lines for four of data, the 2-byte 128-column tiles' 288-byte rows four for
+// two.
+template <typename T>
+constexpr bool narrow_wide_tiles(int k) { return sizeof(T) == 2 && k == 3; }
 
 // Narrow tensor-core kernels (NarrowK = -KH: consume_tile_mma_rows alone, KH tap rows at compile
 // time) for 2-byte boxes of KH = 5, 7 or 9 tap rows and 5 to 9 columns, two stages, in 128-thread
@@ -1137,9 +1157,12 @@ void launch_stencil_mechanism(const StencilParams& p) {
       constexpr int64_t esz = sizeof(T);
       const int64_t smem_budget = dev.max_smem_optin - 1024, align = kTma ? 128 : 16;
       // A narrow kernel of another block size tiles for its own consumer count (the fixed
-      // consumer's choice does not depend on the tile).
-      auto geom_for = [&](int block) {
-        StencilGeom gb = make_stencil_geom(p, esz, sizeof(A), engine::consumer_threads(M, block), smem_budget, align);
+      // consumer's choice does not depend on the tile); wide: tiles of twice the columns at the
+      // same rows (narrow_wide_tiles).
+      auto geom_for = [&](int block, bool wide = false) {
+        const int consumers = engine::consumer_threads(M, block) * (wide ? 2 : 1);
+        StencilGeom gb = make_stencil_geom(p, esz, sizeof(A), consumers, smem_budget, align,
+                                           wide ? 2 * kBoxCols : kBoxCols);
         gb.fixed = choose_fixed(gb, p.x, esz);
         return gb;
       };
@@ -1147,7 +1170,7 @@ void launch_stencil_mechanism(const StencilParams& p) {
       // narrow: K of a narrow CUDA-core kernel, -KH of a narrow tensor-core kernel, 0 for none.
       int narrow = g.blocking == StencilBlocking::Row ? 0 : narrow_box<T>(g.fixed, S);
       int threads = narrow > 0 ? narrow_threads<T>() : kStencilThreads;
-      if (threads != kStencilThreads) g = geom_for(threads);
+      if (threads != kStencilThreads) g = geom_for(threads, narrow_wide_tiles<T>(narrow));
       if constexpr (esz == 2) {
         if (const int kh = narrow == 0 ? narrow_mma_rows(g, S, dev.sm) : 0; kh > 0) {
           StencilGeom gm = geom_for(kMmaNarrowThreads);
@@ -1173,14 +1196,14 @@ void launch_stencil_mechanism(const StencilParams& p) {
       CUtensorMap tmap{};
       constexpr int64_t kMaxCoord = 0x7fffffff;
       g.tensor_tiles = kTma && dev.sm >= 90 && g.blocking != StencilBlocking::Row && p.nx * esz % 16 == 0 &&
-                       reinterpret_cast<uintptr_t>(p.x) % 16 == 0 && g.pitch / esz <= 256 && g.win_h <= 256 &&
+                       reinterpret_cast<uintptr_t>(p.x) % 16 == 0 && g.pitch / tensor_map_unit(esz) <= 256 &&
+                       g.win_h <= 256 &&
                        p.nx <= kMaxCoord && p.ny <= kMaxCoord && p.batch <= kMaxCoord;
       if constexpr (esz == 2) {
         if (narrow == 0) choose_mma(g, p, dev, S);
       }
       if (g.tensor_tiles)
-        tmap = make_plane_map(p.x, p.dtype, static_cast<int>(esz), p.batch, p.ny, p.nx, static_cast<int>(g.pitch / esz),
-                              g.win_h);
+        tmap = make_plane_map(p.x, p.dtype, static_cast<int>(esz), p.batch, p.ny, p.nx, g.pitch, g.win_h);
       auto launch = [&](auto kernel) {
         const size_t smem = static_cast<size_t>(S) * g.stage_bytes + g.weight_bytes + g.frag_bytes;
         prepare_smem(kernel, smem, "stencil");

@@ -40,25 +40,35 @@ inline CUtensorMapDataType tensor_map_dtype(DType t) {
   return CU_TENSOR_MAP_DATA_TYPE_FLOAT32;
 }
 
+// The element a plane's map counts in: 8-byte words whatever the data type, so that a box row
+// may be up to 2 KiB wide (256 units) instead of 256 elements (512 bytes of a 2-byte type: the
+// stencils' tiles of 256 columns). Every box the stencils ask for starts and ends on a 16-byte
+// boundary and the rows are whole 16-byte multiples, so a word never holds an element inside the
+// plane and one outside it, and the zeros delivered for words outside are zeros of any type.
+constexpr int tensor_map_unit(int /*esz*/) { return 8; }
+
 // The map of `batch` planes of ny x nx elements at `base` (16-byte aligned, nx * esz a multiple
-// of 16), read in boxes of box_w x box_h x 1 (each at most 256; box_w * esz a multiple of 16).
-// Elements of a box outside the tensor are delivered as zeros.
+// of 16), read in boxes of box_bytes x box_h x 1 (box_bytes a multiple of 16, at most 256 units
+// of tensor_map_unit(esz); box_h at most 256). Elements of a box outside the tensor are delivered
+// as zeros. Box coordinates along x count units, not elements.
 inline CUtensorMap make_plane_map(const void* base, DType dt, int esz, int64_t batch, int64_t ny, int64_t nx,
-                                  int box_w, int box_h) {
+                                  int box_bytes, int box_h) {
   CUtensorMap m{};
-  const cuuint64_t dims[3] = {static_cast<cuuint64_t>(nx), static_cast<cuuint64_t>(ny),
+  const int unit = tensor_map_unit(esz);
+  const cuuint64_t dims[3] = {static_cast<cuuint64_t>(nx * esz / unit), static_cast<cuuint64_t>(ny),
                               static_cast<cuuint64_t>(batch)};
   const cuuint64_t strides[2] = {static_cast<cuuint64_t>(nx * esz), static_cast<cuuint64_t>(ny * nx * esz)};
-  const cuuint32_t box[3] = {static_cast<cuuint32_t>(box_w), static_cast<cuuint32_t>(box_h), 1};
+  const cuuint32_t box[3] = {static_cast<cuuint32_t>(box_bytes / unit), static_cast<cuuint32_t>(box_h), 1};
   const cuuint32_t elem_strides[3] = {1, 1, 1};
-  const CUresult r = encode_tiled_fn()(&m, tensor_map_dtype(dt), 3, const_cast<void*>(base), dims, strides, box,
+  const CUtensorMapDataType type = unit == esz ? tensor_map_dtype(dt) : CU_TENSOR_MAP_DATA_TYPE_UINT64;
+  const CUresult r = encode_tiled_fn()(&m, type, 3, const_cast<void*>(base), dims, strides, box,
                                        elem_strides, CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_NONE,
                                        CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
   if (r != CUDA_SUCCESS)
     throw std::runtime_error("cuTensorMapEncodeTiled failed (error " + std::to_string(static_cast<int>(r)) +
                              ") for a " + std::to_string(batch) + " x " + std::to_string(ny) + " x " +
                              std::to_string(nx) + " tensor in " + std::to_string(box_h) + " x " +
-                             std::to_string(box_w) + " boxes");
+                             std::to_string(box_bytes) + "-byte boxes");
   return m;
 }
 
