@@ -24,7 +24,8 @@
 // PROBE_QUICK=1 without PROBE_MMA: the narrow kernel at its launcher block size only, one and two
 // stages.
 // PROBE_WIDE=1: tiles 256 columns wide (64 items of 4 across) against the launcher's 128, for the
-// narrow CUDA-core kernel (or with PROBE_MMA the narrow tensor-core one) only.
+// narrow CUDA-core kernel (or with PROBE_MMA the narrow tensor-core one) only; tiles/blk -1000 is
+// a persistent grid of equal shares, -1 one wave less one block.
 // PROBE_MMA=1 (fp16, bf16): the tensor-core consumer, narrow (NarrowK = -K) and general, instead of
 // the CUDA cores', compared with the reference and bit for bit with the first such configuration.
 #include <cuda_bf16.h>
@@ -79,6 +80,7 @@ constexpr int K = PROBE_K, R = K / 2;
 constexpr int kLauncherNarrow = K == 3 ? 3 : 0;
 int g_used_phase = 0;  // the last run's column phase (the tensor-core tiles')
 int g_tile_h = 0, g_tile_w = 0;  // the last run's tile
+constexpr int kBalanced = -1000;  // run()'s tiles_per_block: a persistent grid of equal shares
 
 struct Buffers {
   T* x;
@@ -126,6 +128,11 @@ float run(const Buffers& b, int tiles_per_block, int reps, int* blocks_out, int6
   const int bps = blocks_per_sm(kernel, Threads, smem);
   int64_t grid = int64_t(dev.num_sms) * bps;
   if (tiles_per_block > 0) grid = std::max(grid, (g.ntiles + tiles_per_block - 1) / tiles_per_block);
+  // Persistent variants: kBalanced, the fewest blocks that give every block the same tile count
+  // as one wave does at most; -n, one wave less n blocks (a grid that is not a multiple of the
+  // tile columns deals each block tiles of every column).
+  if (tiles_per_block == kBalanced) grid = (g.ntiles + (g.ntiles + grid - 1) / grid - 1) / ((g.ntiles + grid - 1) / grid);
+  else if (tiles_per_block < 0) grid += tiles_per_block;
   grid = std::min(grid, g.ntiles);
   set_block_tiles(g, grid);
   *blocks_out = bps;
@@ -300,7 +307,7 @@ int main(int argc, char** argv) {
   bool first_wide = true;
   auto wide = [&](auto narrow_c, auto threads_c, auto stages_c, int tile_threads, int box_cols) {
     constexpr int N = decltype(narrow_c)::value, Th = decltype(threads_c)::value, S = decltype(stages_c)::value;
-    for (int tpb : {0, 1, 2, 4}) {
+    for (int tpb : {0, kBalanced, -1, 1, 2, 4}) {
       probe_fill_value<<<1024, 256>>>(b.out, n, poison);
       const float ms = run<Th, S, N>(b, tpb, reps, &bps, &grid, tile_threads, box_cols);
       check(b, !(N < 0 && first_wide), "a wide configuration");
