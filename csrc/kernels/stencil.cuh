@@ -241,7 +241,7 @@ inline void set_block_tiles(StencilGeom& g, int64_t grid) { g.share = TileShare(
 // A persistent grid that shares no factor with the tile columns. Block b takes tiles b, b + grid,
 // ...; with a grid that is a multiple of tiles_x every block stays in one tile column, and the
 // blocks of the edge columns take every edge tile, which cost more (the tensor-core tiles' edge
-// columns, mostly outside the plane and read as zero-filled boxes, ran ~1.4x an interior tile:
+// columns, partly outside the plane, the last almost wholly, ran ~1.4x an interior tile:
 // scripts/probe_stencil_blocks.cu, H200, twenty-fourth run, fp16 5x5 on 16 x 256 tiles, 33
 // columns, 528 blocks 0.115 ms, 527 blocks 0.082; a 4096-wide fp16 plane's 32 x 128 tiles are 33
 // columns too). A block or a few fewer deal every block tiles of every column; a grid that finds
@@ -982,7 +982,7 @@ template <typename T, bool Box, int NarrowK = 0, int Threads = kStencilThreads>
 constexpr int stencil_min_blocks() {
   return std::max(1, stencil_min_warps<T, Box, NarrowK>() / (Threads / 32));
 }
-// The narrow kernels' block size (see above).
+// The narrow kernels' block size (see above): 128 for every type since the twenty-fourth run.
 template <typename T>
 constexpr int narrow_threads() { return 128; }
 // Tiles of the 2-byte narrow 3x3 kernel: the rows of its consumers (32), twice the columns of the
