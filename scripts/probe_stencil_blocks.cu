@@ -26,6 +26,13 @@
 // PROBE_WIDE=1: tiles 256 columns wide (64 items of 4 across) against the launcher's 128, for the
 // narrow CUDA-core kernel (or with PROBE_MMA the narrow tensor-core one) only; tiles/blk -1000 is
 // a persistent grid of equal shares, -1 one wave less one block.
+// PROBE_WIDE=2 with PROBE_MMA: the narrow tensor-core kernel compiled for more resident warps
+// (16: the launcher's 128 registers, rounds of 8 rows; with PROBE_RESIDENT_ALL=1 also 24 and 32:
+// 80 and 64 registers, rounds of 4 rows, which spill), one and two stages, 32 x 128 and 32 x 256
+// tiles, persistent and short-lived blocks.
+// PROBE_PICK=i (environment): in the wide and resident sweeps, only the i-th row (from 0), so that
+// ncu finds it as the third stencil_kernel launch (--launch-skip 2 --launch-count 1: the launcher's
+// configuration runs twice first, a warm-up and one repetition with reps = 1).
 // PROBE_MMA=1 (fp16, bf16): the tensor-core consumer, narrow (NarrowK = -K) and general, instead of
 // the CUDA cores', compared with the reference and bit for bit with the first such configuration.
 #include <cuda_bf16.h>
@@ -53,6 +60,9 @@
 #endif
 #ifndef PROBE_EXACT
 #define PROBE_EXACT 0
+#endif
+#ifndef PROBE_RESIDENT_ALL
+#define PROBE_RESIDENT_ALL 0
 #endif
 #ifndef PROBE_WIDE
 #define PROBE_WIDE 0
@@ -93,7 +103,8 @@ struct Buffers {
 
 // Mma: the tensor-core consumer (2-byte types): in the general kernel (NarrowK 0) or alone
 // (NarrowK -K, the narrow tensor-core kernel).
-template <int Threads, int S, int NarrowK, bool Mma = (NarrowK < 0), int Terms = kMmaTerms<T>>
+template <int Threads, int S, int NarrowK, bool Mma = (NarrowK < 0), int Terms = kMmaTerms<T>,
+          int Warps = stencil_min_warps<T, true, NarrowK>()>
 float run(const Buffers& b, int tiles_per_block, int reps, int* blocks_out, int64_t* grid_out,
           int tile_threads = Threads, int box_cols = 32) {
   StencilParams p;
@@ -122,7 +133,7 @@ float run(const Buffers& b, int tiles_per_block, int reps, int* blocks_out, int6
   if (g.tensor_tiles) tmap = make_plane_map(p.x, p.dtype, sizeof(T), 1, p.ny, p.nx, g.pitch, g.win_h);
   g_tile_h = g.tile_h;
   g_tile_w = g.tile_w;
-  auto kernel = stencil_kernel<kMech, S, T, true, NarrowK, Threads, Terms>;
+  auto kernel = stencil_kernel<kMech, S, T, true, NarrowK, Threads, Terms, Warps>;
   const size_t smem = static_cast<size_t>(S) * g.stage_bytes + g.weight_bytes + g.frag_bytes;
   prepare_smem(kernel, smem, "probe");
   const int bps = blocks_per_sm(kernel, Threads, smem);
@@ -305,9 +316,13 @@ int main(int argc, char** argv) {
   std::printf("%8s %8s %6s %10s %10s %8s %8s %9s %8s\n", "kernel", "threads", "stages", "tiles/blk", "tile", "blk/SM",
               "grid", "ms", "x copy");
   bool first_wide = true;
+  const int pick = std::getenv("PROBE_PICK") ? std::atoi(std::getenv("PROBE_PICK")) : -1;
+  int row_index = -1;
+  auto skip_row = [&] { return ++row_index != pick && pick >= 0; };
   auto wide = [&](auto narrow_c, auto threads_c, auto stages_c, int tile_threads, int box_cols) {
     constexpr int N = decltype(narrow_c)::value, Th = decltype(threads_c)::value, S = decltype(stages_c)::value;
     for (int tpb : {0, kBalanced, -1, 1, 2, 4}) {
+      if (skip_row()) continue;
       probe_fill_value<<<1024, 256>>>(b.out, n, poison);
       const float ms = run<Th, S, N>(b, tpb, reps, &bps, &grid, tile_threads, box_cols);
       check(b, !(N < 0 && first_wide), "a wide configuration");
@@ -319,7 +334,41 @@ int main(int argc, char** argv) {
                   tpb, tile, bps, static_cast<long long>(grid), ms, copy_ms / ms);
     }
   };
-#if PROBE_MMA
+#if PROBE_MMA && PROBE_WIDE == 2
+  if constexpr (sizeof(T) == 2) {
+    constexpr int Terms = PROBE_EXACT == 1 ? 1 : kMmaTerms<T>;
+    auto resident = [&](auto warps_c, auto stages_c, int tile_threads, int box_cols) {
+      constexpr int Wp = decltype(warps_c)::value, S = decltype(stages_c)::value;
+      for (int tpb : {-1, 1, 2}) {
+        if (skip_row()) continue;
+        probe_fill_value<<<1024, 256>>>(b.out, n, poison);
+        const float ms = run<128, S, -K, true, Terms, Wp>(b, tpb, reps, &bps, &grid, tile_threads, box_cols);
+        check(b, !first_wide, "a resident-warps configuration");
+        if (first_wide) CUPIPE_CUDA_CHECK(cudaMemcpy(b.base, b.out, n * sizeof(T), cudaMemcpyDeviceToDevice));
+        first_wide = false;
+        std::printf("%8s %8d %6d %10d %7dx%-4d %6d %8d %8lld %9.4f %8.3f\n", "mma", 128, S, tpb, g_tile_h, g_tile_w,
+                    Wp, bps, static_cast<long long>(grid), ms, copy_ms / ms);
+      }
+    };
+    std::printf("resident warps (narrow tensor-core kernel, 128 threads; tiles/blk -1: persistent, one wave less one "
+                "block):\n%8s %8s %6s %10s %12s %6s %8s %8s %9s %8s\n",
+                "kernel", "threads", "stages", "tiles/blk", "tile", "warps", "blk/SM", "grid", "ms", "x copy");
+    resident(int_c<16>{}, int_c<2>{}, 128, 32);  // the launcher's
+    resident(int_c<16>{}, int_c<1>{}, 256, 64);
+    resident(int_c<16>{}, int_c<2>{}, 256, 64);
+    resident(int_c<16>{}, int_c<1>{}, 128, 32);
+#if PROBE_RESIDENT_ALL
+    resident(int_c<24>{}, int_c<2>{}, 128, 32);
+    resident(int_c<32>{}, int_c<2>{}, 128, 32);
+    resident(int_c<24>{}, int_c<1>{}, 128, 32);
+    resident(int_c<32>{}, int_c<1>{}, 128, 32);
+    resident(int_c<24>{}, int_c<1>{}, 256, 64);
+    resident(int_c<32>{}, int_c<1>{}, 256, 64);
+    resident(int_c<24>{}, int_c<2>{}, 256, 64);
+#endif
+  }
+  (void)wide;
+#elif PROBE_MMA
   if constexpr (sizeof(T) == 2) {
     wide(int_c<-K>{}, int_c<128>{}, int_c<2>{}, 128, 32);  // the launcher's tiles (32 x 128)
     wide(int_c<-K>{}, int_c<128>{}, int_c<2>{}, 128, 64);

@@ -50,6 +50,7 @@ w_box7, w_box9 = torch.ones(7, 7, device=dev) / 49, torch.ones(9, 9, device=dev)
 #    2-byte tensor timed here (the suite's vs_copy_same: the same bytes, the same launch shape).
 for dt in (torch.float16, torch.bfloat16):
     x = img.to(dt)
+    w_box5_x = w_box5.to(dt)
     sig = torch.randn(1 << 28, device=dev, dtype=dt)
     same_ms = {}
     for t in (x, sig):
@@ -60,6 +61,9 @@ for dt in (torch.float16, torch.bfloat16):
         ("stencil2d 5-point", lambda: cupipe.stencil2d(x, w_star), x),
         ("stencil2d 3x3", lambda: cupipe.stencil2d(x, w_box3), x),
         ("stencil2d 5x5", lambda: cupipe.stencil2d(x, w_box5), x),
+        # Weights in x's dtype, as F.conv2d takes them for a 2-byte input: one weight term on the
+        # tensor cores instead of two (stencil_mma.cuh).
+        ("stencil2d 5x5 (weights in x's dtype)", lambda: cupipe.stencil2d(x, w_box5_x), x),
         ("stencil2d 7x7 (tensor cores)", lambda: cupipe.stencil2d(x, w_box7), x),
         ("stencil2d 9x9 (tensor cores)", lambda: cupipe.stencil2d(x, w_box9), x),
         ("stencil1d r=4 2^28", lambda: cupipe.stencil1d(sig, w_row9), sig),

@@ -978,9 +978,10 @@ template <typename T, bool Box, int NarrowK = 0>
 constexpr int stencil_min_warps() {
   return !Box ? 24 : NarrowK == 3 ? 24 : NarrowK == 5 ? 20 : NarrowK == 9 || NarrowK < 0 ? 16 : sizeof(T) == 8 ? 8 : 16;
 }
-template <typename T, bool Box, int NarrowK = 0, int Threads = kStencilThreads>
+template <typename T, bool Box, int NarrowK = 0, int Threads = kStencilThreads,
+          int Warps = stencil_min_warps<T, Box, NarrowK>()>
 constexpr int stencil_min_blocks() {
-  return std::max(1, stencil_min_warps<T, Box, NarrowK>() / (Threads / 32));
+  return std::max(1, Warps / (Threads / 32));
 }
 // The narrow kernels' block size (see above): 128 for every type since the twenty-fourth run.
 template <typename T>
@@ -1018,7 +1019,7 @@ constexpr bool narrow_wide_tiles(int k) { return sizeof(T) == 2 && k == 3; }
 // take 0.043 (with choose_mma_phase's line count; 0.056 before), their stores alone 0.054.
 constexpr int kMmaNarrowThreads = 128;
 // Rows per round for KH tap rows.
-constexpr int mma_round_rows(int kh) { return kh <= 7 ? 8 : 4; }
+constexpr int mma_round_rows(int kh, int warps = 16) { return kh <= 7 && warps <= 16 ? 8 : 4; }
 // The narrow tensor-core kernel's KH for a 2-byte box, or 0 (choose_mma still has to agree).
 inline int narrow_mma_rows(const StencilGeom& g, int stages, int sm) {
   const int kh = 2 * g.ry + 1, kw = 2 * g.rx + 1;
@@ -1058,8 +1059,8 @@ int narrow_box(StencilFixed f, int stages) {
 // One kernel holding both consumers spilled and ran fp16 5x5 0.0930 ms against 0.0833 (probe).
 template <engine::Mechanism M, int S, typename T, bool Box, int NarrowK = 0,
           int Threads = (NarrowK > 0 ? narrow_threads<T>() : NarrowK < 0 ? kMmaNarrowThreads : kStencilThreads),
-          int Terms = kMmaTerms<T>>
-__global__ void __launch_bounds__(Threads, stencil_min_blocks<T, Box, NarrowK, Threads>())
+          int Terms = kMmaTerms<T>, int Warps = stencil_min_warps<T, Box, NarrowK>()>
+__global__ void __launch_bounds__(Threads, stencil_min_blocks<T, Box, NarrowK, Threads, Warps>())
     stencil_kernel(const T* __restrict__ x, T* __restrict__ out, const void* __restrict__ weights,
                    StencilGeom g, Boundary boundary, const __grid_constant__ CUtensorMap tmap) {
   using A = acc_t<T>;
@@ -1083,16 +1084,23 @@ __global__ void __launch_bounds__(Threads, stencil_min_blocks<T, Box, NarrowK, T
   // issuing a copy (fp32 5x5 0.1435 -> 0.1424 ms, 3x3 0.1417 -> 0.1413). The general kernel's
   // persistent blocks stage them first: in the hook their code ran the fp16 5x5 at 0.1125 ms
   // against 0.1102 (H200, one machine, twelfth run).
-  if constexpr (NarrowK <= 0) stage_weights();
+  // The narrow tensor-core kernels whose every tile is one tensor-map box (tma, zero boundary): a
+  // box writes every byte of its stage rows, so no stage needs zeroing, and the weights and
+  // fragments are built while the first tile loads (run_ring's ready), as the CUDA-core narrow
+  // kernels stage their weights.
+  bool late_setup = false;
+  if constexpr (NarrowK < 0 && M == engine::Mechanism::Tma) late_setup = g.tensor_tiles && boundary == Boundary::Zero;
+  uint2* frag_s = reinterpret_cast<uint2*>(smem + static_cast<int64_t>(S) * g.stage_bytes + g.weight_bytes);
+  if constexpr (NarrowK <= 0) {
+    if (!late_setup) stage_weights();
+  }
   // The tensor-core consumer: its weight fragments, and the stages zeroed once, for the bytes the
   // loads leave unwritten that its 16-byte runs read and multiply by zero weights (finite, they
   // add nothing; left as they were, a NaN there would send units to the exact path).
   // (Nothing of it stays in registers across the ring: the kernels are at their register budget.)
   if constexpr (sizeof(T) == 2 && Box && NarrowK <= 0) {
-    if (NarrowK < 0 || g.fixed == StencilFixed::Mma) {
-      build_mma_fragments<T>(w_s, kh, kw, g.kw_pad, g.mma_a,
-                             reinterpret_cast<uint2*>(smem + static_cast<int64_t>(S) * g.stage_bytes + g.weight_bytes),
-                             threadIdx.x, blockDim.x);
+    if ((NarrowK < 0 || g.fixed == StencilFixed::Mma) && !late_setup) {
+      build_mma_fragments<T>(w_s, kh, kw, g.kw_pad, g.mma_a, frag_s, threadIdx.x, blockDim.x);
       for (int64_t i = threadIdx.x; i < S * g.stage_bytes / 16; i += blockDim.x)
         reinterpret_cast<uint4*>(smem)[i] = make_uint4(0, 0, 0, 0);
       if constexpr (M == engine::Mechanism::Tma) engine::sm90::fence_proxy_async_shared();  // bulk copies follow
@@ -1114,7 +1122,7 @@ __global__ void __launch_bounds__(Threads, stencil_min_blocks<T, Box, NarrowK, T
       const uint32_t ws = static_cast<uint32_t>(__cvta_generic_to_shared(w_s));
       const uint32_t st = static_cast<uint32_t>(__cvta_generic_to_shared(stage));
       const uint32_t fs = ws + static_cast<uint32_t>(g.weight_bytes);
-      consume_tile_mma_rows<T, KH, mma_round_rows(KH), Terms>(st, fs, ws, mg, out, team.rank, team.size);
+      consume_tile_mma_rows<T, KH, mma_round_rows(KH, Warps), Terms>(st, fs, ws, mg, out, team.rank, team.size);
     } else if constexpr (NarrowK == 9) {
       static_assert(std::is_same_v<T, float>, "the narrow 9x9 kernel is the fp32 wide consumer's");
       consume_box9x9(static_cast<uint32_t>(__cvta_generic_to_shared(stage)),
@@ -1154,10 +1162,18 @@ __global__ void __launch_bounds__(Threads, stencil_min_blocks<T, Box, NarrowK, T
       }
     }
   };
-  if constexpr (NarrowK > 0)
+  if constexpr (NarrowK > 0) {
     engine::run_ring(ring, mine, load, consume, stage_weights);
-  else
+  } else if constexpr (NarrowK < 0) {
+    engine::run_ring(ring, mine, load, consume, [&] {
+      if (!late_setup) return;  // block-uniform
+      stage_weights();
+      build_mma_fragments<T>(w_s, kh, kw, g.kw_pad, g.mma_a, frag_s, threadIdx.x, blockDim.x);
+      __syncthreads();  // the fragments' tail, written by thread 0
+    });
+  } else {
     engine::run_ring(ring, mine, load, consume);
+  }
 }
 
 template <engine::Mechanism M>

@@ -127,15 +127,24 @@ __device__ __forceinline__ uint32_t pack2(float lo, float hi) {
 // clamped so that 2^-e and 2^e are normal floats; 0 also when the largest |w| is in [0.5, 4)
 // (common weights: inside fp16's range as they are, and the narrow kernel skips the unscale
 // multiply, 32 FMULs per round), and for bf16 whenever it is in [2^-100, 2^100]: bf16 has fp32's
-// exponent range, so its terms stay normal unscaled.
+// exponent range, so its terms stay normal unscaled. By whole warps, each lane a share of the
+// weights and one max over the warp (the largest |w| by its bits: non-negative floats order as
+// their bit patterns): every thread scanning all kh x kw weights was the largest part of a short-
+// lived block's set-up (ncu, fp16 5x5 one tile per block, twenty-fifth run).
 template <typename T>
-__device__ __forceinline__ int mma_weight_exponent(const float* w, int kh, int kw, int kw_pad) {
-  float m = 0.f;
-  for (int k = 0; k < kh; ++k)
-    for (int c = 0; c < kw; ++c) {
-      const float v = fabsf(w[k * kw_pad + c]);
-      if (v <= 3.0e38f) m = fmaxf(m, v);  // skips inf and NaN
-    }
+__device__ __forceinline__ int mma_weight_exponent(const float* w, int kh, int kw, int kw_pad, int lane) {
+  unsigned bits = 0;
+  for (int i = lane; i < kh * kw; i += 32) {
+    const int k = i / kw;
+    const float v = fabsf(w[k * kw_pad + (i - k * kw)]);
+    if (v <= 3.0e38f) bits = max(bits, __float_as_uint(v));  // skips inf and NaN
+  }
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+  bits = __reduce_max_sync(0xffffffffu, bits);
+#else
+  for (int d = 16; d > 0; d >>= 1) bits = max(bits, __shfl_xor_sync(0xffffffffu, bits, d));
+#endif
+  const float m = __uint_as_float(bits);
   if (!(m > 0.f)) return 0;
   int e;
   frexpf(m, &e);
@@ -153,14 +162,15 @@ struct MmaFragTail {
 };
 
 // The B fragments of every tap row and term, fragment (k * terms + term) * 32 + lane, then the
-// MmaFragTail, by every thread (tid, nthreads) of the block (it ends in a block-wide vote).
+// MmaFragTail, by every thread (tid, nthreads: whole warps) of the block (it ends in a block-wide
+// vote).
 // Lane (g, t) of an m16n8k16 B fragment holds B[2t][g], B[2t + 1][g] (first word) and
 // B[2t + 8][g], B[2t + 9][g] (second).
 template <typename T>
 __device__ void build_mma_fragments(const float* w, int kh, int kw, int kw_pad, int a, uint2* frag, int tid,
                                     int nthreads) {
   constexpr int NT = kMmaTerms<T>;
-  const int e = mma_weight_exponent<T>(w, kh, kw, kw_pad);
+  const int e = mma_weight_exponent<T>(w, kh, kw, kw_pad, tid & 31);
   const float s = ldexpf(1.f, -e);
   bool later_terms = false;  // does a term past the first carry anything?
   for (int idx = tid; idx < kh * NT * 32; idx += nthreads) {
