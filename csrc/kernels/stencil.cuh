@@ -1017,8 +1017,15 @@ constexpr bool narrow_wide_tiles(int k) { return sizeof(T) == 2 && k == 3; }
 // the fifteenth run (stencil_mma.cuh): 5x5 0.083, 7x7 0.094, 9x9 0.115 (probe). What bounds them
 // (fifteenth run, probe, fp16 5x5): without MMAs they run as fast (0.080 ms); their loads alone
 // take 0.043 (with choose_mma_phase's line count; 0.056 before), their stores alone 0.054.
+// Their set-up (weights, fragments) runs while the first tile loads where every tile is one
+// tensor-map box (see stencil_kernel); with the weights' scale found by warps (stencil_mma.cuh)
+// blocks of one tile ran 0.137 -> 0.106 ms on 32 x 128 tiles and 0.0885 -> 0.0806 on 32 x 256 at
+// one stage, against 0.0800-0.0816 for the persistent 32 x 128 blocks, which stay (fp16 5x5, one
+// term, probe with PROBE_WIDE=2, twenty-fifth run). Compiled for 24 or 32 resident warps (80 or
+// 64 registers, rounds of 4 rows, spills) they lost everywhere (0.094-0.157 ms).
 constexpr int kMmaNarrowThreads = 128;
-// Rows per round for KH tap rows.
+// Rows per round for KH tap rows (warps: the resident warps a kernel is compiled for; fewer
+// registers than the 16 warps' 128 take the short rounds).
 constexpr int mma_round_rows(int kh, int warps = 16) { return kh <= 7 && warps <= 16 ? 8 : 4; }
 // The narrow tensor-core kernel's KH for a 2-byte box, or 0 (choose_mma still has to agree).
 inline int narrow_mma_rows(const StencilGeom& g, int stages, int sm) {
@@ -1057,6 +1064,8 @@ int narrow_box(StencilFixed f, int stages) {
 // (the launcher's choice for weights that came in x's dtype; a block whose fragments need more, as
 // scaled weights that lost bits to fp16's subnormals can, computes its tiles on the exact path).
 // One kernel holding both consumers spilled and ran fp16 5x5 0.0930 ms against 0.0833 (probe).
+// Warps: the resident warps per SM the register budget is compiled for (stencil_min_warps; the
+// probe compares others).
 template <engine::Mechanism M, int S, typename T, bool Box, int NarrowK = 0,
           int Threads = (NarrowK > 0 ? narrow_threads<T>() : NarrowK < 0 ? kMmaNarrowThreads : kStencilThreads),
           int Terms = kMmaTerms<T>, int Warps = stencil_min_warps<T, Box, NarrowK>()>
