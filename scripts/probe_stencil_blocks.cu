@@ -29,7 +29,8 @@
 // PROBE_WIDE=2 with PROBE_MMA: the narrow tensor-core kernel compiled for more resident warps
 // (16: the launcher's 128 registers, rounds of 8 rows; with PROBE_RESIDENT_ALL=1 also 24 and 32:
 // 80 and 64 registers, rounds of 4 rows, which spill), one and two stages, 32 x 128 and 32 x 256
-// tiles, persistent and short-lived blocks.
+// tiles, persistent and short-lived blocks; PROBE_RESIDENT_ALL=2: instead, 256-thread blocks on
+// 64 x 256, 64 x 128 and 32 x 256 tiles.
 // PROBE_PICK=i (environment): in the wide and resident sweeps, only the i-th row (from 0), so that
 // ncu finds it as the third stencil_kernel launch (--launch-skip 2 --launch-count 1: the launcher's
 // configuration runs twice first, a warm-up and one repetition with reps = 1).
@@ -337,34 +338,41 @@ int main(int argc, char** argv) {
 #if PROBE_MMA && PROBE_WIDE == 2
   if constexpr (sizeof(T) == 2) {
     constexpr int Terms = PROBE_EXACT == 1 ? 1 : kMmaTerms<T>;
-    auto resident = [&](auto warps_c, auto stages_c, int tile_threads, int box_cols) {
+    auto resident = [&](auto warps_c, auto stages_c, int tile_threads, int box_cols, auto threads_c) {
       constexpr int Wp = decltype(warps_c)::value, S = decltype(stages_c)::value;
+      constexpr int Th = decltype(threads_c)::value;
       for (int tpb : {-1, 1, 2}) {
         if (skip_row()) continue;
         probe_fill_value<<<1024, 256>>>(b.out, n, poison);
-        const float ms = run<128, S, -K, true, Terms, Wp>(b, tpb, reps, &bps, &grid, tile_threads, box_cols);
+        const float ms = run<Th, S, -K, true, Terms, Wp>(b, tpb, reps, &bps, &grid, tile_threads, box_cols);
         check(b, !first_wide, "a resident-warps configuration");
         if (first_wide) CUPIPE_CUDA_CHECK(cudaMemcpy(b.base, b.out, n * sizeof(T), cudaMemcpyDeviceToDevice));
         first_wide = false;
-        std::printf("%8s %8d %6d %10d %7dx%-4d %6d %8d %8lld %9.4f %8.3f\n", "mma", 128, S, tpb, g_tile_h, g_tile_w,
+        std::printf("%8s %8d %6d %10d %7dx%-4d %6d %8d %8lld %9.4f %8.3f\n", "mma", Th, S, tpb, g_tile_h, g_tile_w,
                     Wp, bps, static_cast<long long>(grid), ms, copy_ms / ms);
       }
     };
-    std::printf("resident warps (narrow tensor-core kernel, 128 threads; tiles/blk -1: persistent, one wave less one "
+    std::printf("resident warps (narrow tensor-core kernel; tiles/blk -1: persistent, one wave less one "
                 "block):\n%8s %8s %6s %10s %12s %6s %8s %8s %9s %8s\n",
                 "kernel", "threads", "stages", "tiles/blk", "tile", "warps", "blk/SM", "grid", "ms", "x copy");
-    resident(int_c<16>{}, int_c<2>{}, 128, 32);  // the launcher's
-    resident(int_c<16>{}, int_c<1>{}, 256, 64);
-    resident(int_c<16>{}, int_c<2>{}, 256, 64);
-    resident(int_c<16>{}, int_c<1>{}, 128, 32);
-#if PROBE_RESIDENT_ALL
-    resident(int_c<24>{}, int_c<2>{}, 128, 32);
-    resident(int_c<32>{}, int_c<2>{}, 128, 32);
-    resident(int_c<24>{}, int_c<1>{}, 128, 32);
-    resident(int_c<32>{}, int_c<1>{}, 128, 32);
-    resident(int_c<24>{}, int_c<1>{}, 256, 64);
-    resident(int_c<32>{}, int_c<1>{}, 256, 64);
-    resident(int_c<24>{}, int_c<2>{}, 256, 64);
+    resident(int_c<16>{}, int_c<2>{}, 128, 32, int_c<128>{});  // the launcher's
+    resident(int_c<16>{}, int_c<1>{}, 256, 64, int_c<128>{});
+    resident(int_c<16>{}, int_c<2>{}, 256, 64, int_c<128>{});
+    resident(int_c<16>{}, int_c<1>{}, 128, 32, int_c<128>{});
+#if PROBE_RESIDENT_ALL == 2  // 256-thread blocks: taller tiles, fewer halo rows per output
+    resident(int_c<16>{}, int_c<1>{}, 512, 64, int_c<256>{});  // 64 x 256
+    resident(int_c<16>{}, int_c<2>{}, 512, 64, int_c<256>{});
+    resident(int_c<16>{}, int_c<2>{}, 256, 32, int_c<256>{});  // 64 x 128
+    resident(int_c<16>{}, int_c<1>{}, 256, 64, int_c<256>{});  // 32 x 256
+    resident(int_c<16>{}, int_c<2>{}, 256, 64, int_c<256>{});
+#elif PROBE_RESIDENT_ALL
+    resident(int_c<24>{}, int_c<2>{}, 128, 32, int_c<128>{});
+    resident(int_c<32>{}, int_c<2>{}, 128, 32, int_c<128>{});
+    resident(int_c<24>{}, int_c<1>{}, 128, 32, int_c<128>{});
+    resident(int_c<32>{}, int_c<1>{}, 128, 32, int_c<128>{});
+    resident(int_c<24>{}, int_c<1>{}, 256, 64, int_c<128>{});
+    resident(int_c<32>{}, int_c<1>{}, 256, 64, int_c<128>{});
+    resident(int_c<24>{}, int_c<2>{}, 256, 64, int_c<128>{});
 #endif
   }
   (void)wide;
