@@ -577,6 +577,33 @@ def test_stencil_tensor_core_consumer(device, boundary, dtype):
                                  what=f"2d {mechanism}/{stages} {shape} offset={offset} w={wshape}")
 
 
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16], ids=["f16", "bf16"])
+def test_stencil_tensor_core_many_tiles_per_block(device, dtype):
+    """The narrow tensor-core kernels' persistent blocks with several tiles each (the planes above
+    give a block one tile at most): ~2300 tiles of 32 x 128 over at most one wave of blocks, edge
+    tiles on every side. tma under the zero boundary builds its fragments while the first tile
+    loads and zeroes no stage; reflect and primitives take the set-up before the ring. fp32 weights
+    (two terms) and weights in x's dtype (one term), against the float64 reference, poisoned
+    outputs."""
+    _mma_capable(device)
+    x = make_input((2, 1100, 4104), dtype, device, seed=75)  # rows of whole 16-byte multiples
+    configs = [("auto", 0), ("primitives", 2)]
+    if torch.cuda.get_device_capability() >= (9, 0):
+        configs.append(("tma", 2))
+    weights = [make_weights((5, 5), torch.float32, device, seed=76),
+               make_weights((7, 7), torch.float32, device, seed=77),
+               make_weights((5, 5), dtype, device, seed=78)]
+    for boundary in ("zero", "reflect"):
+        for w in weights:
+            ref = _ref2d(x, w, boundary)
+            atol, rtol = tol(dtype, w.numel())
+            for mechanism, stages in configs:
+                poison_allocator(x.numel() * x.element_size())
+                y = cupipe.stencil2d(x, w, boundary=boundary, mechanism=mechanism, stages=stages)
+                assert_close(y, ref, atol=atol, rtol=rtol,
+                             what=f"{mechanism}/{stages} {boundary} w={tuple(w.shape)} {w.dtype}")
+
+
 def _both_consumers(monkeypatch, fn):
     y_mma = fn()
     monkeypatch.setenv("CUPIPE_STENCIL_MMA", "0")
