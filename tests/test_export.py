@@ -1,0 +1,104 @@
+"""The ops under torch.export: a module that calls them exports to one graph with the ops as
+nodes (their fake kernels give the shapes), the exported program runs and differentiates like the
+eager module, takes other sizes when a dim is exported as dynamic, and survives
+``torch.export.save`` / ``torch.export.load`` (importing cupipe registers the ops the loaded graph
+names)."""
+from __future__ import annotations
+
+import io
+
+import pytest
+import torch
+
+import cupipe
+from conftest import assert_close, make_input
+
+export = pytest.importorskip("torch.export")
+
+
+class Pipeline(torch.nn.Module):
+    """stencil2d -> stencil1d along H -> per-row amax and a mean, with every boundary."""
+
+    def __init__(self):
+        super().__init__()
+        g = torch.Generator().manual_seed(0)
+        self.w2 = torch.nn.Parameter(torch.rand(3, 5, generator=g, dtype=torch.float64).float())
+        self.w1 = torch.nn.Parameter(torch.rand(7, generator=g, dtype=torch.float64).float())
+
+    def forward(self, x):
+        y = cupipe.stencil2d(x, self.w2, boundary="reflect")
+        y = torch.ops.cupipe.stencil1d(torch.sigmoid(y), self.w1, dim=-2, boundary="circular")
+        y = cupipe.stencil2d(y, self.w2, boundary="replicate") + cupipe.stencil2d(y, self.w2)
+        peak = cupipe.reduce(y, "amax", -1)
+        return cupipe.reduce(y * y, "mean", [-2, -1]) + cupipe.stream_copy(peak).sum(-1), peak
+
+
+OPS = {"stencil2d", "stencil1d", "reduce", "stream_copy"}
+
+
+def _cupipe_ops(ep) -> set:
+    """The cupipe op names (``stencil2d``, ...) that the exported graph calls."""
+    names = set()
+    for node in ep.graph.nodes:
+        if node.op == "call_function" and str(node.target).startswith("cupipe."):
+            names.add(str(node.target).split(".")[1])
+    return names
+
+
+def _params(run):
+    """The exported module's parameters in the eager module's order (w2, w1)."""
+    params = dict(run.named_parameters())
+    return [params["w2"], params["w1"]]
+
+
+def _check_against_eager(mod, run, x, what):
+    """``run(x)`` (the exported program) against ``mod(x)``: outputs, and the gradients w.r.t. x
+    and the weights of the sum of the outputs."""
+    xe = x.clone().requires_grad_()
+    xr = x.clone().requires_grad_()
+    te, pe = mod(xe)
+    tr, pr = run(xr)
+    assert_close(tr, te, atol=1e-5, rtol=1e-5, what=f"{what} total")
+    assert_close(pr, pe, atol=1e-6, rtol=1e-6, what=f"{what} peak")
+    ge = torch.autograd.grad(te.sum() + pe.sum(), [xe, mod.w2, mod.w1])
+    gr = torch.autograd.grad(tr.sum() + pr.sum(), [xr] + _params(run))
+    for name, a, b in zip(("x", "w2", "w1"), gr, ge):
+        assert_close(a, b, atol=1e-4, rtol=1e-4, what=f"{what} grad {name}")
+
+
+def test_export_static(device):
+    torch.manual_seed(0)
+    mod = Pipeline().to(device)
+    x = make_input((2, 9, 12), torch.float32, device, seed=1)
+    ep = export.export(mod, (x,))
+    assert _cupipe_ops(ep) == OPS, f"exported graph calls {sorted(_cupipe_ops(ep))}"
+    _check_against_eager(mod, ep.module(), make_input((2, 9, 12), torch.float32, device, seed=2),
+                         "static")
+
+
+def test_export_dynamic_dims(device):
+    """Batch, H and W exported as dynamic: one program, run at sizes other than the example's
+    (the reflect boundary's size > r is the op's run-time check, not a guard of the graph)."""
+    mod = Pipeline().to(device)
+    x = make_input((2, 9, 12), torch.float32, device, seed=3)
+    b, h, w = export.Dim("b"), export.Dim("h", min=4), export.Dim("w", min=4)
+    ep = export.export(mod, (x,), dynamic_shapes={"x": {0: b, 1: h, 2: w}})
+    run = ep.module()
+    for seed, shape in [(4, (3, 7, 10)), (5, (1, 16, 5)), (6, (2, 9, 12))]:
+        _check_against_eager(mod, run, make_input(shape, torch.float32, device, seed),
+                             f"dynamic {shape}")
+
+
+def test_export_save_load_roundtrip(device):
+    mod = Pipeline().to(device)
+    x = make_input((2, 8, 11), torch.float32, device, seed=7)
+    ep = export.export(mod, (x,))
+    buf = io.BytesIO()
+    export.save(ep, buf)
+    buf.seek(0)
+    loaded = export.load(buf)
+    assert _cupipe_ops(loaded) == OPS
+    with torch.no_grad():
+        got, want = loaded.module()(x), mod(x)
+    for g, w, name in zip(got, want, ("total", "peak")):
+        assert_close(g, w, atol=1e-5, rtol=1e-5, what=f"loaded {name}")
