@@ -6,6 +6,8 @@ Environment knobs:
   MAX_JOBS              parallel compile jobs (ninja)
   CUPIPE_NO_CUDA=1      build the CPU-only module even when nvcc is present
   CUPIPE_DEBUG=1        -O0 -g host code and -lineinfo device code
+  CUPIPE_KERNEL_OBJECTS=DIR  link the kernel objects in DIR that match this tree (built elsewhere
+                        by scripts/kernel_objects.py) instead of compiling those .cu files
 """
 import os
 import shutil
@@ -13,6 +15,8 @@ import sys
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent
+sys.path.insert(0, str(ROOT / "scripts"))
+import kernel_objects  # noqa: E402  (the nvcc flags and the prebuilt objects' keys)
 
 
 def _find_cuda_home():
@@ -55,22 +59,21 @@ def _cuda_version_of_nvcc():
     return "unknown"
 
 
-def _write_build_info():
-    """Record what this build was made with; cupipe/__init__.py compares it at import."""
+def _write_build_info(prebuilt=0):
+    """Record what this build was made with; cupipe/__init__.py compares it at import.
+    prebuilt: how many kernel objects came from CUPIPE_KERNEL_OBJECTS."""
     info = {
         "torch_version": torch.__version__.split("+")[0],
         "torch_cuda": torch.version.cuda if with_cuda else None,
         "nvcc_version": _cuda_version_of_nvcc() if with_cuda else None,
         "with_cuda": with_cuda,
         "arch_list": os.environ["TORCH_CUDA_ARCH_LIST"] if with_cuda else None,
+        "prebuilt_kernel_objects": prebuilt,
     }
     path = ROOT / "cupipe" / "_build_info.py"
     text = "# Written by setup.py at build time. Do not edit.\nBUILD_INFO = " + repr(info) + "\n"
     if not path.exists() or path.read_text() != text:
         path.write_text(text)
-
-
-_write_build_info()
 
 
 def _ship_engine_headers():
@@ -94,26 +97,35 @@ cxx_flags = ["-O0", "-g"] if debug else ["-O3"]
 cxx_flags += ["-std=c++20", "-Wall", "-Wno-unused-function", "-Werror=return-type"]
 define_macros = [("CUPIPE_WITH_CUDA", "1" if with_cuda else "0")]
 
+
+def _prebuilt_kernel_objects(sources):
+    """(objects to link, sources still to compile) under CUPIPE_KERNEL_OBJECTS: the objects whose
+    key (scripts/kernel_objects.py: sources, headers, flags, nvcc release) matches this tree,
+    decompressed into build/kernel_objects; every other .cu compiles as usual."""
+    kdir = os.environ.get("CUPIPE_KERNEL_OBJECTS")
+    if not kdir:
+        return [], sources
+    arch = os.environ["TORCH_CUDA_ARCH_LIST"]
+    flags = kernel_objects.compile_flags(arch, debug)
+    nvcc_release = kernel_objects.release(_cuda_version_of_nvcc())
+    found, rest = kernel_objects.match(Path(kdir).resolve(), [ROOT / s for s in sources], flags, nvcc_release)
+    objects = kernel_objects.unpack(found, ROOT / "build" / "kernel_objects")
+    print(f"cupipe: {len(objects)} kernel objects from {kdir} (arch {arch}, nvcc {nvcc_release}); "
+          f"compiling {len(rest)}: {' '.join(p.name for p in rest) or '-'}", file=sys.stderr)
+    return objects, [str(p.relative_to(ROOT)) for p in rest]
+
+
+prebuilt = []
 if with_cuda:
-    nvcc_flags = [
-        "-O3",
-        "-std=c++17",
-        "--expt-relaxed-constexpr",
-        "-Xptxas=-warn-spills",
-        # torch adds these to every nvcc command; the kernels need the half operators back.
-        "-U__CUDA_NO_HALF_OPERATORS__",
-        "-U__CUDA_NO_HALF_CONVERSIONS__",
-        "-U__CUDA_NO_BFLOAT16_CONVERSIONS__",
-        "-U__CUDA_NO_HALF2_OPERATORS__",
-    ]
-    if debug:
-        nvcc_flags.append("-lineinfo")
+    prebuilt, cu_sources = _prebuilt_kernel_objects(cu_sources)
     ext = CUDAExtension(
         name="cupipe._C",
         sources=cpp_sources + cu_sources,
         include_dirs=[str(ROOT / "csrc")],
         define_macros=define_macros,
-        extra_compile_args={"cxx": cxx_flags, "nvcc": nvcc_flags},
+        extra_compile_args={"cxx": cxx_flags, "nvcc": kernel_objects.nvcc_flags(debug)},
+        extra_objects=prebuilt,
+        depends=prebuilt,  # a changed object relinks the module
     )
 else:
     ext = CppExtension(
@@ -123,6 +135,8 @@ else:
         define_macros=define_macros,
         extra_compile_args={"cxx": cxx_flags},
     )
+
+_write_build_info(len(prebuilt))
 
 if not with_cuda:
     print("cupipe: building WITHOUT CUDA (no nvcc/CUDA torch found or CUPIPE_NO_CUDA=1)", file=sys.stderr)

@@ -6,6 +6,10 @@
 #        steps: build tests sanitize sass profile bench benchengine benchops benchfull extras examples
 #        notebook, or one preset: engine, stencils, reductions
 #        (default: build tests sanitize sass bench examples notebook; logs go to $OUT or ./gpu_check_out)
+# The build step compiles every kernel (~200 s on 16 cores) unless .kobj/ holds kernel objects
+# compiled beforehand on a machine without a GPU (python3 scripts/kernel_objects.py build --arch
+# 9.0a, carried along with the tree): then only the objects whose sources changed since, and the
+# torch bindings, compile (README, "Prebuilt kernel objects").
 # On a device call limited to 600 s the whole set takes three calls (build 200-300 s on a fresh
 # machine; every test file with CUPIPE_SLOW=1 in parallel processes ~320 s; sanitizers ~280 s;
 # bench --quick --sweep ~100 s), e.g.
@@ -69,8 +73,32 @@ python3 -c "import torch; print('torch', torch.__version__, 'cuda', torch.versio
 
 if has build; then
 t0=$(date +%s)
-if python3 -m pip install --no-build-isolation --no-deps -e . >"$LOG/build.log" 2>&1; then
-  note "build: ok in $(( $(date +%s) - t0 ))s (arch $TORCH_CUDA_ARCH_LIST)"
+# Kernel objects compiled on another machine (scripts/kernel_objects.py build, carried as .kobj):
+# setup.py links those whose key matches this tree and compiles the rest. Should the module they
+# built fail to import, the build is redone from source.
+kobj=""
+if [ -f .kobj/manifest.json ] && [ "${CUPIPE_NO_KERNEL_OBJECTS:-0}" != 1 ]; then kobj=$PWD/.kobj; fi
+build_ok() {
+  CUPIPE_KERNEL_OBJECTS=$1 python3 -m pip install --no-build-isolation --no-deps -e . >"$LOG/build.log" 2>&1 &&
+    python3 - >>"$LOG/build.log" 2>&1 <<'PY'
+import cupipe, torch  # the module loads and its kernels run: one call of each op against the CPU
+assert cupipe.build_info["with_cuda"] and torch.cuda.is_available()
+x, w = torch.randn(3, 70, 90), torch.randn(5, 3)
+for f in (lambda t: cupipe.stream_copy(t), lambda t: cupipe.stencil2d(t, w.to(t.device)),
+          lambda t: cupipe.stencil1d(t, w[:, 0].to(t.device)), lambda t: cupipe.reduce(t, "sum", -1)):
+    torch.testing.assert_close(f(x.cuda()).cpu(), f(x), atol=1e-4, rtol=1e-4)
+print("smoke: ok")
+PY
+}
+build_ok "$kobj"; rc=$?
+if [ $rc -ne 0 ] && [ -n "$kobj" ]; then
+  echo ">>> the prebuilt kernel objects did not make a working module; building from source"
+  grep -iE "error|undefined" "$LOG/build.log" | head -10
+  build_ok ""; rc=$?
+fi
+if [ $rc -eq 0 ]; then
+  pre=$(python3 -c "import cupipe; print(cupipe.build_info.get('prebuilt_kernel_objects', 0))")
+  note "build: ok in $(( $(date +%s) - t0 ))s (arch $TORCH_CUDA_ARCH_LIST, $pre prebuilt kernel objects)"
 else
   grep -E "error|Error" "$LOG/build.log" | head -30; tail -30 "$LOG/build.log"; note "build: FAILED"; printf '%s\n' "${summary[@]}"; exit 1
 fi
