@@ -13,6 +13,7 @@ Helpers (import them with ``from conftest import ...``; pytest puts tests/ on sy
   tol(dtype, taps)                         explicit (atol, rtol) per dtype
   assert_close(actual, expected, ...)      torch.testing.assert_close with a readable message
   poison_allocator(nbytes, device)         make the caching allocator hand back 0xFF bytes
+  Smoother                                 a module that calls every op (compile, export tests)
 """
 from __future__ import annotations
 
@@ -279,3 +280,27 @@ def reduce_ref(x: torch.Tensor, op: str, dim=None, keepdim: bool = False,
     else:
         y = f(xa, dim, keepdim)
     return y.to(out_dtype)
+
+
+# ----------------------------------------------------------------------------- a model
+
+class Smoother(torch.nn.Module):
+    """Every op in one differentiable module: blur (stencil2d, reflect) -> row profile (stencil1d
+    along W, circular, through torch.ops) -> per-image statistics (reduce: mean, amax, sum) and a
+    stream_copy. Returns (a scalar total, the per-row peaks)."""
+
+    def __init__(self):
+        super().__init__()
+        g = torch.Generator().manual_seed(0)
+        self.w2 = torch.nn.Parameter(torch.rand(3, 5, generator=g, dtype=torch.float64).float())
+        self.w1 = torch.nn.Parameter(torch.rand(5, generator=g, dtype=torch.float64).float())
+
+    def forward(self, x):
+        y = cupipe.stencil2d(x, self.w2, boundary="reflect")
+        y = torch.tanh(y)
+        z = torch.ops.cupipe.stencil1d(y, self.w1, dim=-1, boundary="circular")
+        m = cupipe.reduce(z, "mean", [-2, -1], keepdim=True)
+        peak = cupipe.reduce(z * z, "amax", -1)
+        total = cupipe.reduce(z - m, "sum", None)
+        c = cupipe.stream_copy(peak)
+        return total + c.sum(), c

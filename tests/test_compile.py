@@ -1,5 +1,5 @@
-"""The ops under torch.compile(fullgraph=True): a small module using stencil2d + reduce +
-stencil1d, forward and backward, equal to the eager module."""
+"""The ops under torch.compile(fullgraph=True): a small module using every op (conftest.Smoother),
+forward and backward, equal to the eager module."""
 from __future__ import annotations
 
 import functools
@@ -9,27 +9,7 @@ import pytest
 import torch
 
 import cupipe
-from conftest import assert_close, make_input
-
-
-class Smoother(torch.nn.Module):
-    """blur (stencil2d) -> row profile (stencil1d along W) -> per-image statistics (reduce)."""
-
-    def __init__(self):
-        super().__init__()
-        g = torch.Generator().manual_seed(0)
-        self.w2 = torch.nn.Parameter(torch.rand(3, 5, generator=g, dtype=torch.float64).float())
-        self.w1 = torch.nn.Parameter(torch.rand(5, generator=g, dtype=torch.float64).float())
-
-    def forward(self, x):
-        y = cupipe.stencil2d(x, self.w2, boundary="reflect")
-        y = torch.tanh(y)
-        z = torch.ops.cupipe.stencil1d(y, self.w1, dim=-1, boundary="circular")
-        m = cupipe.reduce(z, "mean", [-2, -1], keepdim=True)
-        peak = cupipe.reduce(z * z, "amax", -1)
-        total = cupipe.reduce(z - m, "sum", None)
-        c = cupipe.stream_copy(peak)
-        return total + c.sum(), c
+from conftest import Smoother, assert_close, make_input
 
 
 @functools.lru_cache(maxsize=None)

@@ -10,27 +10,10 @@ import io
 import pytest
 import torch
 
-import cupipe
-from conftest import assert_close, make_input
+import cupipe  # noqa: F401  (registers torch.ops.cupipe.*, which a loaded program names)
+from conftest import Smoother, assert_close, make_input
 
 export = pytest.importorskip("torch.export")
-
-
-class Pipeline(torch.nn.Module):
-    """stencil2d -> stencil1d along H -> per-row amax and a mean, with every boundary."""
-
-    def __init__(self):
-        super().__init__()
-        g = torch.Generator().manual_seed(0)
-        self.w2 = torch.nn.Parameter(torch.rand(3, 5, generator=g, dtype=torch.float64).float())
-        self.w1 = torch.nn.Parameter(torch.rand(7, generator=g, dtype=torch.float64).float())
-
-    def forward(self, x):
-        y = cupipe.stencil2d(x, self.w2, boundary="reflect")
-        y = torch.ops.cupipe.stencil1d(torch.sigmoid(y), self.w1, dim=-2, boundary="circular")
-        y = cupipe.stencil2d(y, self.w2, boundary="replicate") + cupipe.stencil2d(y, self.w2)
-        peak = cupipe.reduce(y, "amax", -1)
-        return cupipe.reduce(y * y, "mean", [-2, -1]) + cupipe.stream_copy(peak).sum(-1), peak
 
 
 OPS = {"stencil2d", "stencil1d", "reduce", "stream_copy"}
@@ -68,7 +51,7 @@ def _check_against_eager(mod, run, x, what):
 
 def test_export_static(device):
     torch.manual_seed(0)
-    mod = Pipeline().to(device)
+    mod = Smoother().to(device)
     x = make_input((2, 9, 12), torch.float32, device, seed=1)
     ep = export.export(mod, (x,))
     assert _cupipe_ops(ep) == OPS, f"exported graph calls {sorted(_cupipe_ops(ep))}"
@@ -79,7 +62,7 @@ def test_export_static(device):
 def test_export_dynamic_dims(device):
     """Batch, H and W exported as dynamic: one program, run at sizes other than the example's
     (the reflect boundary's size > r is the op's run-time check, not a guard of the graph)."""
-    mod = Pipeline().to(device)
+    mod = Smoother().to(device)
     x = make_input((2, 9, 12), torch.float32, device, seed=3)
     b, h, w = export.Dim("b"), export.Dim("h", min=4), export.Dim("w", min=4)
     ep = export.export(mod, (x,), dynamic_shapes={"x": {0: b, 1: h, 2: w}})
@@ -90,7 +73,7 @@ def test_export_dynamic_dims(device):
 
 
 def test_export_save_load_roundtrip(device):
-    mod = Pipeline().to(device)
+    mod = Smoother().to(device)
     x = make_input((2, 8, 11), torch.float32, device, seed=7)
     ep = export.export(mod, (x,))
     buf = io.BytesIO()
