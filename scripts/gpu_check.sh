@@ -75,12 +75,13 @@ if has build; then
 t0=$(date +%s)
 # Kernel objects compiled on another machine (scripts/kernel_objects.py build, carried as .kobj):
 # setup.py links those whose key matches this tree and compiles the rest. Should the module they
-# built fail to import, the build is redone from source.
+# make fail to load, or one call of each op on the GPU differ from the CPU, the build is redone
+# from source.
 kobj=""
 if [ -f .kobj/manifest.json ] && [ "${CUPIPE_NO_KERNEL_OBJECTS:-0}" != 1 ]; then kobj=$PWD/.kobj; fi
-build_ok() {
-  CUPIPE_KERNEL_OBJECTS=$1 python3 -m pip install --no-build-isolation --no-deps -e . >"$LOG/build.log" 2>&1 &&
-    python3 - >>"$LOG/build.log" 2>&1 <<'PY'
+build_ok() {  # $1: the kernel objects' folder or ""; $2: the log
+  CUPIPE_KERNEL_OBJECTS=$1 python3 -m pip install --no-build-isolation --no-deps -e . >"$2" 2>&1 &&
+    python3 - >>"$2" 2>&1 <<'PY'
 import cupipe, torch  # the module loads and its kernels run: one call of each op against the CPU
 assert cupipe.build_info["with_cuda"] and torch.cuda.is_available()
 x, w = torch.randn(3, 70, 90), torch.randn(5, 3)
@@ -90,11 +91,12 @@ for f in (lambda t: cupipe.stream_copy(t), lambda t: cupipe.stencil2d(t, w.to(t.
 print("smoke: ok")
 PY
 }
-build_ok "$kobj"; rc=$?
+build_ok "$kobj" "$LOG/build.log"; rc=$?
 if [ $rc -ne 0 ] && [ -n "$kobj" ]; then
-  echo ">>> the prebuilt kernel objects did not make a working module; building from source"
-  grep -iE "error|undefined" "$LOG/build.log" | head -10
-  build_ok ""; rc=$?
+  mv "$LOG/build.log" "$LOG/build_prebuilt.log"
+  echo ">>> the prebuilt kernel objects did not make a working module (build_prebuilt.log); building from source"
+  grep -iE "error|undefined" "$LOG/build_prebuilt.log" | head -10
+  build_ok "" "$LOG/build.log"; rc=$?
 fi
 if [ $rc -eq 0 ]; then
   pre=$(python3 -c "import cupipe; print(cupipe.build_info.get('prebuilt_kernel_objects', 0))")
