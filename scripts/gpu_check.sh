@@ -69,7 +69,7 @@ summary=()
 note() { summary+=("$1"); echo ">>> $1"; }
 
 nvidia-smi -L | tee "$LOG/device.txt"
-python3 -c "import torch; print('torch', torch.__version__, 'cuda', torch.version.cuda)" | tee -a "$LOG/device.txt"
+python3 -c "import torch, setuptools, sys; print('torch', torch.__version__, 'cuda', torch.version.cuda, 'python', sys.version.split()[0], 'setuptools', setuptools.__version__)" | tee -a "$LOG/device.txt"
 
 if has build; then
 t0=$(date +%s)
