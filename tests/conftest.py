@@ -14,6 +14,7 @@ Helpers (import them with ``from conftest import ...``; pytest puts tests/ on sy
   assert_close(actual, expected, ...)      torch.testing.assert_close with a readable message
   poison_allocator(nbytes, device)         make the caching allocator hand back 0xFF bytes
   Smoother                                 a module that calls every op (compile, export tests)
+  assert_runs_like_eager(eager, run, ...)  another run of a Smoother: outputs and gradients
 """
 from __future__ import annotations
 
@@ -304,3 +305,22 @@ class Smoother(torch.nn.Module):
         total = cupipe.reduce(z - m, "sum", None)
         c = cupipe.stream_copy(peak)
         return total + c.sum(), c
+
+
+def assert_runs_like_eager(eager: Smoother, run, run_params, x: torch.Tensor, what: str, *,
+                           fwd_tol: float, grad_tol: float) -> None:
+    """``run`` (a compiled or exported Smoother, with its weights ``run_params`` = [w2, w1])
+    against ``eager`` on ``x``: the outputs within ``fwd_tol`` (the per-row peaks within a tenth
+    of it), then the gradients of ``total + peaks.sum()`` w.r.t. x, w2 and w1 within
+    ``grad_tol`` (weights: 10x the atol, as their gradients sum over every output)."""
+    xe = x.clone().requires_grad_()
+    xr = x.clone().requires_grad_()
+    te, pe = eager(xe)
+    tr, pr = run(xr)
+    assert_close(tr, te, atol=fwd_tol, rtol=fwd_tol, what=f"{what} forward total")
+    assert_close(pr, pe, atol=fwd_tol / 10, rtol=fwd_tol / 10, what=f"{what} forward peak")
+    ge = torch.autograd.grad(te + pe.sum(), [xe, eager.w2, eager.w1])
+    gr = torch.autograd.grad(tr + pr.sum(), [xr, *run_params])
+    for name, a, b in zip(("x", "w2", "w1"), gr, ge):
+        atol = grad_tol if name == "x" else 10 * grad_tol
+        assert_close(a, b, atol=atol, rtol=grad_tol, what=f"{what} grad {name}")

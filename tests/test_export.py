@@ -11,7 +11,7 @@ import pytest
 import torch
 
 import cupipe  # noqa: F401  (registers torch.ops.cupipe.*, which a loaded program names)
-from conftest import Smoother, assert_close, make_input
+from conftest import Smoother, assert_close, assert_runs_like_eager, make_input
 
 export = pytest.importorskip("torch.export")
 
@@ -28,25 +28,11 @@ def _cupipe_ops(ep) -> set:
     return names
 
 
-def _params(run):
-    """The exported module's parameters in the eager module's order (w2, w1)."""
-    params = dict(run.named_parameters())
-    return [params["w2"], params["w1"]]
-
-
-def _check_against_eager(mod, run, x, what):
-    """``run(x)`` (the exported program) against ``mod(x)``: outputs, and the gradients w.r.t. x
-    and the weights of the sum of the outputs."""
-    xe = x.clone().requires_grad_()
-    xr = x.clone().requires_grad_()
-    te, pe = mod(xe)
-    tr, pr = run(xr)
-    assert_close(tr, te, atol=1e-5, rtol=1e-5, what=f"{what} total")
-    assert_close(pr, pe, atol=1e-6, rtol=1e-6, what=f"{what} peak")
-    ge = torch.autograd.grad(te.sum() + pe.sum(), [xe, mod.w2, mod.w1])
-    gr = torch.autograd.grad(tr.sum() + pr.sum(), [xr] + _params(run))
-    for name, a, b in zip(("x", "w2", "w1"), gr, ge):
-        assert_close(a, b, atol=1e-4, rtol=1e-4, what=f"{what} grad {name}")
+def _run_like_eager(mod, ep_module, x, what):
+    """The exported program's module (its own copies of the weights) against the eager module."""
+    params = dict(ep_module.named_parameters())
+    assert_runs_like_eager(mod, ep_module, [params["w2"], params["w1"]], x, what,
+                           fwd_tol=1e-5, grad_tol=1e-4)
 
 
 def test_export_static(device):
@@ -55,8 +41,7 @@ def test_export_static(device):
     x = make_input((2, 9, 12), torch.float32, device, seed=1)
     ep = export.export(mod, (x,))
     assert _cupipe_ops(ep) == OPS, f"exported graph calls {sorted(_cupipe_ops(ep))}"
-    _check_against_eager(mod, ep.module(), make_input((2, 9, 12), torch.float32, device, seed=2),
-                         "static")
+    _run_like_eager(mod, ep.module(), make_input((2, 9, 12), torch.float32, device, seed=2), "static")
 
 
 def test_export_dynamic_dims(device):
@@ -68,8 +53,7 @@ def test_export_dynamic_dims(device):
     ep = export.export(mod, (x,), dynamic_shapes={"x": {0: b, 1: h, 2: w}})
     run = ep.module()
     for seed, shape in [(4, (3, 7, 10)), (5, (1, 16, 5)), (6, (2, 9, 12))]:
-        _check_against_eager(mod, run, make_input(shape, torch.float32, device, seed),
-                             f"dynamic {shape}")
+        _run_like_eager(mod, run, make_input(shape, torch.float32, device, seed), f"dynamic {shape}")
 
 
 def test_export_save_load_roundtrip(device):
