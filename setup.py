@@ -15,8 +15,20 @@ import sys
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent
-sys.path.insert(0, str(ROOT / "scripts"))
-import kernel_objects  # noqa: E402  (the nvcc flags and the prebuilt objects' keys)
+
+
+def _load_kernel_objects():
+    """scripts/kernel_objects.py (the nvcc flags and the prebuilt objects' keys), loaded from its
+    file so that scripts/ stays off sys.path while setup.py runs."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("cupipe_kernel_objects", ROOT / "scripts" / "kernel_objects.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+kernel_objects = _load_kernel_objects()
 
 
 def _find_cuda_home():
@@ -49,14 +61,7 @@ debug = os.environ.get("CUPIPE_DEBUG", "0") == "1"
 
 
 def _cuda_version_of_nvcc():
-    import subprocess
-
-    nvcc = Path(CUDA_HOME) / "bin" / "nvcc"
-    out = subprocess.run([str(nvcc), "--version"], capture_output=True, text=True).stdout
-    for tok in out.replace(",", " ").split():
-        if tok.startswith("V") and tok[1:2].isdigit():
-            return tok[1:]
-    return "unknown"
+    return kernel_objects.nvcc_version(str(Path(CUDA_HOME) / "bin" / "nvcc")) or "unknown"
 
 
 def _write_build_info(prebuilt=0):

@@ -265,9 +265,10 @@ def build(kdir: Path, arch_list: str, jobs: int, debug: bool = False) -> int:
             spills = log.count("Registers are spilled")
             objects[rel] = {"key": keys[src], "object": src.stem + ".o.xz", "seconds": round(secs, 1)}
             print(f"  {rel}: {secs:.0f} s{f' ({spills} spill warnings)' if spills else ''}")
-            manifest.update(objects=objects)
+            manifest["objects"] = objects
             _write_manifest(kdir, manifest, arch_list, version)  # progress survives an interrupt
-    _write_manifest(kdir, dict(manifest, objects=objects), arch_list, version)
+    manifest["objects"] = objects  # also when nothing compiled: removed sources leave it
+    _write_manifest(kdir, manifest, arch_list, version)
     for stale in set(p.name for p in kdir.glob("*.o.xz")) - {e["object"] for e in objects.values()}:
         (kdir / stale).unlink()
     size = sum(p.stat().st_size for p in kdir.glob("*.o.xz"))
