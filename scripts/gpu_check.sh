@@ -263,4 +263,5 @@ note "notebook examples/cupipe_tour.ipynb: rc=$r $(grep 'run_notebook:' "$LOG/no
 fi
 echo
 echo "==================== gpu_check summary ===================="
-printf '%s\n' "${summary[@]}"
+# Also kept as a file whose name sorts first, since a device call may return only a few files.
+printf '%s\n' "${summary[@]}" | tee "$LOG/00_summary.txt"

@@ -1,0 +1,85 @@
+"""Does the fp32 9x9 box's time depend on its data? The op (cupipe.stencil2d, 8192^2, zero
+boundary) on the suite's data (randn plane, randn weights) and on the data of
+scripts/probe_stencil_wide.cu (uniform inputs with 16 significant bits, weights (i*37 % 17 - 8)/4.1),
+each held for ~0.6 s while nvidia-smi samples the SM clock and the board power, beside the
+8192^3 SGEMM (TF32 off) that the extras take as the FP32 limit, on the same two kinds of data.
+
+    ROUNDS=3 python scripts/box9_data_ab.py
+"""
+import os
+import subprocess
+import time
+
+import torch
+
+import cupipe
+from cupipe.timing import time_ms
+
+torch.manual_seed(0)
+dev = "cuda"
+N = 8192
+torch.backends.cuda.matmul.allow_tf32 = False
+
+
+def held(fn, seconds=1.0):
+    """Run fn back to back for `seconds` while nvidia-smi samples every 50 ms; return the median
+    SM clock (MHz) and board power (W) of the samples taken while it ran."""
+    smi = subprocess.Popen(["nvidia-smi", "--query-gpu=clocks.sm,power.draw", "--format=csv,noheader,nounits",
+                            "-lms", "50"], stdout=subprocess.PIPE, text=True)
+    time.sleep(0.5)  # nvidia-smi's start-up, before the samples that count
+    t0 = time.time()
+    while time.time() - t0 < seconds:
+        for _ in range(20):
+            fn()
+        torch.cuda.synchronize()
+    smi.terminate()
+    out, _ = smi.communicate()
+    rows = []
+    for line in out.splitlines():
+        try:
+            rows.append([float(v) for v in line.split(",")])
+        except ValueError:  # "[N/A]" or a partial line
+            pass
+    rows = rows[len(rows) // 3:]  # drop the samples from before the load started
+    mhz = sorted(r[0] for r in rows)[len(rows) // 2] if rows else float("nan")
+    watts = sorted(r[1] for r in rows)[len(rows) // 2] if rows else float("nan")
+    return mhz, watts
+
+
+def sixteen_bit_uniform(*shape):
+    # probe_fill_random's values: (h & 0xffff) / 32768 - 1
+    return torch.randint(0, 65536, shape, device=dev).float() / 32768.0 - 1.0
+
+
+x_randn = torch.randn(N, N, device=dev)
+x_probe = sixteen_bit_uniform(N, N)
+x_unif = torch.rand(N, N, device=dev) * 2 - 1  # full mantissas, same range as the probe's
+w_randn = torch.randn(9, 9, device=dev)
+w_probe = torch.tensor([((i * 37) % 17 - 8) / 4.1 for i in range(81)], device=dev).view(9, 9)
+
+cases = {
+    "9x9 randn x, randn w (suite)": lambda: cupipe.stencil2d(x_randn, w_randn),
+    "9x9 16-bit uniform x, probe w": lambda: cupipe.stencil2d(x_probe, w_probe),
+    "9x9 16-bit uniform x, randn w": lambda: cupipe.stencil2d(x_probe, w_randn),
+    "9x9 full uniform x, probe w": lambda: cupipe.stencil2d(x_unif, w_probe),
+    "9x9 randn x, probe w": lambda: cupipe.stencil2d(x_randn, w_probe),
+    "9x9 zeros x, randn w": None,  # filled below (a bound: no toggling in the multipliers)
+    "SGEMM randn": lambda: x_randn @ x_randn,
+    "SGEMM 16-bit uniform": lambda: x_probe @ x_probe,
+}
+x_zero = torch.zeros(N, N, device=dev)
+cases["9x9 zeros x, randn w"] = lambda: cupipe.stencil2d(x_zero, w_randn)
+
+# Rounds in alternating order, so that a drift over the run (clocks, temperature) shows as a drift, not
+# as a difference between data.
+rounds = int(os.environ.get("ROUNDS", "3"))
+names = list(cases)
+print(f"{'round':5s} {'case':34s} {'ms queued':>10s} {'ms synced':>10s} {'TFLOP/s':>8s} {'MHz':>6s} {'W':>6s}")
+for r in range(rounds):
+    for name in (names if r % 2 == 0 else names[::-1]):
+        fn = cases[name]
+        reps = 10 if name.startswith("SGEMM") else 50
+        q, sy = time_ms(fn, reps=reps), time_ms(fn, reps=reps, queued=False)
+        mhz, watts = held(fn)
+        flops = 2 * N ** 3 if name.startswith("SGEMM") else 81 * 2 * N * N
+        print(f"{r:5d} {name:34s} {q:10.4f} {sy:10.4f} {flops / q / 1e9:8.1f} {mhz:6.0f} {watts:6.0f}", flush=True)
