@@ -1,8 +1,12 @@
 """Does the fp32 9x9 box's time depend on its data? The op (cupipe.stencil2d, 8192^2, zero
 boundary) on the suite's data (randn plane, randn weights) and on the data of
 scripts/probe_stencil_wide.cu (uniform inputs with 16 significant bits, weights (i*37 % 17 - 8)/4.1),
-each held for ~0.6 s while nvidia-smi samples the SM clock and the board power, beside the
+each held for ~1 s while nvidia-smi samples the SM clock and the board power, beside the
 8192^3 SGEMM (TF32 off) that the extras take as the FP32 limit, on the same two kinds of data.
+Each case is timed three ways: cupipe.timing.time_ms queued (a spin before each call, the suite's
+way) and synchronized, and back to back like the probe; the last column is the output's address
+(MiB), to tell a placement effect from a timing one. (The twenty-seventh run's tables came from the
+first two columns alone; the back-to-back column and the address were added after it.)
 
     ROUNDS=3 python scripts/box9_data_ab.py
 """
@@ -46,6 +50,20 @@ def held(fn, seconds=1.0):
     return mhz, watts
 
 
+def back_to_back_ms(fn, reps=30):
+    """Median of reps calls launched back to back with an event between each two (the probe's
+    probe_median_ms): no spin before a call, no synchronization between calls."""
+    fn()
+    torch.cuda.synchronize()
+    events = [torch.cuda.Event(enable_timing=True) for _ in range(reps + 1)]
+    events[0].record()
+    for e in events[1:]:
+        fn()
+        e.record()
+    torch.cuda.synchronize()
+    return sorted(a.elapsed_time(b) for a, b in zip(events, events[1:]))[reps // 2]
+
+
 def sixteen_bit_uniform(*shape):
     # probe_fill_random's values: (h & 0xffff) / 32768 - 1
     return torch.randint(0, 65536, shape, device=dev).float() / 32768.0 - 1.0
@@ -74,12 +92,16 @@ cases["9x9 zeros x, randn w"] = lambda: cupipe.stencil2d(x_zero, w_randn)
 # as a difference between data.
 rounds = int(os.environ.get("ROUNDS", "3"))
 names = list(cases)
-print(f"{'round':5s} {'case':34s} {'ms queued':>10s} {'ms synced':>10s} {'TFLOP/s':>8s} {'MHz':>6s} {'W':>6s}")
+print(f"{'round':5s} {'case':34s} {'ms queued':>10s} {'ms synced':>10s} {'ms b2b':>8s} {'TFLOP/s':>8s} {'MHz':>6s} "
+      f"{'W':>6s} {'out MiB':>8s}")
 for r in range(rounds):
     for name in (names if r % 2 == 0 else names[::-1]):
         fn = cases[name]
         reps = 10 if name.startswith("SGEMM") else 50
         q, sy = time_ms(fn, reps=reps), time_ms(fn, reps=reps, queued=False)
+        b2b = back_to_back_ms(fn, reps=reps)
         mhz, watts = held(fn)
         flops = 2 * N ** 3 if name.startswith("SGEMM") else 81 * 2 * N * N
-        print(f"{r:5d} {name:34s} {q:10.4f} {sy:10.4f} {flops / q / 1e9:8.1f} {mhz:6.0f} {watts:6.0f}", flush=True)
+        out_mib = fn().data_ptr() / 2 ** 20  # where the caching allocator put this call's output
+        print(f"{r:5d} {name:34s} {q:10.4f} {sy:10.4f} {b2b:8.4f} {flops / q / 1e9:8.1f} {mhz:6.0f} {watts:6.0f} "
+              f"{out_mib:8.0f}", flush=True)
