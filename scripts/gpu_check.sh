@@ -5,7 +5,8 @@
 # Usage: bash scripts/gpu_check.sh [steps...]
 #        steps: build tests sanitize sass profile bench benchengine benchops benchfull extras examples
 #        notebook, or one preset: engine, stencils, reductions
-#        (default: build tests sanitize sass bench examples notebook; logs go to $OUT or ./gpu_check_out)
+#        (default: build tests sanitize sass bench examples notebook; logs go to $OUT or ./gpu_check_out,
+#        the summary also to 00_summary.txt and every log into 01_logs.tgz)
 # The build step compiles every kernel (~200 s on 16 cores) unless .kobj/ holds kernel objects
 # compiled beforehand on a machine without a GPU (python3 scripts/kernel_objects.py build --arch
 # 9.0a, carried along with the tree): then only the objects whose sources changed since, and the
@@ -263,5 +264,7 @@ note "notebook examples/cupipe_tour.ipynb: rc=$r $(grep 'run_notebook:' "$LOG/no
 fi
 echo
 echo "==================== gpu_check summary ===================="
-# Also kept as a file whose name sorts first, since a device call may return only a few files.
+# Also kept as a file whose name sorts first, and every log packed in one archive that sorts
+# second: a device call may return only a few files.
 printf '%s\n' "${summary[@]}" | tee "$LOG/00_summary.txt"
+tar -czf "$LOG/01_logs.tgz" -C "$LOG" --exclude=./01_logs.tgz . 2>/dev/null || echo "gpu_check: could not pack the logs"
