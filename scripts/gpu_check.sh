@@ -3,7 +3,7 @@
 # compute-sanitizer tools over a reduced matrix, a SASS check, a short benchmark (with the
 # mechanism x stages sweep and plots), the examples and the tour notebook.
 # Usage: bash scripts/gpu_check.sh [steps...]
-#        steps: build tests sanitize sass profile bench benchengine benchops benchfull extras examples
+#        steps: build tests sanitize sass profile bench benchengine benchops benchfull extras box9 examples
 #        notebook, or one preset: engine, stencils, reductions
 #        (default: build tests sanitize sass bench examples notebook; logs go to $OUT or ./gpu_check_out,
 #        the summary also to 00_summary.txt and every log into 01_logs.tgz)
@@ -32,7 +32,8 @@
 #     processes) + test_tuning, the sanitizers over the reduce cases at 2 stages, the reduce suite
 #     and its sweep (335 s with the build)
 # (step names: benchops runs `cupipe.bench --suite ops --ops $BENCH_OPS`, with --sweep when
-# BENCH_SWEEP is set; extras stencil_extras.py)
+# BENCH_SWEEP is set; extras stencil_extras.py; box9 the fp32 9x9 op against its probe,
+# scripts/box9_data_ab.py + scripts/probe_stencil_wide.cu, ~2 min, not yet run as a step)
 # The sass step alone dumps the whole module's SASS (~150 s on the device's 16 cores); the test
 # does the same per kernel, so the engine preset leaves the step out.
 set -uo pipefail
@@ -235,6 +236,26 @@ if has extras; then
   python3 scripts/stencil_extras.py 2>&1 | tee "$LOG/stencil_extras.txt"
   note "stencil extras: rc=${PIPESTATUS[0]} [$(( $(date +%s) - t0 ))s]"
   while read -r l; do note "  $l"; done < <(grep -E "^(stencil|training)" "$LOG/stencil_extras.txt")
+fi
+if has box9; then
+  # The fp32 9x9 op against the same kernel launched by its probe (perf_notes, twenty-seventh run):
+  # the probe, the op's cases (ROUNDS rounds: queued, synchronized, back to back; clock, power,
+  # output address), the probe again.
+  t0=$(date +%s)
+  cap=$(python3 -c "import torch; a, b = torch.cuda.get_device_capability(); print(f'{a}{b}')")
+  suffix=""; [ "$cap" = 90 ] && suffix=a  # the probe's tma path needs sm_90a
+  if nvcc -O3 -std=c++17 -arch=sm_${cap}${suffix} --expt-relaxed-constexpr -Icsrc -DPROBE_MECH=Tma \
+       -o /tmp/probe_wide scripts/probe_stencil_wide.cu csrc/kernels/device_info.cu >"$LOG/box9_probe_build.log" 2>&1; then
+    /tmp/probe_wide 30 >"$LOG/box9_probe_before.txt" 2>&1
+    ROUNDS=${ROUNDS:-3} python3 scripts/box9_data_ab.py >"$LOG/box9_data_ab.txt" 2>&1
+    r=$?
+    /tmp/probe_wide 30 >"$LOG/box9_probe_after.txt" 2>&1
+    note "box9: rc=$r [$(( $(date +%s) - t0 ))s]; probe narrow/128 persistent, before and after:"
+    while read -r l; do note "  $l"; done < <(grep -hE "^narrow +128 +0 " "$LOG/box9_probe_before.txt" "$LOG/box9_probe_after.txt")
+    while read -r l; do note "  $l"; done < <(grep -E "^ *[0-9]+ " "$LOG/box9_data_ab.txt")
+  else
+    note "box9: the probe did not compile (box9_probe_build.log)"
+  fi
 fi
 if has benchfull; then
   python3 -m cupipe.bench --out "$LOG/bench" 2>&1 | tee "$LOG/bench.txt"
