@@ -68,6 +68,8 @@ export MAX_JOBS=${MAX_JOBS:-16}
 # then every C++ exception thrown across the boundary crashes; use the system compiler.
 if [ -x /usr/bin/g++ ]; then export CXX=/usr/bin/g++ CC=/usr/bin/gcc; fi
 summary=()
+# The GPU's compute capability as nvcc's sm_ suffix: 90a on Hopper (the probes' tma paths need it).
+gpu_arch() { python3 -c "import torch; a, b = torch.cuda.get_device_capability(); print(f'{a}{b}' + ('a' if (a, b) == (9, 0) else ''))"; }
 note() { summary+=("$1"); echo ">>> $1"; }
 
 nvidia-smi -L | tee "$LOG/device.txt"
@@ -171,7 +173,7 @@ for tool in memcheck racecheck synccheck; do
   done
   note "$line"
 done
-if nvcc -std=c++17 -arch=sm_$(python3 -c "import torch; a,b=torch.cuda.get_device_capability(); print(f'{a}{b}')") \
+if nvcc -std=c++17 -arch=sm_$(gpu_arch) \
      -o /tmp/probe_pipeline scripts/probe_pipeline_synccheck.cu >/dev/null 2>&1; then
   # The probe is cuda::pipeline alone, in the programming guide's pattern; barrier_ring args:
   # stages tile_bytes blocks tiles-per-block (the shape of cupipe's barrier ring).
@@ -242,9 +244,7 @@ if has box9; then
   # the probe, the op's cases (ROUNDS rounds: queued, synchronized, back to back; clock, power,
   # output address), the probe again.
   t0=$(date +%s)
-  cap=$(python3 -c "import torch; a, b = torch.cuda.get_device_capability(); print(f'{a}{b}')")
-  suffix=""; [ "$cap" = 90 ] && suffix=a  # the probe's tma path needs sm_90a
-  if nvcc -O3 -std=c++17 -arch=sm_${cap}${suffix} --expt-relaxed-constexpr -Icsrc -DPROBE_MECH=Tma \
+  if nvcc -O3 -std=c++17 -arch=sm_$(gpu_arch) --expt-relaxed-constexpr -Icsrc -DPROBE_MECH=Tma \
        -o /tmp/probe_wide scripts/probe_stencil_wide.cu csrc/kernels/device_info.cu >"$LOG/box9_probe_build.log" 2>&1; then
     /tmp/probe_wide 30 >"$LOG/box9_probe_before.txt" 2>&1
     ROUNDS=${ROUNDS:-3} python3 scripts/box9_data_ab.py >"$LOG/box9_data_ab.txt" 2>&1
