@@ -16,6 +16,7 @@ import torch.nn.functional as F
 
 import cupipe
 from cupipe.timing import time_ms
+from nvml_clock import hold, settled
 
 torch.manual_seed(0)
 dev = "cuda"
@@ -37,6 +38,25 @@ floor9 = 81 * 2 * H * W / flops_rate * 1e3  # ms at the measured fp32 rate
 print(f"fp32 matmul 8192^3 (TF32 off): {mm_ms:.3f} ms = {flops_rate / 1e12:.1f} TFLOP/s")
 print(f"stencil2d 9x9 box 8192^2 fp32: {ms9:.3f} ms; arithmetic floor at that rate {floor9:.3f} ms "
       f"({floor9 / ms9:.2f}x of the limit); memory floor {2 * img.nbytes / copy_gbs / 1e6:.3f} ms")
+# The same two held busy for 2 s each (back to back, NVML read after every chunk of calls): the
+# clock the board settles at for each, and so the 9x9's rate per clock cycle against the SGEMM's and
+# against the FP32 peak (SMs x 128 FMA lanes x 2 flops x clock). On an H100 80GB HBM3 (twenty-eighth
+# run, scripts/box9_clock.py) the 9x9 on random data reaches the 700 W cap within milliseconds and
+# runs at 1.4-1.9 GHz at a constant ~470k cycles per call, while the SGEMM holds 1980 MHz below it.
+sg_ms, sg_mhz, sg_w, sg_why = settled(hold(lambda: a @ a, 2.0, 2))
+b9_ms, b9_mhz, b9_w, b9_why = settled(hold(lambda: cupipe.stencil2d(img, w9), 2.0, 100))
+flops_mm, flops9 = 2 * 8192 ** 3, 81 * 2 * H * W
+in_time = (flops9 / b9_ms) / (flops_mm / sg_ms)
+if sg_mhz is None:
+    print(f"stencil2d 9x9 held 2 s: {b9_ms:.3f} ms, {in_time:.2f}x of the SGEMM's rate (held too); no NVML for clocks")
+else:
+    per_cycle = (flops9 / (b9_ms * b9_mhz)) / (flops_mm / (sg_ms * sg_mhz))
+    props = torch.cuda.get_device_properties(dev)
+    lanes = 64 if (props.major, props.minor) in ((7, 0), (7, 5), (8, 0)) else 128  # FP32 lanes per SM
+    peak = flops9 / (b9_ms * 1e-3) / (props.multi_processor_count * lanes * 2 * b9_mhz * 1e6)
+    print(f"stencil2d 9x9 held 2 s: {b9_ms:.3f} ms at {b9_mhz} MHz, {b9_w:.0f} W ({b9_why}); SGEMM held "
+          f"{sg_ms:.3f} ms at {sg_mhz} MHz, {sg_w:.0f} W ({sg_why}); {in_time:.2f}x of the SGEMM's rate in time, "
+          f"{per_cycle:.2f}x per clock cycle, {peak:.2f}x of the FP32 peak at its clock")
 
 # 2. Half precision: effective bandwidth (2-byte elements read and written once). The weights are
 #    built once, outside the timed calls (building them per call, as this script did until the
