@@ -26,14 +26,15 @@
 #     test_stencil + test_tuning, the sanitizers over the stencil and gradient cases at 2 stages
 #     (every mechanism), the suite's stencil tables with the mechanism x stages sweep,
 #     scripts/stencil_extras.py (9x9 against the FP32 rate, fp16/bf16, training step) and the
-#     examples (heat_diffusion's PNG): 487-533 s on an H200 with its build (~200 s; pip rebuilds every
-#     file on each call, warm machine or not)
+#     examples (heat_diffusion's PNG): 393-442 s on an H100 or H200 with prebuilt kernel objects
+#     (.kobj carried; 487-533 s with a build from source)
 #   bash scripts/gpu_check.sh reductions                     # the same for reduce: test_reduce (two
 #     processes) + test_tuning, the sanitizers over the reduce cases at 2 stages, the reduce suite
-#     and its sweep (335 s with the build)
+#     and its sweep (~200-220 s with prebuilt kernel objects, 335 s with a build from source)
 # (step names: benchops runs `cupipe.bench --suite ops --ops $BENCH_OPS`, with --sweep when
 # BENCH_SWEEP is set; extras stencil_extras.py; box9 the fp32 9x9 op against its probe,
-# scripts/box9_data_ab.py + scripts/probe_stencil_wide.cu, ~2 min, not yet run as a step)
+# scripts/box9_data_ab.py + scripts/probe_stencil_wide.cu, 67 s on an H100; its clocks:
+# scripts/box9_clock.py, which the presets do not run)
 # The sass step alone dumps the whole module's SASS (~150 s on the device's 16 cores); the test
 # does the same per kernel, so the engine preset leaves the step out.
 set -uo pipefail
