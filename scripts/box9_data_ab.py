@@ -7,6 +7,8 @@ Each case is timed three ways: cupipe.timing.time_ms queued (a spin before each 
 way) and synchronized, and back to back like the probe; the last column is the output's address
 (MiB), to tell a placement effect from a timing one. (The twenty-seventh run's tables came from the
 first two columns alone; the back-to-back column and the address were added after it.)
+The twenty-eighth run's answer: the same address in every case and back-to-back times as spread as
+the others; the spread is the board's power cap (scripts/box9_clock.py, BENCHMARKS.md).
 
     ROUNDS=3 python scripts/box9_data_ab.py
 """
