@@ -1,7 +1,9 @@
 """Does the fp32 9x9 box's time depend on its data? The op (cupipe.stencil2d, 8192^2, zero
 boundary) on the suite's data (randn plane, randn weights) and on the data of
 scripts/probe_stencil_wide.cu (uniform inputs with 16 significant bits, weights (i*37 % 17 - 8)/4.1),
-each held for ~1 s while nvidia-smi samples the SM clock and the board power, beside the
+each held busy for ~1 s while NVML reads the SM clock and the board power (scripts/nvml_clock.py;
+until the twenty-eighth run nvidia-smi's power.draw, which read 370-450 W under the 9x9 where NVML
+read ~700 W and the power cap after each chunk), beside the
 8192^3 SGEMM (TF32 off) that the extras take as the FP32 limit, on the same two kinds of data.
 Each case is timed three ways: cupipe.timing.time_ms queued (a spin before each call, the suite's
 way) and synchronized, and back to back like the probe; the last column is the output's address
@@ -13,43 +15,17 @@ the others; the spread is the board's power cap (scripts/box9_clock.py, BENCHMAR
     ROUNDS=3 python scripts/box9_data_ab.py
 """
 import os
-import subprocess
-import time
 
 import torch
 
 import cupipe
 from cupipe.timing import time_ms
+from nvml_clock import hold, settled
 
 torch.manual_seed(0)
 dev = "cuda"
 N = 8192
 torch.backends.cuda.matmul.allow_tf32 = False
-
-
-def held(fn, seconds=1.0):
-    """Run fn back to back for `seconds` while nvidia-smi samples every 50 ms; return the median
-    SM clock (MHz) and board power (W) of the samples taken while it ran."""
-    smi = subprocess.Popen(["nvidia-smi", "--query-gpu=clocks.sm,power.draw", "--format=csv,noheader,nounits",
-                            "-lms", "50"], stdout=subprocess.PIPE, text=True)
-    time.sleep(0.5)  # nvidia-smi's start-up, before the samples that count
-    t0 = time.time()
-    while time.time() - t0 < seconds:
-        for _ in range(20):
-            fn()
-        torch.cuda.synchronize()
-    smi.terminate()
-    out, _ = smi.communicate()
-    rows = []
-    for line in out.splitlines():
-        try:
-            rows.append([float(v) for v in line.split(",")])
-        except ValueError:  # "[N/A]" or a partial line
-            pass
-    rows = rows[len(rows) // 3:]  # drop the samples from before the load started
-    mhz = sorted(r[0] for r in rows)[len(rows) // 2] if rows else float("nan")
-    watts = sorted(r[1] for r in rows)[len(rows) // 2] if rows else float("nan")
-    return mhz, watts
 
 
 def back_to_back_ms(fn, reps=30):
@@ -101,7 +77,8 @@ for r in range(rounds):
         reps = 10 if name.startswith("SGEMM") else 50
         q, sy = time_ms(fn, reps=reps), time_ms(fn, reps=reps, queued=False)
         b2b = back_to_back_ms(fn, reps=reps)
-        mhz, watts = held(fn)
+        _, mhz, watts, _ = settled(hold(fn, 1.0, 2 if name.startswith("SGEMM") else 20))
+        mhz, watts = mhz or float("nan"), watts or float("nan")  # None without NVML
         flops = 2 * N ** 3 if name.startswith("SGEMM") else 81 * 2 * N * N
         out_mib = fn().data_ptr() / 2 ** 20  # where the caching allocator put this call's output
         print(f"{r:5d} {name:34s} {q:10.4f} {sy:10.4f} {b2b:8.4f} {flops / q / 1e9:8.1f} {mhz:6.0f} {watts:6.0f} "
