@@ -2,6 +2,7 @@
 // timed with CUDA events, and the read-ceiling kernel (a grid-stride sum of 16-byte loads).
 #pragma once
 
+#include <cuda.h>
 #include <cuda_runtime.h>
 
 #include <algorithm>
@@ -18,6 +19,20 @@
       std::exit(1);                                                                            \
     }                                                                                          \
   } while (0)
+
+// The tensor maps' L2 promotion a probe asks for: PROBE_PROMO (environment) 0 none, 1 64 B, 2
+// 128 B, 3 256 B; unset, `library` (the kernels' own). scripts/tma_promotion_ab.sh runs a probe
+// under each.
+inline CUtensorMapL2promotion probe_l2_promotion(CUtensorMapL2promotion library) {
+  const char* e = std::getenv("PROBE_PROMO");
+  if (e == nullptr) return library;
+  switch (std::atoi(e)) {
+    case 0: return CU_TENSOR_MAP_L2_PROMOTION_NONE;
+    case 1: return CU_TENSOR_MAP_L2_PROMOTION_L2_64B;
+    case 2: return CU_TENSOR_MAP_L2_PROMOTION_L2_128B;
+    default: return CU_TENSOR_MAP_L2_PROMOTION_L2_256B;
+  }
+}
 
 // Median of `reps` queued calls of launch(), one untimed call (and a synchronization) first,
 // CUDA events between the calls.

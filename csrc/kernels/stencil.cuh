@@ -971,6 +971,13 @@ __device__ __forceinline__ A weight_as(const void* w, DType t, int i) {
 // (fp16 3x3 tma/2 0.0772 against 0.0786-0.0797 at 128, on 32 x 128 tiles) until tiles of twice
 // the columns turned it (narrow_wide_tiles, twenty-fourth run); their 5x5 runs the tensor cores.
 constexpr int kNarrowTH = 4;
+// The L2 promotion of the stencils' tensor maps: 128-byte lines. scripts/tma_promotion_ab.sh
+// (H200, twenty-ninth run, 8192^2, tma, ms, 128 B against the 256 B used before, launcher's
+// configurations, three rounds): fp16 3x3 (32 x 256, one stage, a tile per block) 0.0750-0.0754
+// against 0.0762-0.0763, bf16 0.0751-0.0753 against 0.0764-0.0768, fp32 3x3 0.1401-0.1402 against
+// 0.1410-0.1413, fp32 5x5 (two tiles per block) 0.1394-0.1398 against 0.1425-0.1429; the fp32 9x9
+// and the tensor-core fp16/bf16 5x5 even. No promotion and 64 B ran the fp32 3x3 3% slower.
+constexpr CUtensorMapL2promotion kStencilL2Promotion = CU_TENSOR_MAP_L2_PROMOTION_L2_128B;
 // Resident warps per SM each kernel is compiled for (the register budget: 65536 / (32 x warps)
 // registers per thread): Row 24 (85), narrow 3x3 24 (80), narrow 5x5 20 (102), Box, narrow 9x9
 // and narrow tensor-core 16 (128), fp64 Box 8 (all they need).
@@ -1243,7 +1250,8 @@ void launch_stencil_mechanism(const StencilParams& p) {
         if (narrow == 0) choose_mma(g, p, dev, S);
       }
       if (g.tensor_tiles)
-        tmap = make_plane_map(p.x, p.dtype, static_cast<int>(esz), p.batch, p.ny, p.nx, g.pitch, g.win_h);
+        tmap = make_plane_map(p.x, p.dtype, static_cast<int>(esz), p.batch, p.ny, p.nx, g.pitch, g.win_h,
+                              kStencilL2Promotion);
       auto launch = [&](auto kernel) {
         const size_t smem = static_cast<size_t>(S) * g.stage_bytes + g.weight_bytes + g.frag_bytes;
         prepare_smem(kernel, smem, "stencil");

@@ -50,9 +50,10 @@ constexpr int tensor_map_unit(int /*esz*/) { return 8; }
 // The map of `batch` planes of ny x nx elements at `base` (16-byte aligned, nx * esz a multiple
 // of 16), read in boxes of box_bytes x box_h x 1 (box_bytes a multiple of 16, at most 256 units
 // of tensor_map_unit(esz); box_h at most 256). Elements of a box outside the tensor are delivered
-// as zeros. Box coordinates along x count units, not elements.
+// as zeros. Box coordinates along x count units, not elements. `promotion`: how much the L2 fetches
+// from DRAM around a missed sector of a box (the caller's measured choice: kStencilL2Promotion).
 inline CUtensorMap make_plane_map(const void* base, DType dt, int esz, int64_t batch, int64_t ny, int64_t nx,
-                                  int box_bytes, int box_h) {
+                                  int box_bytes, int box_h, CUtensorMapL2promotion promotion) {
   CUtensorMap m{};
   const int unit = tensor_map_unit(esz);
   const cuuint64_t dims[3] = {static_cast<cuuint64_t>(nx * esz / unit), static_cast<cuuint64_t>(ny),
@@ -63,7 +64,7 @@ inline CUtensorMap make_plane_map(const void* base, DType dt, int esz, int64_t b
   const CUtensorMapDataType type = unit == esz ? tensor_map_dtype(dt) : CU_TENSOR_MAP_DATA_TYPE_UINT64;
   const CUresult r = encode_tiled_fn()(&m, type, 3, const_cast<void*>(base), dims, strides, box,
                                        elem_strides, CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_NONE,
-                                       CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
+                                       promotion, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
   if (r != CUDA_SUCCESS)
     throw std::runtime_error("cuTensorMapEncodeTiled failed (error " + std::to_string(static_cast<int>(r)) +
                              ") for a " + std::to_string(batch) + " x " + std::to_string(ny) + " x " +
