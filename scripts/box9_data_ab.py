@@ -21,25 +21,12 @@ import torch
 import cupipe
 from cupipe.timing import time_ms
 from nvml_clock import hold, settled
+from queued_timing import back_to_back_ms
 
 torch.manual_seed(0)
 dev = "cuda"
 N = 8192
 torch.backends.cuda.matmul.allow_tf32 = False
-
-
-def back_to_back_ms(fn, reps=30):
-    """Median of reps calls launched back to back with an event between each two (the probe's
-    probe_median_ms): no spin before a call, no synchronization between calls."""
-    fn()
-    torch.cuda.synchronize()
-    events = [torch.cuda.Event(enable_timing=True) for _ in range(reps + 1)]
-    events[0].record()
-    for e in events[1:]:
-        fn()
-        e.record()
-    torch.cuda.synchronize()
-    return sorted(a.elapsed_time(b) for a, b in zip(events, events[1:]))[reps // 2]
 
 
 def sixteen_bit_uniform(*shape):

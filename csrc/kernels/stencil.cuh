@@ -971,13 +971,20 @@ __device__ __forceinline__ A weight_as(const void* w, DType t, int i) {
 // (fp16 3x3 tma/2 0.0772 against 0.0786-0.0797 at 128, on 32 x 128 tiles) until tiles of twice
 // the columns turned it (narrow_wide_tiles, twenty-fourth run); their 5x5 runs the tensor cores.
 constexpr int kNarrowTH = 4;
-// The L2 promotion of the stencils' tensor maps: 128-byte lines. scripts/tma_promotion_ab.sh
-// (H200, twenty-ninth run, 8192^2, tma, ms, 128 B against the 256 B used before, launcher's
-// configurations, three rounds): fp16 3x3 (32 x 256, one stage, a tile per block) 0.0750-0.0754
-// against 0.0762-0.0763, bf16 0.0751-0.0753 against 0.0764-0.0768, fp32 3x3 0.1401-0.1402 against
-// 0.1410-0.1413, fp32 5x5 (two tiles per block) 0.1394-0.1398 against 0.1425-0.1429; the fp32 9x9
-// and the tensor-core fp16/bf16 5x5 even. No promotion and 64 B ran the fp32 3x3 3% slower.
-constexpr CUtensorMapL2promotion kStencilL2Promotion = CU_TENSOR_MAP_L2_PROMOTION_L2_128B;
+// The L2 promotion of the stencils' tensor maps (how much the L2 fetches from DRAM around a missed
+// sector), by the DRAM's peak rate: 128 bytes where it is 4 TB/s or more, 256 below. The same
+// kernels, same SMs and L2, prefer opposite settings on the two Hoppers measured
+// (scripts/tma_promotion_ab.sh, 8192^2, tma, the launchers' configurations, ms, twenty-ninth run):
+// on an H200 (4.9 TB/s; these kernels fill its L2, fifteenth run) 128 B won: fp16/bf16 3x3 (32 x
+// 256 tiles, a tile per block) 0.0750-0.0754 against 0.0762-0.0768, fp32 3x3 0.1401-0.1402
+// against 0.1410-0.1413, fp32 5x5 (two tiles per block) 0.1394-0.1398 against 0.1425-0.1429; on
+// an H100 (3.35 TB/s: DRAM-bound) 256 B won: fp16 3x3 0.0988-0.0990 against 0.0999-0.1007, fp32
+// 3x3 0.1881-0.1884 against 0.1903-0.1904, fp32 5x5 0.1859-0.1861 against 0.1867-0.1869 (a tile
+// per block). The fp32 9x9 and the tensor-core 5x5 were even on both. No promotion and 64 B ran the
+// fp32 3x3 3% slower on the H200. Other devices take the rule unmeasured.
+inline CUtensorMapL2promotion stencil_l2_promotion(int device) {
+  return dram_peak_gbps(device) >= 4000.0 ? CU_TENSOR_MAP_L2_PROMOTION_L2_128B : CU_TENSOR_MAP_L2_PROMOTION_L2_256B;
+}
 // Resident warps per SM each kernel is compiled for (the register budget: 65536 / (32 x warps)
 // registers per thread): Row 24 (85), narrow 3x3 24 (80), narrow 5x5 20 (102), Box, narrow 9x9
 // and narrow tensor-core 16 (128), fp64 Box 8 (all they need).
@@ -1251,7 +1258,7 @@ void launch_stencil_mechanism(const StencilParams& p) {
       }
       if (g.tensor_tiles)
         tmap = make_plane_map(p.x, p.dtype, static_cast<int>(esz), p.batch, p.ny, p.nx, g.pitch, g.win_h,
-                              kStencilL2Promotion);
+                              stencil_l2_promotion(current_device()));
       auto launch = [&](auto kernel) {
         const size_t smem = static_cast<size_t>(S) * g.stage_bytes + g.weight_bytes + g.frag_bytes;
         prepare_smem(kernel, smem, "stencil");

@@ -40,6 +40,10 @@ inline CUtensorMapDataType tensor_map_dtype(DType t) {
   return CU_TENSOR_MAP_DATA_TYPE_FLOAT32;
 }
 
+// The DRAM's peak rate in GB/s (memory clock x bus width, double data rate; device_info.cu, one
+// query per device): what the stencils' choice of L2 promotion goes by (stencil_l2_promotion).
+double dram_peak_gbps(int device);
+
 // The element a plane's map counts in: 8-byte words whatever the data type, so that a box row
 // may be up to 2 KiB wide (256 units) instead of 256 elements (512 bytes of a 2-byte type: the
 // stencils' tiles of 256 columns). Every box the stencils ask for starts and ends on a 16-byte
@@ -51,7 +55,7 @@ constexpr int tensor_map_unit(int /*esz*/) { return 8; }
 // of 16), read in boxes of box_bytes x box_h x 1 (box_bytes a multiple of 16, at most 256 units
 // of tensor_map_unit(esz); box_h at most 256). Elements of a box outside the tensor are delivered
 // as zeros. Box coordinates along x count units, not elements. `promotion`: how much the L2 fetches
-// from DRAM around a missed sector of a box (the caller's measured choice: kStencilL2Promotion).
+// from DRAM around a missed sector of a box (the caller's measured choice: stencil_l2_promotion).
 inline CUtensorMap make_plane_map(const void* base, DType dt, int esz, int64_t batch, int64_t ny, int64_t nx,
                                   int box_bytes, int box_h, CUtensorMapL2promotion promotion) {
   CUtensorMap m{};
