@@ -133,7 +133,7 @@ float run(const Buffers& b, int tiles_per_block, int reps, int* blocks_out, int6
   g_used_phase = g.x_phase;
   if (g.tensor_tiles)
     tmap = make_plane_map(p.x, p.dtype, sizeof(T), 1, p.ny, p.nx, g.pitch, g.win_h,
-                          probe_l2_promotion(stencil_l2_promotion(current_device())));
+                          probe_l2_promotion(stencil_l2_promotion(dev)));
   g_tile_h = g.tile_h;
   g_tile_w = g.tile_w;
   auto kernel = stencil_kernel<kMech, S, T, true, NarrowK, Threads, Terms, Warps>;
@@ -229,7 +229,7 @@ int main(int argc, char** argv) {
   const float base_ms = run<256, 2, kLauncherNarrow>(b, 2, reps, &bps, &grid);
   check(b, false, "the launcher's kernel");
   CUPIPE_CUDA_CHECK(cudaMemcpy(b.base, b.out, n * sizeof(T), cudaMemcpyDeviceToDevice));
-  std::printf("L2 promotion %d. ", static_cast<int>(probe_l2_promotion(stencil_l2_promotion(current_device()))));
+  std::printf("L2 promotion %d. ", static_cast<int>(probe_l2_promotion(stencil_l2_promotion(device_info(current_device())))));
   std::printf("%s %dx%d 8192^2, %s; cudaMemcpyAsync %.4f ms; the launcher's kernel (%s, 256 threads, 2 stages, 2 "
               "tiles per block) %.4f ms = %.3fx of the copy\n",
               sizeof(T) == 4 ? "fp32" : kDType == DType::F16 ? "fp16" : "bf16", K, K, engine::mechanism_name(kMech),

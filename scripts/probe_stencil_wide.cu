@@ -72,7 +72,7 @@ Launch run(const Buffers& b, int tpb, int reps) {
   CUtensorMap tmap{};
   g.tensor_tiles = kTma;
   if (kTma)
-    tmap = make_plane_map(p.x, p.dtype, 4, 1, p.ny, p.nx, g.pitch, g.win_h, probe_l2_promotion(stencil_l2_promotion(current_device())));
+    tmap = make_plane_map(p.x, p.dtype, 4, 1, p.ny, p.nx, g.pitch, g.win_h, probe_l2_promotion(stencil_l2_promotion(dev)));
   auto kernel = stencil_kernel<kMech, 2, float, true, NarrowK, Threads>;
   const size_t smem = 2 * static_cast<size_t>(g.stage_bytes) + g.weight_bytes;
   prepare_smem(kernel, smem, "probe");

@@ -426,3 +426,18 @@ def test_tune_search_logic_on_cpu(cache, monkeypatch):
         tuning._tune("stencil2d", x, (w,), {"mechanism": "sync"}, sm=90, dev_name="X",
                      timer=timer, mechanisms=None, stage_counts=(1,), vec_widths=(16,),
                      save=False, verbose=False)
+
+
+@pytest.mark.cuda
+@pytest.mark.skipif(not cupipe.cuda_available(), reason="needs a CUDA device")
+def test_device_info_matches_torch():
+    """The facts the launchers tune by (csrc/kernels/device_info.cu, one query per device) agree
+    with torch's view of the device; dram_peak_gbps picks the stencils' L2 promotion."""
+    for index in range(torch.cuda.device_count()):
+        props = torch.cuda.get_device_properties(index)
+        info = cupipe._C.cuda_device_info(index)
+        assert info["sm"] == 10 * props.major + props.minor
+        assert info["num_sms"] == props.multi_processor_count
+        assert info["max_smem_optin"] == props.shared_memory_per_block_optin
+        peak = 2 * props.memory_clock_rate * 1e3 * props.memory_bus_width / 8 / 1e9  # kHz, bits
+        assert info["dram_peak_gbps"] == pytest.approx(peak, rel=1e-9) and info["dram_peak_gbps"] > 0

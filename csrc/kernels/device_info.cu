@@ -14,6 +14,10 @@ DeviceInfo query_device_info(int device) {
   CUPIPE_CUDA_CHECK(
       cudaDeviceGetAttribute(&info.max_smem_optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, device));
   info.sm = major * 10 + minor;
+  int khz = 0, bits = 0;
+  CUPIPE_CUDA_CHECK(cudaDeviceGetAttribute(&khz, cudaDevAttrMemoryClockRate, device));
+  CUPIPE_CUDA_CHECK(cudaDeviceGetAttribute(&bits, cudaDevAttrGlobalMemoryBusWidth, device));
+  info.dram_peak_gbps = 2.0 * khz * 1e3 * bits / 8 / 1e9;
   return info;
 }
 }  // namespace
@@ -26,21 +30,6 @@ DeviceInfo device_info(int device) {
   static DeviceInfo cache[kMaxDevices];
   static std::once_flag once[kMaxDevices];
   std::call_once(once[device], [device] { cache[device] = query_device_info(device); });
-  return cache[device];
-}
-
-double dram_peak_gbps(int device) {
-  auto query = [device] {
-    int khz = 0, bits = 0;
-    CUPIPE_CUDA_CHECK(cudaDeviceGetAttribute(&khz, cudaDevAttrMemoryClockRate, device));
-    CUPIPE_CUDA_CHECK(cudaDeviceGetAttribute(&bits, cudaDevAttrGlobalMemoryBusWidth, device));
-    return 2.0 * khz * 1e3 * bits / 8 / 1e9;  // double data rate
-  };
-  constexpr int kMaxDevices = 64;
-  if (device < 0 || device >= kMaxDevices) return query();
-  static double cache[kMaxDevices];
-  static std::once_flag once[kMaxDevices];
-  std::call_once(once[device], [&] { cache[device] = query(); });
   return cache[device];
 }
 

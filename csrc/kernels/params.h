@@ -124,6 +124,7 @@ struct DeviceInfo {
   int sm = 0;                  // 10 * major + minor
   int num_sms = 0;
   int max_smem_optin = 0;      // bytes of dynamic shared memory a block may opt in to
+  double dram_peak_gbps = 0;   // DRAM peak rate: memory clock x bus width, double data rate
 };
 DeviceInfo device_info(int device);
 

@@ -982,8 +982,8 @@ constexpr int kNarrowTH = 4;
 // 3x3 0.1881-0.1884 against 0.1903-0.1904, fp32 5x5 0.1859-0.1861 against 0.1867-0.1869 (a tile
 // per block). The fp32 9x9 and the tensor-core 5x5 were even on both. No promotion and 64 B ran the
 // fp32 3x3 3% slower on the H200. Other devices take the rule unmeasured.
-inline CUtensorMapL2promotion stencil_l2_promotion(int device) {
-  return dram_peak_gbps(device) >= 4000.0 ? CU_TENSOR_MAP_L2_PROMOTION_L2_128B : CU_TENSOR_MAP_L2_PROMOTION_L2_256B;
+inline CUtensorMapL2promotion stencil_l2_promotion(const DeviceInfo& dev) {
+  return dev.dram_peak_gbps >= 4000.0 ? CU_TENSOR_MAP_L2_PROMOTION_L2_128B : CU_TENSOR_MAP_L2_PROMOTION_L2_256B;
 }
 // Resident warps per SM each kernel is compiled for (the register budget: 65536 / (32 x warps)
 // registers per thread): Row 24 (85), narrow 3x3 24 (80), narrow 5x5 20 (102), Box, narrow 9x9
@@ -1258,7 +1258,7 @@ void launch_stencil_mechanism(const StencilParams& p) {
       }
       if (g.tensor_tiles)
         tmap = make_plane_map(p.x, p.dtype, static_cast<int>(esz), p.batch, p.ny, p.nx, g.pitch, g.win_h,
-                              stencil_l2_promotion(current_device()));
+                              stencil_l2_promotion(dev));
       auto launch = [&](auto kernel) {
         const size_t smem = static_cast<size_t>(S) * g.stage_bytes + g.weight_bytes + g.frag_bytes;
         prepare_smem(kernel, smem, "stencil");

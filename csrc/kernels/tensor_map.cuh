@@ -40,10 +40,6 @@ inline CUtensorMapDataType tensor_map_dtype(DType t) {
   return CU_TENSOR_MAP_DATA_TYPE_FLOAT32;
 }
 
-// The DRAM's peak rate in GB/s (memory clock x bus width, double data rate; device_info.cu, one
-// query per device): what the stencils' choice of L2 promotion goes by (stencil_l2_promotion).
-double dram_peak_gbps(int device);
-
 // The element a plane's map counts in: 8-byte words whatever the data type, so that a box row
 // may be up to 2 KiB wide (256 units) instead of 256 elements (512 bytes of a 2-byte type: the
 // stencils' tiles of 256 columns). Every box the stencils ask for starts and ends on a 16-byte

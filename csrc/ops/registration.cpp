@@ -51,6 +51,7 @@ pybind11::dict cuda_device_info(int device) {
   d["sm"] = info.sm;
   d["num_sms"] = info.num_sms;
   d["max_smem_optin"] = info.max_smem_optin;
+  d["dram_peak_gbps"] = info.dram_peak_gbps;
 #else
   (void)device;
 #endif
