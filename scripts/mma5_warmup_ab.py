@@ -8,10 +8,23 @@ spin's length moves it.
 
 Each case is timed back to back (no spin), spaced with spins of 50 and 1000 us, and spaced (50 us)
 with a kernel just before the call's first event: an fp16 matmul (tensor cores on every SM,
-~20 us) or a copy of the same bytes' time on the CUDA cores. Two rounds, the order rotated.
+~30 us) or a 64 MiB copy (~35 us, CUDA cores). Two rounds, the order rotated.
 
-    python scripts/mma5_warmup_ab.py
+--clocks: the SM clock, power and clock-event reasons NVML reads while each pattern (back to
+back; spaced, 50 us) runs for 1.5 s, on a 16384^2 fp16 plane: whether a spaced call runs the
+two-term kernel at a lower clock (ms x MHz: cycles per call).
+
+--burst: the same 16384^2 cases timed as the tables time them (a burst of REPS calls, back to back
+or spaced, after 0.3 s idle) while a thread reads NVML's SM clock every 0.5 ms: the clock each
+pattern's burst runs at.
+
+--sizes: instead, fp16 planes of 4096^2 .. 16384^2, back to back and spaced (50 us), the two-term
+and one-term kernels and copy_: a fixed cost (set-up, the first tiles, the tail) stays the same
+number of microseconds at every size, a cost spread over the call grows with it.
+
+    python scripts/mma5_warmup_ab.py [--sizes | --clocks | --burst]
 """
+import sys
 import statistics
 
 import torch
@@ -42,7 +55,123 @@ def spaced_ms(fn, lead_us, pre=None, reps=REPS):
     return statistics.median(a.elapsed_time(b) for a, b in events)
 
 
+def sizes_sweep():
+    torch.manual_seed(0)
+    torch.backends.cudnn.allow_tf32 = False
+    w = torch.randn(5, 5, device="cuda")
+    print(f"device {torch.cuda.get_device_name()}, torch {torch.__version__}; fp16 5x5, ms, median of {REPS}")
+    print(f"{'n':>6} {'case':18} {'b2b':>9} {'spin50':>9} {'extra us':>9}")
+    for rnd in range(2):
+        for n in (4096, 8192, 11584, 16384):
+            x = torch.randn(n, n, device="cuda", dtype=torch.float16)
+            buf = torch.empty_like(x)
+            wh = w.half()
+            for name, fn in (("2 terms", lambda: cupipe.stencil2d(x, w)),
+                             ("1 term", lambda: cupipe.stencil2d(x, wh)),
+                             ("copy_", lambda: buf.copy_(x))):
+                if name != "copy_":
+                    out = fn().float()
+                    ref = torch.nn.functional.conv2d(x.float()[None, None], (w if name == "2 terms" else w.half()).float()[None, None],
+                                                     padding=2)[0, 0]
+                    assert ((out - ref).abs() / (1 + ref.abs())).max().item() < 2e-3, (n, name)
+                b = back_to_back_ms(fn, reps=REPS)
+                s = spaced_ms(fn, 50)
+                print(f"{n:6d} {name:18} {b:9.4f} {s:9.4f} {(s - b) * 1e3:9.2f}   round {rnd + 1}")
+            del x, buf
+            torch.cuda.empty_cache()
+
+
+def clocks(seconds=1.5, chunk=20, n=16384):
+    import time
+
+    from nvml_clock import median, reason_names, sample
+
+    w = torch.randn(5, 5, device="cuda")
+    wh = w.half()
+    x = torch.randn(n, n, device="cuda", dtype=torch.float16)
+    buf = torch.empty_like(x)
+    cycles = int(0.05 * timing._gpu_cycles_per_ms())
+    print(f"device {torch.cuda.get_device_name()}, torch {torch.__version__}; fp16 5x5 {n}^2, {seconds} s per pattern")
+    print(f"{'case':10} {'pattern':8} {'ms':>8} {'MHz':>6} {'W':>6} {'Mcycles':>8}  reasons")
+    for rnd in range(2):
+        for name, fn in (("2 terms", lambda: cupipe.stencil2d(x, w)), ("1 term", lambda: cupipe.stencil2d(x, wh)),
+                         ("copy_", lambda: buf.copy_(x))):
+            for pattern in (("b2b", "spin50") if rnd == 0 else ("spin50", "b2b")):
+                fn()
+                torch.cuda.synchronize()
+                ms, mhz, watts, reasons = [], [], [], 0
+                t0 = time.time()
+                while time.time() - t0 < seconds:
+                    ev = [torch.cuda.Event(enable_timing=True) for _ in range(2 * chunk)]
+                    for i in range(chunk):
+                        if pattern == "spin50":
+                            torch.cuda._sleep(cycles)
+                        ev[2 * i].record()
+                        fn()
+                        ev[2 * i + 1].record()
+                    ev[-1].synchronize()
+                    # back to back: the interval from one call's end to the next call's end
+                    if pattern == "b2b":
+                        ms += [ev[2 * i - 1].elapsed_time(ev[2 * i + 1]) for i in range(1, chunk)]
+                    else:
+                        ms += [ev[2 * i].elapsed_time(ev[2 * i + 1]) for i in range(chunk)]
+                    smp = sample()
+                    if smp is not None:
+                        mhz.append(smp[0]); watts.append(smp[1]); reasons |= smp[3]
+                half = len(mhz) // 2
+                m = median(ms[len(ms) // 2:])
+                f = median(mhz[half:]) if mhz else float("nan")
+                print(f"{name:10} {pattern:8} {m:8.4f} {f:6.0f} {median(watts[half:]) if watts else float('nan'):6.0f} "
+                      f"{m * f / 1e3:8.4f}  {reason_names(reasons)}   round {rnd + 1}")
+
+
+def burst(n=16384):
+    import threading
+    import time
+
+    from nvml_clock import median, sample
+
+    w = torch.randn(5, 5, device="cuda")
+    wh = w.half()
+    x = torch.randn(n, n, device="cuda", dtype=torch.float16)
+    buf = torch.empty_like(x)
+    print(f"device {torch.cuda.get_device_name()}, torch {torch.__version__}; fp16 5x5 {n}^2, bursts of {REPS}")
+    print(f"{'case':10} {'pattern':8} {'ms':>8} {'MHz med':>8} {'MHz min':>8} {'W max':>6} {'samples':>8}")
+    for rnd in range(2):
+        for name, fn in (("2 terms", lambda: cupipe.stencil2d(x, w)), ("1 term", lambda: cupipe.stencil2d(x, wh)),
+                         ("copy_", lambda: buf.copy_(x))):
+            for pattern in (("b2b", "spin50") if rnd == 0 else ("spin50", "b2b")):
+                fn()
+                torch.cuda.synchronize()
+                time.sleep(0.3)
+                samples, stop = [], threading.Event()
+
+                def reader():
+                    while not stop.is_set():
+                        smp = sample()
+                        if smp is None:
+                            return
+                        samples.append(smp)
+                        time.sleep(0.0005)
+
+                th = threading.Thread(target=reader)
+                th.start()
+                ms = back_to_back_ms(fn, reps=REPS) if pattern == "b2b" else spaced_ms(fn, 50)
+                stop.set()
+                th.join()
+                mhz = [s_[0] for s_ in samples]
+                print(f"{name:10} {pattern:8} {ms:8.4f} {median(mhz) if mhz else float('nan'):8.0f} "
+                      f"{min(mhz) if mhz else float('nan'):8.0f} {max(s_[1] for s_ in samples) if samples else float('nan'):6.0f} "
+                      f"{len(samples):8d}   round {rnd + 1}")
+
+
 def main():
+    if "--burst" in sys.argv:
+        return burst()
+    if "--sizes" in sys.argv:
+        return sizes_sweep()
+    if "--clocks" in sys.argv:
+        return clocks()
     torch.manual_seed(0)
     torch.backends.cudnn.allow_tf32 = False  # the reference: fp32 products (TF32 errs by ~1e-3)
     dev = "cuda"
