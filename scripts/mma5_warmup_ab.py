@@ -81,48 +81,60 @@ def sizes_sweep():
             torch.cuda.empty_cache()
 
 
+def fp16_cases(n):
+    """The two-term and one-term fp16 5x5 (weights converted once) and copy_ on an n x n plane."""
+    w = torch.randn(5, 5, device="cuda")
+    wh = w.half()
+    x = torch.randn(n, n, device="cuda", dtype=torch.float16)
+    buf = torch.empty_like(x)
+    return [("2 terms", lambda: cupipe.stencil2d(x, w)), ("1 term", lambda: cupipe.stencil2d(x, wh)),
+            ("copy_", lambda: buf.copy_(x))]
+
+
+def rounds(cases):
+    """(round, name, fn, pattern) over two rounds, the patterns' order turned round in the second."""
+    for rnd in range(2):
+        for name, fn in cases:
+            for pattern in (("b2b", "spin50") if rnd == 0 else ("spin50", "b2b")):
+                yield rnd, name, fn, pattern
+
+
 def clocks(seconds=1.5, chunk=20, n=16384):
     import time
 
     from nvml_clock import median, reason_names, sample
 
-    w = torch.randn(5, 5, device="cuda")
-    wh = w.half()
-    x = torch.randn(n, n, device="cuda", dtype=torch.float16)
-    buf = torch.empty_like(x)
+    cases = fp16_cases(n)
     cycles = int(0.05 * timing._gpu_cycles_per_ms())
     print(f"device {torch.cuda.get_device_name()}, torch {torch.__version__}; fp16 5x5 {n}^2, {seconds} s per pattern")
     print(f"{'case':10} {'pattern':8} {'ms':>8} {'MHz':>6} {'W':>6} {'Mcycles':>8}  reasons")
-    for rnd in range(2):
-        for name, fn in (("2 terms", lambda: cupipe.stencil2d(x, w)), ("1 term", lambda: cupipe.stencil2d(x, wh)),
-                         ("copy_", lambda: buf.copy_(x))):
-            for pattern in (("b2b", "spin50") if rnd == 0 else ("spin50", "b2b")):
+    for rnd, name, fn, pattern in rounds(cases):
+        fn()
+        torch.cuda.synchronize()
+        ms, mhz, watts, reasons = [], [], [], 0
+        t0 = time.time()
+        while time.time() - t0 < seconds:
+            ev = [torch.cuda.Event(enable_timing=True) for _ in range(2 * chunk)]
+            for i in range(chunk):
+                if pattern == "spin50":
+                    torch.cuda._sleep(cycles)
+                ev[2 * i].record()
                 fn()
-                torch.cuda.synchronize()
-                ms, mhz, watts, reasons = [], [], [], 0
-                t0 = time.time()
-                while time.time() - t0 < seconds:
-                    ev = [torch.cuda.Event(enable_timing=True) for _ in range(2 * chunk)]
-                    for i in range(chunk):
-                        if pattern == "spin50":
-                            torch.cuda._sleep(cycles)
-                        ev[2 * i].record()
-                        fn()
-                        ev[2 * i + 1].record()
-                    ev[-1].synchronize()
-                    # back to back: the interval from one call's end to the next call's end
-                    if pattern == "b2b":
-                        ms += [ev[2 * i - 1].elapsed_time(ev[2 * i + 1]) for i in range(1, chunk)]
-                    else:
-                        ms += [ev[2 * i].elapsed_time(ev[2 * i + 1]) for i in range(chunk)]
-                    smp = sample()
-                    if smp is not None:
-                        mhz.append(smp[0]); watts.append(smp[1]); reasons |= smp[3]
-                half = len(mhz) // 2
-                m = median(ms[len(ms) // 2:])
-                f = median(mhz[half:]) if mhz else float("nan")
-                print(f"{name:10} {pattern:8} {m:8.4f} {f:6.0f} {median(watts[half:]) if watts else float('nan'):6.0f} "
-                      f"{m * f / 1e3:8.4f}  {reason_names(reasons)}   round {rnd + 1}")
+                ev[2 * i + 1].record()
+            ev[-1].synchronize()
+            # back to back: the interval from one call's end to the next call's end
+            if pattern == "b2b":
+                ms += [ev[2 * i - 1].elapsed_time(ev[2 * i + 1]) for i in range(1, chunk)]
+            else:
+                ms += [ev[2 * i].elapsed_time(ev[2 * i + 1]) for i in range(chunk)]
+            smp = sample()
+            if smp is not None:
+                mhz.append(smp[0]); watts.append(smp[1]); reasons |= smp[3]
+        half = len(mhz) // 2
+        m = median(ms[len(ms) // 2:])
+        f = median(mhz[half:]) if mhz else float("nan")
+        print(f"{name:10} {pattern:8} {m:8.4f} {f:6.0f} {median(watts[half:]) if watts else float('nan'):6.0f} "
+              f"{m * f / 1e3:8.4f}  {reason_names(reasons)}   round {rnd + 1}")
 
 
 def burst(n=16384):
@@ -131,38 +143,32 @@ def burst(n=16384):
 
     from nvml_clock import median, sample
 
-    w = torch.randn(5, 5, device="cuda")
-    wh = w.half()
-    x = torch.randn(n, n, device="cuda", dtype=torch.float16)
-    buf = torch.empty_like(x)
+    cases = fp16_cases(n)
     print(f"device {torch.cuda.get_device_name()}, torch {torch.__version__}; fp16 5x5 {n}^2, bursts of {REPS}")
     print(f"{'case':10} {'pattern':8} {'ms':>8} {'MHz med':>8} {'MHz min':>8} {'W max':>6} {'samples':>8}")
-    for rnd in range(2):
-        for name, fn in (("2 terms", lambda: cupipe.stencil2d(x, w)), ("1 term", lambda: cupipe.stencil2d(x, wh)),
-                         ("copy_", lambda: buf.copy_(x))):
-            for pattern in (("b2b", "spin50") if rnd == 0 else ("spin50", "b2b")):
-                fn()
-                torch.cuda.synchronize()
-                time.sleep(0.3)
-                samples, stop = [], threading.Event()
+    for rnd, name, fn, pattern in rounds(cases):
+        fn()
+        torch.cuda.synchronize()
+        time.sleep(0.3)
+        samples, stop = [], threading.Event()
 
-                def reader():
-                    while not stop.is_set():
-                        smp = sample()
-                        if smp is None:
-                            return
-                        samples.append(smp)
-                        time.sleep(0.0005)
+        def reader():
+            while not stop.is_set():
+                smp = sample()
+                if smp is None:
+                    return
+                samples.append(smp)
+                time.sleep(0.0005)
 
-                th = threading.Thread(target=reader)
-                th.start()
-                ms = back_to_back_ms(fn, reps=REPS) if pattern == "b2b" else spaced_ms(fn, 50)
-                stop.set()
-                th.join()
-                mhz = [s_[0] for s_ in samples]
-                print(f"{name:10} {pattern:8} {ms:8.4f} {median(mhz) if mhz else float('nan'):8.0f} "
-                      f"{min(mhz) if mhz else float('nan'):8.0f} {max(s_[1] for s_ in samples) if samples else float('nan'):6.0f} "
-                      f"{len(samples):8d}   round {rnd + 1}")
+        th = threading.Thread(target=reader)
+        th.start()
+        ms = back_to_back_ms(fn, reps=REPS) if pattern == "b2b" else spaced_ms(fn, 50)
+        stop.set()
+        th.join()
+        mhz = [s_[0] for s_ in samples]
+        print(f"{name:10} {pattern:8} {ms:8.4f} {median(mhz) if mhz else float('nan'):8.0f} "
+              f"{min(mhz) if mhz else float('nan'):8.0f} {max(s_[1] for s_ in samples) if samples else float('nan'):6.0f} "
+              f"{len(samples):8d}   round {rnd + 1}")
 
 
 def main():
