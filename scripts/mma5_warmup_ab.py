@@ -55,38 +55,38 @@ def spaced_ms(fn, lead_us, pre=None, reps=REPS):
     return statistics.median(a.elapsed_time(b) for a, b in events)
 
 
+def assert_matches_conv2d(x, w):
+    """The op against F.conv2d in fp32 (TF32 off) on the same 2-byte input: fp16's and bf16's own
+    rounding of the result, relative to 1 + |ref|."""
+    torch.backends.cudnn.allow_tf32 = False  # TF32 products err by ~1e-3: the reference's, not the op's
+    out = cupipe.stencil2d(x, w).float()
+    ref = torch.nn.functional.conv2d(x.float()[None, None], w.float()[None, None], padding=2)[0, 0]
+    err = ((out - ref).abs() / (1 + ref.abs())).max().item()
+    assert err < (2e-3 if x.dtype == torch.float16 else 1.6e-2), (tuple(x.shape), x.dtype, w.dtype, err)
+
+
 def sizes_sweep():
     torch.manual_seed(0)
-    torch.backends.cudnn.allow_tf32 = False
-    w = torch.randn(5, 5, device="cuda")
     print(f"device {torch.cuda.get_device_name()}, torch {torch.__version__}; fp16 5x5, ms, median of {REPS}")
     print(f"{'n':>6} {'case':18} {'b2b':>9} {'spin50':>9} {'extra us':>9}")
     for rnd in range(2):
         for n in (4096, 8192, 11584, 16384):
-            x = torch.randn(n, n, device="cuda", dtype=torch.float16)
-            buf = torch.empty_like(x)
-            wh = w.half()
-            for name, fn in (("2 terms", lambda: cupipe.stencil2d(x, w)),
-                             ("1 term", lambda: cupipe.stencil2d(x, wh)),
-                             ("copy_", lambda: buf.copy_(x))):
-                if name != "copy_":
-                    out = fn().float()
-                    ref = torch.nn.functional.conv2d(x.float()[None, None], (w if name == "2 terms" else w.half()).float()[None, None],
-                                                     padding=2)[0, 0]
-                    assert ((out - ref).abs() / (1 + ref.abs())).max().item() < 2e-3, (n, name)
+            for name, fn in fp16_cases(n):
                 b = back_to_back_ms(fn, reps=REPS)
                 s = spaced_ms(fn, 50)
                 print(f"{n:6d} {name:18} {b:9.4f} {s:9.4f} {(s - b) * 1e3:9.2f}   round {rnd + 1}")
-            del x, buf
             torch.cuda.empty_cache()
 
 
 def fp16_cases(n):
-    """The two-term and one-term fp16 5x5 (weights converted once) and copy_ on an n x n plane."""
+    """The two-term and one-term fp16 5x5 (weights converted once, both checked) and copy_ on an
+    n x n plane of randn."""
     w = torch.randn(5, 5, device="cuda")
     wh = w.half()
     x = torch.randn(n, n, device="cuda", dtype=torch.float16)
     buf = torch.empty_like(x)
+    assert_matches_conv2d(x, w)
+    assert_matches_conv2d(x, wh)
     return [("2 terms", lambda: cupipe.stencil2d(x, w)), ("1 term", lambda: cupipe.stencil2d(x, wh)),
             ("copy_", lambda: buf.copy_(x))]
 
@@ -179,7 +179,6 @@ def main():
     if "--clocks" in sys.argv:
         return clocks()
     torch.manual_seed(0)
-    torch.backends.cudnn.allow_tf32 = False  # the reference: fp32 products (TF32 errs by ~1e-3)
     dev = "cuda"
     ma = torch.randn(2048, 2048, device=dev, dtype=torch.float16)
     mb = torch.randn(2048, 2048, device=dev, dtype=torch.float16)
@@ -198,10 +197,7 @@ def main():
         x = torch.randn(N, N, device=dev).to(dt)
         buf = torch.empty_like(x)
         for wname, wk in (("fp32 w (2 terms)", w), ("x-dtype w (1 term)", w.to(dt))):
-            out = cupipe.stencil2d(x, wk)
-            ref = torch.nn.functional.conv2d(x.float()[None, None], wk.float()[None, None], padding=2)[0, 0]
-            err = ((out.float() - ref).abs() / (1 + ref.abs())).max().item()
-            assert err < (2e-3 if dt == torch.float16 else 1.6e-2), (dt, wname, err)
+            assert_matches_conv2d(x, wk)
             cases.append((f"{str(dt)[6:]} 5x5 {wname}", lambda x=x, wk=wk: cupipe.stencil2d(x, wk)))
         cases.append((f"{str(dt)[6:]} copy_", lambda x=x, buf=buf: buf.copy_(x)))
     variants = [
