@@ -1,6 +1,7 @@
 // The SM clock inside the fp16 5x5 tensor-core kernel, back to back against spaced calls (a
-// 50 us one-thread spin before each, as the suite times): does the two-term kernel's spaced-call
-// cost (docs/perf_notes.md, twenty-ninth and thirtieth runs) come with a lower clock, or with more
+// 50 us one-thread spin before each, as the suite times; or a 50 us spin of one warp on every SM,
+// so that no SM idles between calls): does the two-term kernel's spaced-call cost
+// (docs/perf_notes.md, twenty-ninth and thirtieth runs) come with a lower clock, or with more
 // cycles at the same clock?
 //
 // Every block's thread 0 reads clock64 and %globaltimer when the block starts and after its last
@@ -111,7 +112,8 @@ int main(int argc, char** argv) {
     set_block_tiles(g, grid);
   };
 
-  auto measure = [&](bool exact, bool spaced) -> Result {
+  // spaced: 0 back to back, 1 a one-thread spin before each call, 2 a spin on every SM.
+  auto measure = [&](bool exact, int spaced) -> Result {
     StencilGeom g;
     CUtensorMap tmap{};
     int64_t grid;
@@ -130,7 +132,7 @@ int main(int argc, char** argv) {
     std::vector<cudaEvent_t> ev(2 * reps);
     for (auto& e : ev) PROBE_CHECK(cudaEventCreate(&e));
     for (int r = 0; r < reps; ++r) {
-      if (spaced) spin_ns<<<1, 1>>>(50000);
+      if (spaced) spin_ns<<<spaced == 1 ? 1 : dev.num_sms, spaced == 1 ? 1 : 32>>>(50000);
       if (spaced || r == 0) PROBE_CHECK(cudaEventRecord(ev[2 * r]));
       launch();
       PROBE_CHECK(cudaEventRecord(ev[2 * r + 1]));
@@ -150,14 +152,14 @@ int main(int argc, char** argv) {
   const Case cases[] = {{"fp16 5x5 two terms", false}, {"fp16 5x5 one term", true}};
   std::printf("%lld^2 fp16, reps %d; clock and cycles: every block's thread 0, start to after its last tile\n",
               static_cast<long long>(n), reps);
-  std::printf("%-20s %6s %-8s %9s %9s %13s\n", "case", "round", "pattern", "ms", "MHz", "kcycles/block");
+  std::printf("%-20s %6s %-11s %9s %9s %13s\n", "case", "round", "pattern", "ms", "MHz", "kcycles/block");
   for (int round = 0; round < rounds; ++round)
     for (const Case& cs : cases)
-      for (int o = 0; o < 2; ++o) {
-        const bool spaced = (o + round) % 2 == 1;  // the order alternates by round
+      for (int o = 0; o < 3; ++o) {
+        const int spaced = (o + round) % 3;  // the order rotates by round
         const Result r = measure(cs.exact, spaced);
-        std::printf("%-20s %6d %-8s %9.4f %9.1f %13.1f\n", cs.name, round, spaced ? "spaced" : "b2b", r.ms, r.mhz,
-                    r.kcycles);
+        std::printf("%-20s %6d %-11s %9.4f %9.1f %13.1f\n", cs.name, round,
+                    spaced == 0 ? "b2b" : spaced == 1 ? "spaced" : "spaced-all", r.ms, r.mhz, r.kcycles);
       }
   return 0;
 }
