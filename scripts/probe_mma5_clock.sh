@@ -18,6 +18,6 @@ s = s.replace(head, head + "  CUPIPE_PROBE_BLOCK_BEGIN\n")
 s = s.replace(tail, tail[:-2] + "  CUPIPE_PROBE_BLOCK_END\n}\n")
 open(dst, "w").write("#define CUPIPE_PROBE_HOOKED 1\n" + s)
 PY
-nvcc -O3 -std=c++17 -arch=sm_90a --expt-relaxed-constexpr -I"$tmp" -Icsrc -Iscripts \
+nvcc -O3 -std=c++17 -arch=sm_90a --expt-relaxed-constexpr -I"$tmp" -Icsrc \
   -o .probe_bin/mma5_clock scripts/probe_mma5_clock.cu csrc/kernels/device_info.cu
 echo "built .probe_bin/mma5_clock"
