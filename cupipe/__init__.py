@@ -72,6 +72,25 @@ def cuda_available() -> bool:
     return bool(_C.with_cuda) and _torch.cuda.is_available()
 
 
+def tma_available(device=None) -> bool:
+    """True when ``mechanism="tma"`` runs on ``device`` (a CUDA device or index; default the
+    current one): an sm_90 (Hopper) or newer GPU, and this build's kernels running there as sm_90
+    code or newer. A build without it (``TORCH_CUDA_ARCH_LIST="8.0+PTX"`` on an H100) runs older
+    PTX with no bulk copies, and the ops reject 'tma' there with a ValueError."""
+    if not cuda_available():
+        return False
+    if device is None or isinstance(device, int):
+        index = device
+    else:
+        device = _torch.device(device)
+        if device.type != "cuda":
+            return False
+        index = device.index
+    if index is None:
+        index = _torch.cuda.current_device()
+    return _torch.cuda.get_device_capability(index) >= (9, 0) and tuning.code_sm(_C.cuda_device_info(index)) >= 90
+
+
 __all__ = [
     "stream_copy",
     "stencil1d",
@@ -85,5 +104,6 @@ __all__ = [
     "REDUCE_OPS",
     "include_dir",
     "cuda_available",
+    "tma_available",
     "build_info",
 ]

@@ -164,8 +164,8 @@ class Bench:
         self.dtype = dtype                      # None: the DESIGN.md suite's own dtypes
         self.use_compile = use_compile and not cpu
         self.copy_bw = float("nan")
-        self.sm = 0 if cpu else 10 * torch.cuda.get_device_capability()[0] + \
-            torch.cuda.get_device_capability()[1]
+        # The architecture the kernels run as (mechanisms and the table follow it, not the device).
+        self.sm = 0 if cpu else cupipe.tuning.code_sm(cupipe._C.cuda_device_info(torch.cuda.current_device()))
         self._key, self._val = None, None
         # Sizes: DESIGN.md's on a GPU; tiny ones on the CPU (a smoke test, not a measurement).
         if cpu:

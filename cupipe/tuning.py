@@ -208,6 +208,13 @@ def _dtype_name(dtype: torch.dtype) -> str:
     return str(dtype).replace("torch.", "")
 
 
+def code_sm(info: dict) -> int:
+    """The architecture the kernels run as, from ``_C.cuda_device_info``: ``code_sm`` (older than
+    the device's ``sm`` where the build has only older code or PTX for it; csrc/kernels/params.h),
+    or ``sm`` from a build that does not report it."""
+    return int(info.get("code_sm", info.get("sm", 0)))
+
+
 def device_name(device) -> str:
     idx = torch.device(device).index
     if idx is None:
@@ -456,8 +463,9 @@ def explain(op: str, x: torch.Tensor, *args, **kwargs) -> Explanation:
                            "rebuild: pip install --no-build-isolation --no-deps -e .")
     sm_info = _C.cuda_device_info(x.device.index if x.device.index is not None
                                   else torch.cuda.current_device())
-    sm = int(sm_info.get("sm", 0))
-    dev = f"{device_name(x.device)} (sm_{sm})"
+    sm = code_sm(sm_info)
+    dev_sm = int(sm_info.get("sm", sm))
+    dev = f"{device_name(x.device)} (sm_{dev_sm}" + (f", kernels run as sm_{sm})" if sm != dev_sm else ")")
     vec_out = None if op != "stream_copy" else vec
     cls = shape_class(op, tuple(x.shape), **_geometry(op, a))
     key = cache_key(op, cls, x.dtype, device_name(x.device))
@@ -524,8 +532,8 @@ def tune(op: str, x: torch.Tensor, *args, mechanisms: Optional[Iterable[str]] = 
             "input to a GPU, or use cupipe.explain() to see what auto resolves to.")
     if not _C.with_cuda:
         raise RuntimeError("cupipe.tune: this cupipe build has no CUDA kernels (CUPIPE_NO_CUDA=1?)")
-    sm = int(_C.cuda_device_info(x.device.index if x.device.index is not None
-                                 else torch.cuda.current_device()).get("sm", 0))
+    sm = code_sm(_C.cuda_device_info(x.device.index if x.device.index is not None
+                                     else torch.cuda.current_device()))
     return _tune(op, x, args, kwargs, sm=sm, dev_name=device_name(x.device),
                  timer=lambda fn: time_ms(fn, reps, warmup), mechanisms=mechanisms,
                  stage_counts=stage_counts, vec_widths=vec_widths, save=save, verbose=verbose)

@@ -49,7 +49,7 @@ for name, (fn, nbytes) in cases.items():
     print(f"{name:32s} {ms:8.3f} {gbs:8.0f} {gbs / (2 * x.nbytes / copy_ms / 1e6):8.2f}")
 
 print("\nstream_copy 2^28 fp32: tile bytes x stages (GB/s, x copy_)")
-hopper = torch.cuda.get_device_capability() >= (9, 0)
+hopper = cupipe.tma_available()
 mechs = ["sync", "pipeline", "pipeline_thread", "primitives", "cg", "barrier", "specialized"] + (["tma"] if hopper else [])
 for m, tile, s in itertools.product(mechs, [8192, 16384, 32768], [2, 4]):
     fn = lambda: torch.ops.cupipe._stream_copy_ex(x, m, s, 16, tile, 0)

@@ -12,7 +12,7 @@ import torch.nn.functional as F
 import cupipe
 
 mechs = ["sync", "pipeline", "pipeline_thread", "primitives", "cg", "barrier", "specialized"]
-if torch.cuda.get_device_capability() >= (9, 0):
+if cupipe.tma_available():
     mechs.append("tma")
 stages = [int(s) for s in (sys.argv[1].split(",") if len(sys.argv) > 1 else ["1", "2", "3"])]
 if len(sys.argv) > 2:  # a subset of mechanisms, e.g. one per synccheck run

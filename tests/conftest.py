@@ -7,6 +7,7 @@ Every test runs on CPU. Tests that take the ``device`` fixture also run on CUDA 
 Tests marked ``slow`` (large tensors) only run with ``CUPIPE_SLOW=1``.
 
 Helpers (import them with ``from conftest import ...``; pytest puts tests/ on sys.path):
+  tma_supported()                          mechanism='tma' runs on the current GPU and build
   make_input(shape, dtype, device, seed)   seeded random input
   stencil1d_ref / stencil2d_ref            eager references (F.pad + F.conv*, in float64)
   stencil1d_loop_ref                       plain-Python reference with modular indexing
@@ -29,6 +30,11 @@ import torch.nn.functional as F
 import cupipe
 
 HAS_CUDA = bool(torch.cuda.is_available() and cupipe.build_info.get("with_cuda"))
+
+
+def tma_supported() -> bool:
+    """Whether mechanism='tma' runs on the current GPU with this build (cupipe.tma_available)."""
+    return HAS_CUDA and cupipe.tma_available()
 
 DEVICES = ["cpu", pytest.param("cuda", marks=[
     pytest.mark.cuda,

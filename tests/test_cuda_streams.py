@@ -6,7 +6,7 @@ import pytest
 import torch
 
 import cupipe
-from conftest import HAS_CUDA, assert_close, make_input, poison_allocator
+from conftest import HAS_CUDA, assert_close, make_input, poison_allocator, tma_supported
 
 pytestmark = [
     pytest.mark.cuda,
@@ -16,7 +16,7 @@ pytestmark = [
 
 def _mechanisms():
     mechs = ["auto", "sync", "pipeline", "primitives", "specialized"]
-    if HAS_CUDA and torch.cuda.get_device_capability() >= (9, 0):
+    if tma_supported():
         mechs.append("tma")
     return mechs
 

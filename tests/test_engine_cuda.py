@@ -11,6 +11,7 @@ import torch
 import torch.nn.functional as F
 
 import cupipe
+from conftest import tma_supported
 
 pytestmark = [pytest.mark.cuda,
               pytest.mark.skipif(not cupipe.cuda_available(), reason="needs a CUDA device")]
@@ -20,7 +21,7 @@ ASYNC = ["pipeline", "pipeline_thread", "primitives", "cg", "barrier", "speciali
 
 def mechanisms():
     ms = ["sync"] + ASYNC
-    if torch.cuda.is_available() and torch.cuda.get_device_capability() >= (9, 0):
+    if tma_supported():
         ms.append("tma")
     return ms
 
@@ -95,7 +96,7 @@ def test_stream_copy_over_2_31_elements():
 
 def test_tma_error_or_supported():
     x = rand((100,), torch.float32, 1)
-    if torch.cuda.get_device_capability() >= (9, 0):
+    if tma_supported():
         assert torch.equal(cupipe.stream_copy(x, mechanism="tma"), x)
     else:
         with pytest.raises(ValueError, match="tma"):

@@ -7,7 +7,7 @@ import pytest
 import torch
 
 import cupipe
-from conftest import FLOAT_DTYPES, REDUCE_OPS, assert_close, make_input, reduce_ref, tol
+from conftest import FLOAT_DTYPES, REDUCE_OPS, assert_close, make_input, reduce_ref, tma_supported, tol
 
 DTYPE_IDS = {torch.float32: "f32", torch.float16: "f16", torch.bfloat16: "bf16",
              torch.float64: "f64"}
@@ -238,7 +238,7 @@ def test_reduce_nan_propagation(device, op, dtype):
 
 @pytest.mark.parametrize("mechanism", cupipe.MECHANISMS)
 def test_reduce_mechanisms(device, mechanism):
-    if device == "cuda" and mechanism == "tma" and torch.cuda.get_device_capability() < (9, 0):
+    if device == "cuda" and mechanism == "tma" and not tma_supported():
         pytest.skip("tma needs sm_90")
     x = make_input((37, 301), torch.float32, device, seed=29)
     for stages in (0, 1, 2, 3, 4, 8):
@@ -272,7 +272,7 @@ LAYOUT_CASES = [
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float16, torch.float64],
                          ids=lambda d: DTYPE_IDS[d])
 def test_reduce_layouts_every_mechanism(device, mechanism, dtype):
-    if device == "cuda" and mechanism == "tma" and torch.cuda.get_device_capability() < (9, 0):
+    if device == "cuda" and mechanism == "tma" and not tma_supported():
         pytest.skip("tma needs sm_90")
     for i, (shape, dim) in enumerate(LAYOUT_CASES):
         n = math.prod(shape)
@@ -308,7 +308,7 @@ def test_reduce_columns_congruent(device, mechanism):
     row lands in shared memory at its source's offset modulo 128, the tile at x's): data pointers
     0, 16, 48 and 112 bytes past a 128-byte line, and 4 bytes (not 16-byte aligned: the other
     layout); chunks of 512 bytes to 16 KiB; every stage count; a NaN column; bit-identical repeats."""
-    if device == "cuda" and mechanism == "tma" and torch.cuda.get_device_capability() < (9, 0):
+    if device == "cuda" and mechanism == "tma" and not tma_supported():
         pytest.skip("tma needs sm_90")
     cases = [((300, 1024), 0, torch.float32),   # 4 KiB rows, auto: tma/3 on sm_90
              ((97, 2048), 0, torch.float16),
@@ -341,7 +341,7 @@ def test_reduce_wide_rows(device, mechanism):
     """Rows of 4-32 KiB along the last dim (the CUDA wide-rows kernel: a block per tile of one to
     three rows, several warps per row): every op with NaN and -inf in some rows, 2-byte and fp64
     inputs, row counts that leave a partial last tile, every stage count; bit-identical repeats."""
-    if device == "cuda" and mechanism == "tma" and torch.cuda.get_device_capability() < (9, 0):
+    if device == "cuda" and mechanism == "tma" and not tma_supported():
         pytest.skip("tma needs sm_90")
     cases = [((37, 4096), torch.float32), ((7, 1300), torch.float32), ((5, 2056), torch.float32),
              ((9, 3000), torch.bfloat16), ((6, 4096), torch.float16), ((4, 2048), torch.float64)]
@@ -367,7 +367,7 @@ def test_reduce_chunked_rows(device, mechanism):
     stage-sized chunk of a row, then the partials pass): last chunks that end past a 16-byte
     multiple or hold only a few elements, every dtype, several dims at once; each case clean and
     again with NaN in the last chunk's tail and -inf inside; every op; bit-identical repeats."""
-    if device == "cuda" and mechanism == "tma" and torch.cuda.get_device_capability() < (9, 0):
+    if device == "cuda" and mechanism == "tma" and not tma_supported():
         pytest.skip("tma needs sm_90")
     cases = [((3 * 16384 + 3,), None, torch.float32),    # 64 KiB chunks, the last one 3 elements
              ((11137,), None, torch.float32),            # 32 KiB chunks, the last 736 vectors + 1
@@ -403,7 +403,7 @@ def test_reduce_stage_sizes(device, mechanism, tile_bytes):
     column tiles of 4 to 64 rows."""
     if device != "cuda":
         pytest.skip("_reduce_ex is CUDA-only")
-    if mechanism == "tma" and torch.cuda.get_device_capability() < (9, 0):
+    if mechanism == "tma" and not tma_supported():
         pytest.skip("tma needs sm_90")
     for i, (shape, dim) in enumerate(LAYOUT_CASES + [((9, 5000), 1), ((70, 513), 0)]):
         x = make_input(shape, torch.float32, device, seed=60 + i)

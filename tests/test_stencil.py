@@ -10,7 +10,7 @@ import torch
 import cupipe
 from conftest import (BOUNDARIES, FLOAT_DTYPES, assert_close, make_input, make_weights,
                       poison_allocator, stencil1d_loop_ref, stencil1d_ref, stencil2d_loop_ref,
-                      stencil2d_ref, tol)
+                      stencil2d_ref, tma_supported, tol)
 
 RADII = [0, 1, 2, 3, 4, 6]
 DTYPE_IDS = {torch.float32: "f32", torch.float16: "f16", torch.bfloat16: "bf16",
@@ -103,7 +103,7 @@ def test_stencil_free_sms(device):
         pytest.skip("the _ex stencils are CUDA-only")
     x2, w2, x1, w1 = _ex_inputs(device, (3, 300, 517), (3, 5), (4, 20001), 7, seed=70)
     sms = torch.cuda.get_device_properties(device).multi_processor_count
-    m1d = "tma" if torch.cuda.get_device_capability() >= (9, 0) else "cg"
+    m1d = "tma" if tma_supported() else "cg"
     for free in (0, 2, sms - 1, sms + 5):
         for boundary in ("zero", "reflect"):
             _check_ex_stencils(x2, w2, x1, w1, boundary, m1d, 3, free_sms=free)
@@ -304,7 +304,7 @@ def test_stencil_many_tiles_per_block(device):
     w1 = make_weights((9,), torch.float32, device, seed=28)
     w2 = [make_weights(s, torch.float32, device, seed=29) for s in [(3, 3), (9, 9), (5, 17)]]
     mechanisms = [m for m in cupipe.MECHANISMS
-                  if not (big and m == "tma" and torch.cuda.get_device_capability() < (9, 0))]
+                  if not (big and m == "tma" and not tma_supported())]
     for boundary in BOUNDARIES:
         refs = [_ref2d(x2, w, boundary) for w in w2]
         ref1 = _ref1d(x1, w1, -1, boundary)
@@ -467,7 +467,7 @@ def test_stencil_grad_empty(device, boundary):
 
 @pytest.mark.parametrize("mechanism", cupipe.MECHANISMS)
 def test_stencil_mechanisms(device, mechanism):
-    if device == "cuda" and mechanism == "tma" and torch.cuda.get_device_capability() < (9, 0):
+    if device == "cuda" and mechanism == "tma" and not tma_supported():
         pytest.skip("tma needs sm_90")
     x = make_input((2, 33, 47), torch.float32, device, seed=12)
     xb = make_input((3, 37, 96), torch.float32, device, seed=13)  # rows of 16-byte multiples
@@ -505,8 +505,8 @@ def test_stencil2d_tma_tensor_tiles(device, boundary, dtype):
     radii, odd heights; an unaligned pointer takes the row copies."""
     if device != "cuda":
         pytest.skip("tma is CUDA-only")
-    if torch.cuda.get_device_capability() < (9, 0):
-        pytest.skip("tma needs an sm_90 GPU")
+    if not tma_supported():
+        pytest.skip("tma needs an sm_90 GPU and sm_90 code")
     for shape, offset in [((3, 131, 256), 0), ((2, 200, 520), 0), ((1, 67, 1024), 0), ((2, 150, 384), 1)]:
         n = shape[0] * shape[1] * shape[2]
         x = make_input((n + offset,), dtype, device, seed=90)[offset:].view(shape)
@@ -557,7 +557,7 @@ def test_stencil_tensor_core_consumer(device, boundary, dtype):
     mechanism's loader for one plane."""
     _mma_capable(device)
     mechanisms = [m for m in cupipe.MECHANISMS
-                  if m != "tma" or torch.cuda.get_device_capability() >= (9, 0)]
+                  if m != "tma" or tma_supported()]
     for shape in MMA_PLANES:
         for offset in (0, 1, 2, 3):
             x = _offset_view(shape, dtype, device, offset, seed=60)
@@ -588,7 +588,7 @@ def test_stencil_tensor_core_many_tiles_per_block(device, dtype):
     _mma_capable(device)
     x = make_input((2, 1100, 4104), dtype, device, seed=75)  # rows of whole 16-byte multiples
     configs = [("auto", 0), ("primitives", 2)]
-    if torch.cuda.get_device_capability() >= (9, 0):
+    if tma_supported():
         configs.append(("tma", 2))
     weights = [make_weights((5, 5), torch.float32, device, seed=76),
                make_weights((7, 7), torch.float32, device, seed=77),
@@ -672,7 +672,7 @@ def test_stencil_tensor_core_weights_in_input_dtype(device, dtype):
     float64 reference."""
     _mma_capable(device)
     mechanisms = [m for m in cupipe.MECHANISMS
-                  if m != "tma" or torch.cuda.get_device_capability() >= (9, 0)]
+                  if m != "tma" or tma_supported()]
     for shape, offset in [((2, 70, 264), 0), ((67, 1024), 1)]:
         x = _offset_view(shape, dtype, device, offset, seed=68)
         for k in (5, 7, 9):

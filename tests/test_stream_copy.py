@@ -6,7 +6,7 @@ import pytest
 import torch
 
 import cupipe
-from conftest import HAS_CUDA, make_input, poison_allocator
+from conftest import HAS_CUDA, make_input, poison_allocator, tma_supported
 
 DTYPES = [torch.float32, torch.float16, torch.bfloat16, torch.float64, torch.int8, torch.uint8,
           torch.int16, torch.int32, torch.int64, torch.bool, torch.complex64]
@@ -135,7 +135,7 @@ def test_stream_copy_autograd(device):
 def _expect_ok(device, mechanism):
     if device != "cuda" or mechanism != "tma":
         return True
-    return torch.cuda.get_device_capability() >= (9, 0)
+    return tma_supported()
 
 
 @pytest.mark.parametrize("vec_bytes", VEC_BYTES)

@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import multiprocessing as mp
 import os
+import re
 import warnings
 
 import pytest
@@ -441,3 +442,48 @@ def test_device_info_matches_torch():
         assert info["max_smem_optin"] == props.shared_memory_per_block_optin
         peak = 2 * props.memory_clock_rate * 1e3 * props.memory_bus_width / 8 / 1e9  # kHz, bits
         assert info["dram_peak_gbps"] == pytest.approx(peak, rel=1e-9) and info["dram_peak_gbps"] > 0
+        assert info["code_sm"] == _expected_code_sm(cupipe.build_info["arch_list"], props.major, props.minor)
+
+
+def _expected_code_sm(arch_list: str, major: int, minor: int) -> int:
+    """The architecture a build for TORCH_CUDA_ARCH_LIST `arch_list` runs as on an sm_<major><minor>
+    device, by CUDA's rules: code for the newest architecture of the device's major version not
+    above it, else the newest PTX not above the device (JIT-compiled)."""
+    sass, ptx = [], []
+    for entry in re.split(r"[;\s]+", arch_list.strip()):
+        m = re.fullmatch(r"(\d+)\.(\d+)[af]?(\+PTX)?", entry)
+        if m is None:
+            continue
+        v = (int(m.group(1)), int(m.group(2)))
+        sass.append(v)
+        if m.group(3):
+            ptx.append(v)
+    same = [v for v in sass if v[0] == major and v <= (major, minor)]
+    older = [v for v in ptx if v <= (major, minor)]
+    best = max(same) if same else max(older, default=(0, 0))
+    return 10 * best[0] + best[1]
+
+
+def test_expected_code_sm():
+    """The rule the device test above holds the module to."""
+    assert _expected_code_sm("8.0;9.0+PTX", 9, 0) == 90
+    assert _expected_code_sm("8.0;9.0+PTX", 8, 9) == 80      # sm_80 code runs on an L4
+    assert _expected_code_sm("8.0;9.0+PTX", 10, 0) == 90     # a Blackwell JIT-compiles sm_90 PTX
+    assert _expected_code_sm("8.0+PTX", 9, 0) == 80          # no sm_90 code: 'tma' unavailable
+    assert _expected_code_sm("9.0a", 9, 0) == 90
+    assert _expected_code_sm("9.0", 8, 0) == 0               # nothing this device can run
+
+
+def test_tma_available():
+    """cupipe.tma_available: never for a CPU device or without CUDA; on a GPU it agrees with the
+    device's compute capability and the architecture this build's kernels run as there."""
+    assert cupipe.tma_available("cpu") is False
+    if not cupipe.cuda_available():
+        assert cupipe.tma_available() is False
+        return
+    for index in range(torch.cuda.device_count()):
+        info = cupipe._C.cuda_device_info(index)
+        want = torch.cuda.get_device_capability(index) >= (9, 0) and info["code_sm"] >= 90
+        assert cupipe.tma_available(index) is want
+        assert cupipe.tma_available(f"cuda:{index}") is want
+        assert cupipe.tma_available(torch.device("cuda", index)) is want

@@ -26,6 +26,22 @@ constexpr int kMaxStages = 8;
 constexpr int producer_only_threads(Mechanism m) { return m == Mechanism::Specialized ? 32 : 0; }
 constexpr int consumer_threads(Mechanism m, int block_threads) { return block_threads - producer_only_threads(m); }
 
+// Whether the code being compiled can use mechanism m: false only for 'tma' in a device pass
+// below sm_90 (bulk copies and mbarrier transaction counts are sm_90 instructions). A kernel
+// templated on its mechanism may begin with
+//   if constexpr (!mechanism_in_this_pass(M)) { __trap(); return; }
+// so that such a pass compiles it as a trap and drops the rest of its body as dead code; whoever
+// launches it must then know that the code the device runs was compiled for sm_90 or newer (cupipe's
+// launchers check DeviceInfo::code_sm before any launch). Host passes say true.
+constexpr bool mechanism_in_this_pass(Mechanism m) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ < 900
+  return m != Mechanism::Tma;
+#else
+  static_cast<void>(m);
+  return true;
+#endif
+}
+
 inline const char* mechanism_name(Mechanism m) {
   switch (m) {
     case Mechanism::Sync: return "sync";

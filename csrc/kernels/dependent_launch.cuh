@@ -30,7 +30,8 @@ __device__ __forceinline__ void wait_for_previous_grid() {
 }
 
 // Launches kernel<<<grid, block, smem, stream>>>(args...), as a programmatic dependent of the
-// stream's previous kernel when `dependent` (callers pass dev.sm >= 90).
+// stream's previous kernel when `dependent` (callers pass dev.code_sm >= 90: with older code
+// the kernels' griddepcontrol instructions are not there, and nothing would wait).
 template <class... KArgs, class... Args>
 void launch_dependent(void (*kernel)(KArgs...), dim3 grid, dim3 block, size_t smem, cudaStream_t stream,
                       bool dependent, Args&&... args) {

@@ -5,6 +5,27 @@
 namespace cupipe {
 
 namespace {
+// Compiled for the build's architectures like every kernel: the PTX version of the code the driver
+// picks for it on a device is the architecture all of this build's kernels run as there.
+__global__ void code_arch_probe_kernel() {}
+
+// DeviceInfo::code_sm of `device` (cudaFuncGetAttributes asks about the current device).
+int query_code_sm(int device) {
+  int current = 0;
+  CUPIPE_CUDA_CHECK(cudaGetDevice(&current));
+  if (current != device) CUPIPE_CUDA_CHECK(cudaSetDevice(device));
+  cudaFuncAttributes attr{};
+  const cudaError_t err = cudaFuncGetAttributes(&attr, code_arch_probe_kernel);
+  if (current != device) cudaSetDevice(current);
+  if (err != cudaSuccess) {
+    cudaGetLastError();  // not sticky: keep it from being reported by the next launch check
+    // cudaErrorNoKernelImageForDevice: the build has neither code nor PTX this device can run.
+    throw_cuda(err, "cudaFuncGetAttributes (the kernels' architecture on this device; see TORCH_CUDA_ARCH_LIST)",
+               __FILE__, __LINE__);
+  }
+  return attr.ptxVersion;
+}
+
 DeviceInfo query_device_info(int device) {
   DeviceInfo info;
   int major = 0, minor = 0;
@@ -14,6 +35,7 @@ DeviceInfo query_device_info(int device) {
   CUPIPE_CUDA_CHECK(
       cudaDeviceGetAttribute(&info.max_smem_optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, device));
   info.sm = major * 10 + minor;
+  info.code_sm = query_code_sm(device);
   int khz = 0, bits = 0;
   CUPIPE_CUDA_CHECK(cudaDeviceGetAttribute(&khz, cudaDevAttrMemoryClockRate, device));
   CUPIPE_CUDA_CHECK(cudaDeviceGetAttribute(&bits, cudaDevAttrGlobalMemoryBusWidth, device));

@@ -121,7 +121,13 @@ void launch_reduce(const ReduceParams& p);
 
 // Device facts the binding layer needs for checks (sm version, shared memory per block).
 struct DeviceInfo {
-  int sm = 0;                  // 10 * major + minor
+  int sm = 0;                  // the device's compute capability, 10 * major + minor
+  // The architecture this build's kernels run as on the device: the PTX version of the code the
+  // driver loads for them. It equals sm's major architecture where the build has code for it, and is
+  // older where the device JIT-compiles an older architecture's PTX (TORCH_CUDA_ARCH_LIST="8.0+PTX"
+  // on an H100, whose kernels then have no sm_90 instructions: their 'tma' is a trap). What needs
+  // sm_90 instructions in the kernels ('tma', dependent launches) and the tuning table ask this.
+  int code_sm = 0;
   int num_sms = 0;
   int max_smem_optin = 0;      // bytes of dynamic shared memory a block may opt in to
   double dram_peak_gbps = 0;   // DRAM peak rate: memory clock x bus width, double data rate

@@ -223,6 +223,7 @@ template <engine::Mechanism M, int S, typename T>
 __global__ void __launch_bounds__(kReduceThreads)
     reduce_rows_kernel(const T* __restrict__ x, void* out, DType od, acc_t<T>* partials, RowsPlan pl,
                        ReduceOp op) {
+  if constexpr (!engine::mechanism_in_this_pass(M)) { __trap(); return; }  // tma below sm_90 (mechanism.h)
   using A = acc_t<T>;
   using Ring = engine::Ring<M, S, 16>;
   constexpr int esz = sizeof(T);
@@ -342,6 +343,7 @@ template <engine::Mechanism M, typename T, bool kChunks>
 __global__ void __launch_bounds__(kReduceThreads, kMaxBlocksPerSm)
     reduce_wide_rows_kernel(const T* __restrict__ x, void* out, DType od, acc_t<T>* partials, RowsPlan pl,
                             ReduceOp op) {
+  if constexpr (!engine::mechanism_in_this_pass(M)) { __trap(); return; }
   using A = acc_t<T>;
   using Ring = engine::Ring<M, 1, 16>;
   constexpr int esz = sizeof(T), VE = 16 / esz;
@@ -452,6 +454,7 @@ template <engine::Mechanism M, int S, typename T>
 __global__ void __launch_bounds__(kReduceThreads, 3)
     reduce_cols_kernel(const T* __restrict__ x, void* out, DType od, acc_t<T>* partials, ColsPlan pl,
                        ReduceOp op) {
+  if constexpr (!engine::mechanism_in_this_pass(M)) { __trap(); return; }
   using A = acc_t<T>;
   using Ring = engine::Ring<M, S, 16>;
   constexpr int esz = sizeof(T);
@@ -894,7 +897,7 @@ void launch_reduce_typed(const ReduceParams& p) {
     CUPIPE_LAUNCH_CHECK();
     parts = pl.parts; stride_out = 1; stride_part = nout;
   }
-  const bool dependent = dev.sm >= 90;
+  const bool dependent = dev.code_sm >= 90;  // griddepcontrol is in the kernels' code
   if (parts > 1 && nout < dev.num_sms) {
     launch_dependent(reduce_partials_block_kernel<A>, dim3(static_cast<unsigned>(nout)), dim3(kPartialsBlockThreads), 0,
                      stream, dependent, static_cast<const A*>(partials), p.out, p.out_dtype, parts, stride_out,

@@ -922,7 +922,7 @@ inline void choose_mma(StencilGeom& g, const StencilParams& p, const DeviceInfo&
   const char* env = std::getenv("CUPIPE_STENCIL_MMA");
   if (env != nullptr && env[0] == '0') return;
   const int kh = 2 * g.ry + 1, kw = 2 * g.rx + 1, esz = 2;
-  if (dev.sm < 80 || g.blocking == StencilBlocking::Row || kh * kw < min_taps || kw < 3 || kw > 9 ||
+  if (dev.code_sm < 80 || g.blocking == StencilBlocking::Row || kh * kw < min_taps || kw < 3 || kw > 9 ||
       kh > kMmaMaxKh || g.nx * esz % 16 != 0 || g.tile_w % kMmaUnit != 0 ||
       reinterpret_cast<uintptr_t>(p.out) % 4 != 0 || reinterpret_cast<uintptr_t>(p.x) % esz != 0)
     return;
@@ -1086,6 +1086,7 @@ template <engine::Mechanism M, int S, typename T, bool Box, int NarrowK = 0,
 __global__ void __launch_bounds__(Threads, stencil_min_blocks<T, Box, NarrowK, Threads, Warps>())
     stencil_kernel(const T* __restrict__ x, T* __restrict__ out, const void* __restrict__ weights,
                    StencilGeom g, Boundary boundary, const __grid_constant__ CUtensorMap tmap) {
+  if constexpr (!engine::mechanism_in_this_pass(M)) { __trap(); return; }  // tma below sm_90 (mechanism.h)
   using A = acc_t<T>;
   using Ring = engine::Ring<M, S, 16>;
   extern __shared__ __align__(engine::kStageAlign) char smem[];
@@ -1226,7 +1227,7 @@ void launch_stencil_mechanism(const StencilParams& p) {
       int threads = narrow > 0 ? narrow_threads<T>() : kStencilThreads;
       if (threads != kStencilThreads) g = geom_for(threads, narrow_wide_tiles<T>(narrow));
       if constexpr (esz == 2) {
-        if (const int kh = narrow == 0 ? narrow_mma_rows(g, S, dev.sm) : 0; kh > 0) {
+        if (const int kh = narrow == 0 ? narrow_mma_rows(g, S, dev.code_sm) : 0; kh > 0) {
           StencilGeom gm = geom_for(kMmaNarrowThreads);
           choose_mma(gm, p, dev, S, 0);
           if (gm.fixed == StencilFixed::Mma) {
@@ -1249,7 +1250,7 @@ void launch_stencil_mechanism(const StencilParams& p) {
       // whole 16-byte multiples from a 16-byte aligned pointer, boxes of at most 256 x 256.
       CUtensorMap tmap{};
       constexpr int64_t kMaxCoord = 0x7fffffff;
-      g.tensor_tiles = kTma && dev.sm >= 90 && g.blocking != StencilBlocking::Row && p.nx * esz % 16 == 0 &&
+      g.tensor_tiles = kTma && dev.code_sm >= 90 && g.blocking != StencilBlocking::Row && p.nx * esz % 16 == 0 &&
                        reinterpret_cast<uintptr_t>(p.x) % 16 == 0 && g.pitch / tensor_map_unit(esz) <= 256 &&
                        g.win_h <= 256 &&
                        p.nx <= kMaxCoord && p.ny <= kMaxCoord && p.batch <= kMaxCoord;

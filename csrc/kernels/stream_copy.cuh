@@ -51,6 +51,7 @@ template <engine::Mechanism M, int S, int V>
 __global__ void __launch_bounds__(kCopyThreads)
     stream_copy_kernel(const char* __restrict__ src, char* __restrict__ dst, int64_t bytes, int head,
                        int tile_bytes, TileShare share) {
+  if constexpr (!engine::mechanism_in_this_pass(M)) { __trap(); return; }  // tma below sm_90 (mechanism.h)
   using Ring = engine::Ring<M, S, V>;
   extern __shared__ __align__(engine::kStageAlign) char smem[];
   __shared__ engine::RawShared<typename Ring::SharedState> ss;

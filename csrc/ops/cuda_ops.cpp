@@ -32,9 +32,14 @@ void run_launcher(const char* op, F&& f) {
 }
 
 void check_mechanism_supported(const char* op, engine::Mechanism m, const DeviceInfo& dev) {
-  TORCH_CHECK_VALUE(m != engine::Mechanism::Tma || dev.sm >= 90, "cupipe.", op,
-                    ": mechanism='tma' needs an sm_90 (Hopper) or newer GPU; this device is sm_",
-                    dev.sm);
+  if (m != engine::Mechanism::Tma) return;
+  TORCH_CHECK_VALUE(dev.sm >= 90, "cupipe.", op,
+                    ": mechanism='tma' needs an sm_90 (Hopper) or newer GPU; this device is sm_", dev.sm);
+  // A build without sm_90 code runs older PTX here, compiled without the bulk-copy instructions.
+  TORCH_CHECK_VALUE(dev.code_sm >= 90, "cupipe.", op,
+                    ": mechanism='tma' needs kernels compiled for sm_90 or newer, and this build's run on "
+                    "this sm_", dev.sm, " device as sm_", dev.code_sm,
+                    " (PTX of an older architecture); rebuild with 9.0 in TORCH_CUDA_ARCH_LIST");
 }
 
 at::Tensor stream_copy_impl(const char* op, const at::Tensor& x, c10::string_view mechanism,

@@ -49,6 +49,7 @@ pybind11::dict cuda_device_info(int device) {
 #if CUPIPE_WITH_CUDA
   auto info = cupipe::device_info(device);
   d["sm"] = info.sm;
+  d["code_sm"] = info.code_sm;
   d["num_sms"] = info.num_sms;
   d["max_smem_optin"] = info.max_smem_optin;
   d["dram_peak_gbps"] = info.dram_peak_gbps;
@@ -58,8 +59,9 @@ pybind11::dict cuda_device_info(int device) {
   return d;
 }
 
-// What mechanism="auto" / stages=0 / vec_bytes=0 resolve to for `op` on a GPU of compute capability
-// `sm` (10*major + minor): the same table the CUDA kernels use (csrc/ops/tuning.cpp). Explicit
+// What mechanism="auto" / stages=0 / vec_bytes=0 resolve to for `op` where the kernels run as
+// `sm` (10*major + minor: cuda_device_info's code_sm, the device's compute capability for a build
+// with code for it): the same table the CUDA kernels use (csrc/ops/tuning.cpp). Explicit
 // arguments pass through. Returns (mechanism, stages, vec_bytes).
 pybind11::tuple resolve_config(const std::string& op, int sm, const std::string& mechanism, int64_t stages,
                                int64_t vec_bytes, int64_t outer, int64_t r, int64_t inner, int ry, int rx,
@@ -70,6 +72,7 @@ pybind11::tuple resolve_config(const std::string& op, int sm, const std::string&
   check_vec_bytes(op.c_str(), vec_bytes);
   cupipe::DeviceInfo dev;
   dev.sm = sm;
+  dev.code_sm = sm;  // a build with code for the device's architecture
   CopyConfig cfg;
   if (op == "stream_copy") {
     cfg = resolve_stream_copy(dev, mech, stages, vec_bytes, 0);

@@ -28,7 +28,7 @@ CopyConfig apply_explicit(CopyConfig best, MechanismArg mech, int64_t stages, in
 CopyConfig resolve_stream_copy(const DeviceInfo& dev, MechanismArg mech, int64_t stages,
                                int64_t vec_bytes, int64_t /*bytes*/) {
   CopyConfig best;
-  if (dev.sm >= 90) {
+  if (dev.code_sm >= 90) {
     best.mechanism = engine::Mechanism::Sync;
     best.stages = 1;
   } else {
@@ -95,10 +95,10 @@ CopyConfig resolve_stencil(const DeviceInfo& dev, MechanismArg mech, int64_t sta
   CopyConfig best;
   best.mechanism = engine::Mechanism::Primitives;
   best.stages = 2;
-  if (dev.sm >= 90 && g.rx > 0 && g.ry == 0)
+  if (dev.code_sm >= 90 && g.rx > 0 && g.ry == 0)
     best.mechanism = g.esz == 2 ? engine::Mechanism::Tma : engine::Mechanism::Barrier;
-  if (dev.sm >= 90 && g.esz == 4 && ((g.ry == 0 && g.rx > 0) || (g.ry == 1 && g.rx == 1))) best.tiles_per_block = 2;
-  if (dev.sm >= 90 && g.ry > 0 && g.rx > 0 && g.rows16) {
+  if (dev.code_sm >= 90 && g.esz == 4 && ((g.ry == 0 && g.rx > 0) || (g.ry == 1 && g.rx == 1))) best.tiles_per_block = 2;
+  if (dev.code_sm >= 90 && g.ry > 0 && g.rx > 0 && g.rows16) {
     if (g.esz == 2 || (g.esz == 4 && g.rx > 2)) {
       best.mechanism = engine::Mechanism::Tma;
       // The 2-byte 3x3 (and 5-point) narrow kernel: 32 x 256 tiles, one per block (stencil.cuh's
@@ -152,13 +152,13 @@ CopyConfig resolve_reduce(const DeviceInfo& dev, MechanismArg mech, int64_t stag
   const int64_t row_bytes = r * esz;
   const int64_t col_row_bytes = inner * esz;
   if (inner > 1) {
-    if (dev.sm >= 90 && col_row_bytes >= 4096 && col_row_bytes % 128 == 0) {
+    if (dev.code_sm >= 90 && col_row_bytes >= 4096 && col_row_bytes % 128 == 0) {
       best.mechanism = engine::Mechanism::Tma;
       best.stages = 3;
     }
   } else if (row_bytes > 4096 && row_bytes <= 32768) {
     best.stages = 1;
-  } else if (dev.sm >= 90) {
+  } else if (dev.code_sm >= 90) {
     best.mechanism = engine::Mechanism::Tma;
     best.stages = 1;
   }
