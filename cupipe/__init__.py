@@ -88,7 +88,8 @@ def tma_available(device=None) -> bool:
         index = device.index
     if index is None:
         index = _torch.cuda.current_device()
-    return _torch.cuda.get_device_capability(index) >= (9, 0) and tuning.code_sm(_C.cuda_device_info(index)) >= 90
+    # The kernels never run as a newer architecture than the device's: sm_90 code implies an sm_90+ GPU.
+    return tuning.code_sm(_C.cuda_device_info(index)) >= 90
 
 
 __all__ = [

@@ -7,7 +7,9 @@ import json
 import multiprocessing as mp
 import os
 import re
+import sys
 import warnings
+from pathlib import Path
 
 import pytest
 import torch
@@ -15,6 +17,9 @@ from torch._subclasses.fake_tensor import FakeTensorMode
 
 import cupipe
 from cupipe import tuning
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "scripts"))
+import kernel_objects as ko  # noqa: E402  (the build's TORCH_CUDA_ARCH_LIST parser)
 
 HAS_TABLE = hasattr(cupipe._C, "resolve_config")
 needs_table = pytest.mark.skipif(not HAS_TABLE, reason="cupipe._C.resolve_config missing: rebuild")
@@ -446,18 +451,14 @@ def test_device_info_matches_torch():
 
 
 def _expected_code_sm(arch_list: str, major: int, minor: int) -> int:
-    """The architecture a build for TORCH_CUDA_ARCH_LIST `arch_list` runs as on an sm_<major><minor>
-    device, by CUDA's rules: code for the newest architecture of the device's major version not
-    above it, else the newest PTX not above the device (JIT-compiled)."""
+    """The architecture a build for TORCH_CUDA_ARCH_LIST `arch_list` (read by the build's own parser,
+    kernel_objects.arch_flags) runs as on an sm_<major><minor> device, by CUDA's rules: code for the
+    newest architecture of the device's major version not above it, else the newest PTX not above
+    the device (JIT-compiled)."""
     sass, ptx = [], []
-    for entry in re.split(r"[;\s]+", arch_list.strip()):
-        m = re.fullmatch(r"(\d+)\.(\d+)[af]?(\+PTX)?", entry)
-        if m is None:
-            continue
-        v = (int(m.group(1)), int(m.group(2)))
-        sass.append(v)
-        if m.group(3):
-            ptx.append(v)
+    for flag in ko.arch_flags(arch_list):
+        kind, num = re.search(r"code=(sm|compute)_(\d+)[af]?$", flag).groups()
+        (sass if kind == "sm" else ptx).append((int(num[:-1]), int(num[-1])))
     same = [v for v in sass if v[0] == major and v <= (major, minor)]
     older = [v for v in ptx if v <= (major, minor)]
     best = max(same) if same else max(older, default=(0, 0))
