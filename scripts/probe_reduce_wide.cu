@@ -160,40 +160,26 @@ __global__ void __launch_bounds__(256, 8) k_wide_var(const float* __restrict__ x
     const uint4* u = reinterpret_cast<const uint4*>(stage) + row * nvec + first;
     float acc = comb.init();
     with_static_combine<float>(op, [&](auto sc) {
+      // One vector into a[0] (spread 0: one chain) or its components into a[0..3] (spread 1).
+      auto fold_one = [&](const uint4& q, float* a, int spread) {
+        float e[4];
+        unpack16<float>(q, e);
+#pragma unroll
+        for (int j = 0; j < 4; ++j) a[j * spread] = sc(a[j * spread], e[j]);
+      };
       if constexpr (VPT > 0) {
         uint4 v[VPT];
 #pragma unroll
         for (int k = 0; k < VPT; ++k)
           if (k < count) v[k] = u[k << pl.group_log2];
-        if constexpr (Tree) {  // one accumulator per vector component, combined as a tree
-          float a4[4] = {acc, acc, acc, acc};
+        float a4[4] = {acc, acc, acc, acc};  // Tree: one accumulator per vector component
 #pragma unroll
-          for (int k = 0; k < VPT; ++k)
-            if (k < count) {
-              float e[4];
-              unpack16<float>(v[k], e);
-#pragma unroll
-              for (int j = 0; j < 4; ++j) a4[j] = sc(a4[j], e[j]);
-            }
-          acc = sc(sc(a4[0], a4[1]), sc(a4[2], a4[3]));
-        } else {
-#pragma unroll
-          for (int k = 0; k < VPT; ++k)
-            if (k < count) {
-              float e[4];
-              unpack16<float>(v[k], e);
-#pragma unroll
-              for (int j = 0; j < 4; ++j) acc = sc(acc, e[j]);
-            }
-        }
+        for (int k = 0; k < VPT; ++k)
+          if (k < count) fold_one(v[k], Tree ? a4 : &acc, Tree ? 1 : 0);
+        if (Tree) acc = sc(sc(a4[0], a4[1]), sc(a4[2], a4[3]));
       } else {
 #pragma unroll 4
-        for (int k = 0; k < count; ++k) {
-          float e[4];
-          unpack16<float>(u[k << pl.group_log2], e);
-#pragma unroll
-          for (int j = 0; j < 4; ++j) acc = sc(acc, e[j]);
-        }
+        for (int k = 0; k < count; ++k) fold_one(u[k << pl.group_log2], &acc, 0);
       }
       for (int o = 16; o > 0; o >>= 1) acc = sc(acc, __shfl_xor_sync(0xffffffffu, acc, o));
     });
