@@ -7,9 +7,9 @@
 // loads batched and its row combine for one row per tile unrolled (V), a wide kernel for tiles of
 // exactly four vectors a thread and its bisection toward C (X, X1-X4), staging in which each thread
 // folds only what it copied (P), and no staging at all, loads straight to registers as a generated
-// reduction does (R); results in docs/perf_notes.md, thirty-third run. Three rounds, median of `reps` queued launches each (H200 numbers:
-// BENCHMARKS.md, eighteenth run; D and E2 ran there as kernels of their own, merged into k_split
-// since with the same code).
+// reduction does (R); results in docs/perf_notes.md, thirty-third run. Three rounds, median of
+// `reps` queued launches each (H200 numbers: BENCHMARKS.md, eighteenth run; D and E2 ran there as
+// kernels of their own, merged into k_split since with the same code).
 //   nvcc -O3 -std=c++17 -arch=sm_90a --expt-relaxed-constexpr -Icsrc -Iscripts -o /tmp/probe_wide \
 //       scripts/probe_reduce_wide.cu csrc/kernels/device_info.cu && /tmp/probe_wide [reps = 200]
 #include <cuda_bf16.h>
@@ -133,8 +133,8 @@ __global__ void __launch_bounds__(256, 8) k_split(const float* x, void* out, DTy
 
 // V: reduce_wide_rows_kernel (packed rows) with its fold loop replaced. VPT > 0: the loads of a
 // thread's vectors (at most VPT of them) issued together, each behind k < count, then folded in
-// the loop's order (the same sums, bit for bit); the kernel's loop is a run-time trip count with
-// `#pragma unroll 4`. Lean: the row's combine and store for one row per tile (no wpr loop, no
+// the loop's order (the same sums, bit for bit; Tree: one accumulator per vector component, another
+// order); the kernel's loop is a run-time trip count with `#pragma unroll 4`. Lean: the row's combine and store for one row per tile (no wpr loop, no
 // dtype switch). What the consume's run-time geometry costs (D against C above) is the question.
 template <int VPT, bool Lean, bool Tree = false>
 __global__ void __launch_bounds__(256, 8) k_wide_var(const float* __restrict__ x, void* out, DType od, RowsPlan pl, ReduceOp op) {
