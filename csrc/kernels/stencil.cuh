@@ -736,6 +736,10 @@ __device__ __noinline__ void consume_tile_fixed(uint32_t stage_s, uint32_t w_s, 
 // rest is mostly the loader and the ring), 9x9 0.335 -> 0.247 ms (BENCHMARKS.md, eighth run). The tile is
 // the Box tile (64 x 128 outputs): the same number of items, two per former item across and half
 // as many down, so the launcher passes cols_log2 one less.
+// Other shapes (scripts/probe_box9_items.cu, H100, thirty-fourth run): 3 x 12 items put the lanes
+// 48 bytes apart, free of the window loads' bank conflicts (36 -> 21 M shared wavefronts), and ran
+// 2.6% fewer cycles, but only ~1% faster held at the board's power cap, where the FFMAs' energy
+// sets the time; 2 x 12, 3 x 8, 4 x 12 and each tap row's weights read once per item lost.
 constexpr int kWideTH = 4, kWideTW = 8, kWideWeightPitch = 12;
 
 template <int KH, int KW>
