@@ -1,20 +1,20 @@
-// The fp32 9x9 box's wide consumer with other item shapes, beside the library's narrow 9x9 kernel
-// (consume_tile_wide: 4 x 8 items, 32 x 128 tiles, four 128-thread blocks per SM), outside the
-// torch extension. The question: the library's window rows are read as 16-byte vectors at a 32-byte
+// The fp32 9x9 box's wide consumer (consume_tile_wide) with other item shapes, in a copy of the
+// library's narrow 9x9 kernel (tma, two stages, persistent 128-thread blocks), beside the library's
+// own, outside the torch extension. The question (thirty-fourth run): at 4 x 8 items (the
+// library's until then, 32 x 128 tiles) the window rows are read as 16-byte vectors at a 32-byte
 // lane stride, two lanes of each quarter warp on one bank group (8 wavefronts per load where 4
 // would do, twenty-third run), and the 108 broadcast weight loads per item are a third of its
 // shared-memory wavefronts. Items 12 columns wide put the lanes 48 bytes apart (conflict-free) and
-// share each weight load among 12 outputs instead of 8. consume_items below is consume_tile_wide
-// with TH and TW as parameters (copied on purpose, to vary them); consume_items_rot reads each tap
-// row's weights once per item; box9_items_kernel is the library's narrow kernel (tma, two stages,
-// persistent blocks) with either.
+// share each weight load among 12 outputs instead of 8. box9_items_kernel runs consume_tile_wide
+// at any TH x TW, or consume_items_rot (each tap row's weights read once per item).
 //
 // Every configuration's output is compared with a plain reference kernel and bit for bit with the
 // library kernel's (all add a point's 81 products in the same order). Times: the 9x9 runs at the
 // board's power cap once it has been busy for a few ms (twenty-eighth run), so each configuration
 // is timed held: rounds of `reps` queued launches (median), configurations interleaved, several
 // rounds; NVML's energy counter and SM clock beside each round.
-// Result (H100, thirty-fourth run; BENCHMARKS.md): 3 x 12 items 2.6% fewer cycles, ~1% held.
+// Result (H100 and H200, thirty-fourth run; BENCHMARKS.md): 3 x 12 items on 24 x 192 tiles 2.6%
+// fewer cycles, 1-2% held; the library's narrow kernel runs them since.
 //
 //   nvcc -O3 -std=c++17 -arch=sm_90a --expt-relaxed-constexpr -Icsrc -Iscripts \
 //        -o /tmp/probe_box9_items scripts/probe_box9_items.cu csrc/kernels/device_info.cu -ldl
@@ -66,82 +66,29 @@ struct Nvml {
 constexpr int K = 9, R = K / 2;
 constexpr float kTol = 1e-4f;  // as probe_stencil_wide.cu: 81 products of |w| < 2, |x| < 1
 
-// consume_tile_wide with TH x TW items (TW a multiple of 4; the weights' rows padded to
-// kWideWeightPitch as the library stages them). Item p: column (p & (2^cols_log2 - 1)) * TW, row
-// (p >> cols_log2) * TH of the tile.
+// An item's TH x TW outputs from its accumulators: whole 16-byte vectors inside the plane, checked
+// stores at its edges.
 template <int TH, int TW>
-__device__ __noinline__ void consume_items(uint32_t stage_s, uint32_t w_s, ConsumerGeom g, float* out, int rank,
-                                           int size) {
-  constexpr int KH = K, KW = K, kPerVec = 4;
-  constexpr int M = (kPerVec - (KW / 2) % kPerVec) % kPerVec;
-  constexpr int NX = TW + KW - 1;
-  constexpr int NV = (M + NX + kPerVec - 1) / kPerVec;
-  constexpr int KWV = (KW + kPerVec - 1) / kPerVec;
-  static_assert(TW % 4 == 0, "items of whole output vectors");
-  const char* stage = static_cast<const char*>(__cvta_shared_to_generic(stage_s));
-  const float4* w = static_cast<const float4*>(__cvta_shared_to_generic(w_s));
-  const TileHeader t = *reinterpret_cast<const TileHeader*>(stage);
-  const int shift = *reinterpret_cast<const int*>(stage + sizeof(TileHeader));
-  const char* rows = stage + g.hdr_bytes + shift - M * 4;
-  float* oplane = out + t.b * g.ny * g.nx;
-  const bool out_vec_aligned = (reinterpret_cast<uintptr_t>(out) & 15) == 0;
-  for (int p = rank; p < g.items; p += size) {
-    const int j0 = (p & ((1 << g.cols_log2) - 1)) * TW, o0 = (p >> g.cols_log2) * TH;
-    const int64_t oy = t.y0 + o0, ox = t.x0 + j0;
-    if (oy >= g.ny || ox >= g.nx) continue;
-    const char* item = rows + o0 * g.pitch + j0 * 4;
-    float acc[TH][TW] = {};
-    auto apply_row = [&](int r, auto checked) {
-      uint32_t words[NV * 4];
+__device__ __forceinline__ void store_item(float* oplane, int64_t oy, int64_t ox, const ConsumerGeom& g,
+                                           bool out_vec_aligned, const float (&acc)[TH][TW]) {
+  float* dst = oplane + oy * g.nx + ox;
+  if (out_vec_aligned && oy + TH <= g.ny && ox + TW <= g.nx) {
 #pragma unroll
-      for (int i = 0; i < NV; ++i) {
-        const uint4 u = reinterpret_cast<const uint4*>(item + r * g.pitch)[i];
-        words[4 * i] = u.x; words[4 * i + 1] = u.y; words[4 * i + 2] = u.z; words[4 * i + 3] = u.w;
-      }
-      float x[NX];
+    for (int o = 0; o < TH; ++o)
 #pragma unroll
-      for (int e = 0; e < NX; ++e) x[e] = __uint_as_float(words[M + e]);
+      for (int v = 0; v < TW / 4; ++v)
+        reinterpret_cast<float4*>(dst + o * g.nx)[v] =
+            make_float4(acc[o][4 * v], acc[o][4 * v + 1], acc[o][4 * v + 2], acc[o][4 * v + 3]);
+    return;
+  }
 #pragma unroll
-      for (int o = 0; o < TH; ++o) {
-        const int k = r - o;
-        if (decltype(checked)::value && (k < 0 || k >= KH)) continue;
-        float wk[KWV * kPerVec];
+  for (int o = 0; o < TH; ++o) {
+    if (oy + o >= g.ny) break;
 #pragma unroll
-        for (int i = 0; i < KWV; ++i) {
-          const float4 v = w[k * (kWideWeightPitch / kPerVec) + i];
-          wk[4 * i] = v.x; wk[4 * i + 1] = v.y; wk[4 * i + 2] = v.z; wk[4 * i + 3] = v.w;
-        }
-#pragma unroll
-        for (int c = 0; c < KW; ++c)
-#pragma unroll
-          for (int tt = 0; tt < TW; ++tt) acc[o][tt] = fma(wk[c], x[tt + c], acc[o][tt]);
-      }
-    };
-#pragma unroll
-    for (int r = 0; r < TH - 1; ++r) apply_row(r, std::true_type{});
-#pragma unroll 1
-    for (int r = TH - 1; r < KH; ++r) apply_row(r, std::false_type{});
-#pragma unroll
-    for (int r = KH; r < KH + TH - 1; ++r) apply_row(r, std::true_type{});
-    float* dst = oplane + oy * g.nx + ox;
-    if (out_vec_aligned && oy + TH <= g.ny && ox + TW <= g.nx) {
-#pragma unroll
-      for (int o = 0; o < TH; ++o)
-#pragma unroll
-        for (int v = 0; v < TW / 4; ++v)
-          reinterpret_cast<float4*>(dst + o * g.nx)[v] =
-              make_float4(acc[o][4 * v], acc[o][4 * v + 1], acc[o][4 * v + 2], acc[o][4 * v + 3]);
-    } else {
-#pragma unroll
-      for (int o = 0; o < TH; ++o) {
-        if (oy + o >= g.ny) break;
-#pragma unroll
-        for (int v = 0; v < TW / 4; ++v) {
-          if (ox + 4 * v >= g.nx) break;
-          const float q[4] = {acc[o][4 * v], acc[o][4 * v + 1], acc[o][4 * v + 2], acc[o][4 * v + 3]};
-          store_outputs<float>(dst + o * g.nx + 4 * v, g.nx - ox - 4 * v, q);
-        }
-      }
+    for (int v = 0; v < TW / 4; ++v) {
+      if (ox + 4 * v >= g.nx) break;
+      const float q[4] = {acc[o][4 * v], acc[o][4 * v + 1], acc[o][4 * v + 2], acc[o][4 * v + 3]};
+      store_outputs<float>(dst + o * g.nx + 4 * v, g.nx - ox - 4 * v, q);
     }
   }
 }
@@ -154,10 +101,10 @@ __device__ __forceinline__ void static_for(F&& f) {
   }
 }
 
-// consume_items with each tap row's weights read once per item instead of once per output row
+// consume_tile_wide with each tap row's weights read once per item instead of once per output row
 // that uses it: window row r brings tap row r into register slot r % TH, where the TH tap rows a
 // window row applies (r - TH + 1 .. r) all still are; the slots are compile-time, so the middle
-// rows run as a loop unrolled by TH (code about twice consume_items').
+// rows run as a loop unrolled by TH (code about twice consume_tile_wide's).
 template <int TH, int TW>
 __device__ __noinline__ void consume_items_rot(uint32_t stage_s, uint32_t w_s, ConsumerGeom g, float* out, int rank,
                                                int size) {
@@ -228,31 +175,12 @@ __device__ __noinline__ void consume_items_rot(uint32_t stage_s, uint32_t w_s, C
     static_for<KH, KH + TH - 1>([&](auto rc) {
       apply_row(rc.value, std::integral_constant<int, rc.value % TH>{}, rc);
     });
-    float* dst = oplane + oy * g.nx + ox;
-    if (out_vec_aligned && oy + TH <= g.ny && ox + TW <= g.nx) {
-#pragma unroll
-      for (int o = 0; o < TH; ++o)
-#pragma unroll
-        for (int v = 0; v < TW / 4; ++v)
-          reinterpret_cast<float4*>(dst + o * g.nx)[v] =
-              make_float4(acc[o][4 * v], acc[o][4 * v + 1], acc[o][4 * v + 2], acc[o][4 * v + 3]);
-    } else {
-#pragma unroll
-      for (int o = 0; o < TH; ++o) {
-        if (oy + o >= g.ny) break;
-#pragma unroll
-        for (int v = 0; v < TW / 4; ++v) {
-          if (ox + 4 * v >= g.nx) break;
-          const float q[4] = {acc[o][4 * v], acc[o][4 * v + 1], acc[o][4 * v + 2], acc[o][4 * v + 3]};
-          store_outputs<float>(dst + o * g.nx + 4 * v, g.nx - ox - 4 * v, q);
-        }
-      }
-    }
+    store_item<TH, TW>(oplane, oy, ox, g, out_vec_aligned, acc);
   }
 }
 
 // The library's narrow 9x9 kernel (stencil_kernel with NarrowK = 9, tma, two stages, zero
-// boundary) with consume_items<TH, TW> (Rot: consume_items_rot).
+// boundary) with consume_tile_wide<9, 9, TH, TW> (Rot: consume_items_rot).
 template <int TH, int TW, int MinBlocks, bool Rot>
 __global__ void __launch_bounds__(128, MinBlocks)
     box9_items_kernel(const float* __restrict__ x, float* __restrict__ out, const float* __restrict__ weights,
@@ -278,16 +206,9 @@ __global__ void __launch_bounds__(128, MinBlocks)
     const uint32_t st = static_cast<uint32_t>(__cvta_generic_to_shared(stage));
     const uint32_t ws = static_cast<uint32_t>(__cvta_generic_to_shared(w_s));
     if constexpr (Rot) consume_items_rot<TH, TW>(st, ws, cg, out, team.rank, team.size);
-    else consume_items<TH, TW>(st, ws, cg, out, team.rank, team.size);
+    else consume_tile_wide<K, K, TH, TW>(st, ws, cg, out, team.rank, team.size);
   };
   engine::run_ring(ring, mine, load, consume, stage_weights);
-}
-
-__global__ void compare(const float* out, const float* base, const float* ref, int64_t n, unsigned long long* bad) {
-  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n; i += int64_t(gridDim.x) * blockDim.x) {
-    if (!(fabsf(out[i] - ref[i]) <= kTol * (1.f + fabsf(ref[i])))) atomicAdd(bad, 1ull);
-    if (base != nullptr && __float_as_uint(out[i]) != __float_as_uint(base[i])) atomicAdd(bad + 1, 1ull);
-  }
 }
 
 struct Buffers {
@@ -314,14 +235,14 @@ StencilParams params(const Buffers& b) {
   return p;
 }
 
-// The library's kernel, configured as its launcher does (probe_stencil_wide.cu's narrow/128/0).
+// The library's kernel, configured as its launcher does (narrow_wide_geom; probe_stencil_wide.cu's
+// narrow/128/0).
 Config library_config(const Buffers& b) {
   const StencilParams p = params(b);
   const DeviceInfo dev = device_info(current_device());
   const int64_t budget = dev.max_smem_optin - 1024;
-  StencilGeom g = make_stencil_geom(p, 4, 4, engine::consumer_threads(engine::Mechanism::Tma, 128), budget, 128);
-  g.fixed = choose_fixed(g, p.x, 4);
-  if (g.fixed != StencilFixed::Box9x9 || !widen_weight_rows(g, 2, budget)) {
+  StencilGeom g;
+  if (!narrow_wide_geom(g, p, budget, 128) || !widen_weight_rows(g, 2, budget)) {
     std::fprintf(stderr, "no wide 9x9 consumer\n");
     std::exit(1);
   }
@@ -331,7 +252,7 @@ Config library_config(const Buffers& b) {
   prepare_smem(kernel, smem, "probe");
   Config c;
   c.name = "library";
-  c.th = kWideTH; c.tw = kWideTW; c.tile_h = g.tile_h; c.tile_w = g.tile_w;
+  c.th = kNarrowWideTH; c.tw = kNarrowWideTW; c.tile_h = g.tile_h; c.tile_w = g.tile_w;
   c.blocks_per_sm = blocks_per_sm(kernel, 128, smem);
   c.grid = std::min<int64_t>(int64_t(dev.num_sms) * c.blocks_per_sm, g.ntiles);
   set_block_tiles(g, c.grid);
@@ -342,7 +263,7 @@ Config library_config(const Buffers& b) {
   return c;
 }
 
-// consume_items<TH, TW> on tiles of `rows` x `items_across * TW` outputs.
+// box9_items_kernel<TH, TW> on tiles of `rows` x `items_across * TW` outputs.
 template <int TH, int TW, int MinBlocks, bool Rot = false>
 Config items_config(const Buffers& b, const char* name, int rows, int items_across) {
   const StencilParams p = params(b);
@@ -378,17 +299,7 @@ Config items_config(const Buffers& b, const char* name, int rows, int items_acro
 }
 
 void check(const Buffers& b, bool against_base, const char* what) {
-  unsigned long long* bad;
-  PROBE_CHECK(cudaMalloc(&bad, 16));
-  PROBE_CHECK(cudaMemset(bad, 0, 16));
-  compare<<<1024, 256>>>(b.out, against_base ? b.base : nullptr, b.ref, b.ny * b.nx, bad);
-  unsigned long long h[2];
-  PROBE_CHECK(cudaMemcpy(h, bad, 16, cudaMemcpyDeviceToHost));
-  PROBE_CHECK(cudaFree(bad));
-  if (h[0] != 0 || h[1] != 0) {
-    std::printf("FAIL %s: %llu outputs off the reference, %llu differ from the library kernel\n", what, h[0], h[1]);
-    std::exit(1);
-  }
+  probe_check(b.out, against_base ? b.base : nullptr, b.ref, b.ny * b.nx, kTol, what);
 }
 
 int main(int argc, char** argv) {
@@ -409,7 +320,7 @@ int main(int argc, char** argv) {
 
   std::vector<Config> cs;
   cs.push_back(library_config(b));
-  cs.push_back(items_config<4, 8, 4>(b, "4x8/32x128", 32, 16));  // the library's consumer, this kernel
+  cs.push_back(items_config<4, 8, 4>(b, "4x8/32x128", 32, 16));  // the library's until the thirty-fourth run
   cs.push_back(items_config<3, 12, 4>(b, "3x12/48x96", 48, 8));
   cs.push_back(items_config<3, 12, 4>(b, "3x12/24x192", 24, 16));
   cs.push_back(items_config<3, 8, 4>(b, "3x8/24x128", 24, 16));

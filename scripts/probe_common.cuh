@@ -114,3 +114,28 @@ __global__ void probe_fill_value(T* p, int64_t n, float v) {
   for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n; i += int64_t(gridDim.x) * blockDim.x)
     p[i] = static_cast<T>(v);
 }
+
+// The stencil probes' check: every output within tol * (1 + |ref|) of the reference and, where
+// `base` is given, bit for bit equal to it (a kernel that adds in the same order); prints FAIL and
+// exits otherwise.
+static __global__ void probe_compare(const float* out, const float* base, const float* ref, int64_t n, float tol,
+                                     unsigned long long* bad) {
+  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n; i += int64_t(gridDim.x) * blockDim.x) {
+    if (!(fabsf(out[i] - ref[i]) <= tol * (1.f + fabsf(ref[i])))) atomicAdd(bad, 1ull);
+    if (base != nullptr && __float_as_uint(out[i]) != __float_as_uint(base[i])) atomicAdd(bad + 1, 1ull);
+  }
+}
+
+inline void probe_check(const float* out, const float* base, const float* ref, int64_t n, float tol, const char* what) {
+  unsigned long long* bad;
+  PROBE_CHECK(cudaMalloc(&bad, 16));
+  PROBE_CHECK(cudaMemset(bad, 0, 16));
+  probe_compare<<<1024, 256>>>(out, base, ref, n, tol, bad);
+  unsigned long long h[2];
+  PROBE_CHECK(cudaMemcpy(h, bad, 16, cudaMemcpyDeviceToHost));
+  PROBE_CHECK(cudaFree(bad));
+  if (h[0] != 0 || h[1] != 0) {
+    std::printf("FAIL %s: %llu outputs off the reference, %llu differ from the base\n", what, h[0], h[1]);
+    std::exit(1);
+  }
+}

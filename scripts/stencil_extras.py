@@ -36,8 +36,8 @@ w9 = torch.randn(9, 9, device=dev)
 ms9 = time_ms(lambda: cupipe.stencil2d(img, w9), reps=30)
 floor9 = 81 * 2 * H * W / flops_rate * 1e3  # ms at the measured fp32 rate
 print(f"fp32 matmul 8192^3 (TF32 off): {mm_ms:.3f} ms = {flops_rate / 1e12:.1f} TFLOP/s")
-print(f"stencil2d 9x9 box 8192^2 fp32: {ms9:.3f} ms; arithmetic floor at that rate {floor9:.3f} ms "
-      f"({floor9 / ms9:.2f}x of the limit); memory floor {2 * img.nbytes / copy_gbs / 1e6:.3f} ms")
+print(f"stencil2d 9x9 box 8192^2 fp32: {ms9:.4f} ms; arithmetic floor at that rate {floor9:.4f} ms "
+      f"({floor9 / ms9:.3f}x of the limit); memory floor {2 * img.nbytes / copy_gbs / 1e6:.3f} ms")
 # The same two held busy for 2 s each (back to back, NVML read after every chunk of calls): the
 # clock the board settles at for each, and so the 9x9's rate per clock cycle against the SGEMM's and
 # against the FP32 peak (SMs x 128 FMA lanes x 2 flops x clock). On an H100 80GB HBM3 (twenty-eighth

@@ -245,15 +245,19 @@ def test_stencil2d_odd_planes(device, shape, boundary, dtype):
 
 
 # The CUDA kernel's fixed consumers (StencilFixed in csrc/kernels/stencil.cuh): 3x3 and 5x5
-# boxes, the fp32 9x9 box (the wide consumer, 4 x 8 items), and 1-D rows of radius 1..4 along the last dim, run a compile-time consumer when the
+# boxes, the fp32 9x9 box (the wide consumer: 4 x 8 items in the general kernel, 3 x 12 in the
+# narrow one), and 1-D rows of radius 1..4 along the last dim, run a compile-time consumer when the
 # plane's rows are a multiple of 16 bytes and the data pointer is aligned; otherwise (an odd
 # storage offset) the general consumer. Both must agree with the reference, on planes with
-# partial items (rows not a multiple of 8, columns not a multiple of a tile), on planes
-# shorter or narrower than one tile, and on planes with interior tiles (64 x 128 outputs, or 32 x
-# 128 in the fp32 narrow kernels' 128-thread blocks: (2, 150, 384) has them for 3x3, 5x5 and 9x9).
-# Outputs come from poisoned memory.
+# partial items (rows not a multiple of 8, columns not a multiple of a tile), on planes shorter or
+# narrower than one tile, and on planes with interior tiles (64 x 128 outputs, or 32 x 128 in the
+# fp32 narrow kernels' 128-thread blocks: (2, 150, 384) has them for 3x3 and 5x5; the narrow 9x9
+# kernel's 24 x 192 tiles: (1, 100, 600)). (90, 80) takes the narrow 9x9's 48 x 96 tiles of
+# narrow planes, (20, 300) one partial row of its 24-row tiles, (37, 96) the general kernel's 9x9
+# (its tiles would not be whole 3 x 12 items). Outputs come from poisoned memory.
 FIXED_PLANES = [(37, 96), (2, 70, 200), (8, 128), (3, 1, 1024),
-                (2, 150, 384)]  # interior tiles (no boundary row or column in their window) too
+                (2, 150, 384), (1, 100, 600),  # interior tiles (no boundary row or column in their window) too
+                (90, 80), (20, 300)]
 FIXED_WEIGHTS = [(3, 3), (5, 5), (9, 9)]
 
 

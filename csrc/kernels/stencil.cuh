@@ -729,23 +729,30 @@ __device__ __noinline__ void consume_tile_fixed(uint32_t stage_s, uint32_t w_s, 
 // (81 weights do not fit in registers beside the accumulators), in one pass. The general consumer
 // ran the 9x9 box in three passes of three tap rows, reloading window rows and weights per pass
 // (ncu, H200, 8192^2 tma/2: 28% of the instructions were not FMAs, the FMA pipe 50% busy). Here an
-// item is 4 rows x 8 columns (32 accumulators); each of its KH + 3 window rows is read once, as
-// aligned 16-byte vectors (the preconditions of consume_tile_fixed, M elements into a vector), and
-// applied to every output row that uses it, with that tap row's weights read as broadcast 16-byte
-// vectors from rows padded to kWideWeightPitch: the kernel's non-FMA share fell from 28% to 15% (the
-// rest is mostly the loader and the ring), 9x9 0.335 -> 0.247 ms (BENCHMARKS.md, eighth run). The tile is
-// the Box tile (64 x 128 outputs): the same number of items, two per former item across and half
-// as many down, so the launcher passes cols_log2 one less.
-// Other shapes (scripts/probe_box9_items.cu, H100, thirty-fourth run): 3 x 12 items put the lanes
-// 48 bytes apart, free of the window loads' bank conflicts (36 -> 21 M shared wavefronts), and ran
-// 2.6% fewer cycles, but only ~1% faster held at the board's power cap, where the FFMAs' energy
-// sets the time; 2 x 12, 3 x 8, 4 x 12 and each tap row's weights read once per item lost.
+// item is TH rows x TW columns; each of its KH + TH - 1 window rows is read once, as aligned 16-byte
+// vectors (the preconditions of consume_tile_fixed, M elements into a vector), and applied to
+// every output row that uses it, with that tap row's weights read as broadcast 16-byte vectors
+// from rows padded to kWideWeightPitch: the kernel's non-FMA share fell from 28% to 15% (the rest
+// is mostly the loader and the ring), 9x9 0.335 -> 0.247 ms (BENCHMARKS.md, eighth run).
+// Two item shapes. The general Box kernel's (kWideTH x kWideTW, 4 x 8) on the Box tile (64 x 128
+// outputs): the same number of items, two per former item across and half as many down, so the
+// launcher passes cols_log2 one less. The narrow 9x9 kernel's (kNarrowWideTH x kNarrowWideTW,
+// 3 x 12) on tiles of their own (narrow_wide_geom): at 8-column items a quarter warp's lanes sit
+// 32 bytes apart and two share each bank group (8 wavefronts per window load where 4 would do);
+// 12 columns put them 48 bytes apart, conflict-free, and share each weight load among 12 outputs
+// (scripts/probe_box9_items.cu, thirty-fourth run, 8192^2 tma/2: shared-load wavefronts 36.2 M
+// -> 21.5 M, 2.6% fewer cycles; held at the 700 W power cap, where the FFMAs' energy sets the
+// time, H100 0.2603-0.2638 -> 0.2551-0.2605 ms, H200 0.2551-0.2573 -> 0.2515-0.2525). Lost: 2 x 12
+// (window rows reread), 3 x 8 (the conflicts back), 4 x 12 (145 registers, three blocks per SM),
+// each tap row's weights read once per item (twice the code; instruction-fetch stalls).
 constexpr int kWideTH = 4, kWideTW = 8, kWideWeightPitch = 12;
+constexpr int kNarrowWideTH = 3, kNarrowWideTW = 12;
 
-template <int KH, int KW>
+template <int KH, int KW, int TH, int TW>
 __device__ __noinline__ void consume_tile_wide(uint32_t stage_s, uint32_t w_s, ConsumerGeom g, float* out, int rank,
                                                int size) {
-  constexpr int TH = kWideTH, TW = kWideTW, kPerVec = 4;
+  constexpr int kPerVec = 4;
+  static_assert(TW % kPerVec == 0, "items of whole output vectors");
   constexpr int M = (kPerVec - (KW / 2) % kPerVec) % kPerVec;
   constexpr int NX = TW + KW - 1;
   constexpr int NV = (M + NX + kPerVec - 1) / kPerVec;
@@ -805,18 +812,21 @@ __device__ __noinline__ void consume_tile_wide(uint32_t stage_s, uint32_t w_s, C
     float* dst = oplane + oy * g.nx + ox;
     if (out_vec_aligned && oy + TH <= g.ny && ox + TW <= g.nx) {  // inside the plane (most items)
 #pragma unroll
-      for (int o = 0; o < TH; ++o) {
-        reinterpret_cast<float4*>(dst + o * g.nx)[0] = make_float4(acc[o][0], acc[o][1], acc[o][2], acc[o][3]);
-        reinterpret_cast<float4*>(dst + o * g.nx)[1] = make_float4(acc[o][4], acc[o][5], acc[o][6], acc[o][7]);
-      }
+      for (int o = 0; o < TH; ++o)
+#pragma unroll
+        for (int v = 0; v < TW / kPerVec; ++v)
+          reinterpret_cast<float4*>(dst + o * g.nx)[v] =
+              make_float4(acc[o][4 * v], acc[o][4 * v + 1], acc[o][4 * v + 2], acc[o][4 * v + 3]);
     } else {
 #pragma unroll
       for (int o = 0; o < TH; ++o) {
         if (oy + o >= g.ny) break;
-        const float lo[4] = {acc[o][0], acc[o][1], acc[o][2], acc[o][3]};
-        const float hi[4] = {acc[o][4], acc[o][5], acc[o][6], acc[o][7]};
-        store_outputs<float>(dst + o * g.nx, g.nx - ox, lo);
-        if (ox + 4 < g.nx) store_outputs<float>(dst + o * g.nx + 4, g.nx - ox - 4, hi);
+#pragma unroll
+        for (int v = 0; v < TW / kPerVec; ++v) {
+          if (ox + 4 * v >= g.nx) break;
+          const float q[4] = {acc[o][4 * v], acc[o][4 * v + 1], acc[o][4 * v + 2], acc[o][4 * v + 3]};
+          store_outputs<float>(dst + o * g.nx + 4 * v, g.nx - ox - 4 * v, q);
+        }
       }
     }
   }
@@ -827,7 +837,7 @@ __device__ __noinline__ void consume_tile_wide(uint32_t stage_s, uint32_t w_s, C
 __device__ __forceinline__ void consume_box9x9(uint32_t st, uint32_t ws, ConsumerGeom g, float* out, int rank,
                                                int size) {
   g.cols_log2 -= 1;
-  consume_tile_wide<9, 9>(st, ws, g, out, rank, size);
+  consume_tile_wide<9, 9, kWideTH, kWideTW>(st, ws, g, out, rank, size);
 }
 
 // The item width of the fixed consumers in the Row kernel and the narrow kernels (kTwoByteTW for
@@ -906,6 +916,29 @@ inline bool widen_weight_rows(StencilGeom& g, int stages, int64_t smem_budget) {
   if (stages * g.stage_bytes + bytes > smem_budget) return false;
   g.kw_pad = kWideWeightPitch;
   g.weight_bytes = bytes;
+  return true;
+}
+
+// The narrow 9x9 kernel's tiles (NarrowK = 9): 24 x 192 outputs, 8 x 16 items of kNarrowWideTH x
+// kNarrowWideTW (make_stencil_geom counts in 8 x 4 Box items and gives a tile as many of them as
+// it has consumers: 3 rows of 48), fewer columns and more rows for narrow planes. False (g
+// unchanged) where the input has no wide consumer or the plane's size leaves tiles that are not
+// whole items, a power of two of them across (the general kernel then runs the 4 x 8 items on its
+// own tiles).
+inline bool narrow_wide_geom(StencilGeom& g, const StencilParams& p, int64_t smem_budget, int align) {
+  constexpr int kItemRows = 8, kItemCols = 16;  // items down and across a tile
+  constexpr int kBoxRows = kItemRows * kNarrowWideTH / 8, kBoxColsWide = kItemCols * kNarrowWideTW / 4;
+  static_assert(kItemRows * kNarrowWideTH % 8 == 0 && kItemCols * kNarrowWideTW % 4 == 0, "whole Box items");
+  StencilGeom n = make_stencil_geom(p, 4, 4, kBoxRows * kBoxColsWide, smem_budget, align, kBoxColsWide);
+  n.fixed = choose_fixed(n, p.x, 4);
+  const int across = n.tile_w / kNarrowWideTW;
+  if (n.fixed != StencilFixed::Box9x9 || n.tile_h % kNarrowWideTH != 0 || n.tile_w % kNarrowWideTW != 0 ||
+      (across & (across - 1)) != 0)
+    return false;
+  n.cols_log2 = 0;
+  while ((1 << n.cols_log2) < across) ++n.cols_log2;
+  n.items = (n.tile_h / kNarrowWideTH) << n.cols_log2;
+  g = n;
   return true;
 }
 
@@ -1055,8 +1088,9 @@ inline int narrow_mma_rows(const StencilGeom& g, int stages, int sm) {
 // two stages (deeper rings do not fit the narrow kernels' blocks per SM at these tiles, so they
 // keep the general kernel, and the instantiations stay few); 3x3 for 2- and 4-byte types, 5x5 for
 // fp32 (the 2-byte 5x5 gains nothing); fp64 keeps its one-block kernel. 9: the fp32 9x9 box's wide
-// consumer alone, two stages, persistent 128-thread blocks (four per SM on 32 x 128 tiles; the
-// wide consumer at 118 registers): scripts/probe_stencil_wide.cu (H200, twenty-third run, 8192^2,
+// consumer alone, two stages, persistent 128-thread blocks (four per SM; 4 x 8 items on 32 x 128
+// tiles at 118 registers then, 3 x 12 on 24 x 192 since the thirty-fourth run, see
+// consume_tile_wide): scripts/probe_stencil_wide.cu (H200, twenty-third run, 8192^2,
 // ms, two rounds): tma 0.2364-0.2367 against the general kernel's 0.2484-0.2505 (43.7 -> 46.0
 // TFLOP/s), primitives 0.289 against 0.313; 256-thread narrow blocks 0.245-0.246, blocks of 1, 2
 // or 4 tiles 0.244-0.259. ncu (tma, narrow): issue slots 83% busy, the FMA pipe 72% (the general
@@ -1153,8 +1187,9 @@ __global__ void __launch_bounds__(Threads, stencil_min_blocks<T, Box, NarrowK, T
       consume_tile_mma_rows<T, KH, mma_round_rows(KH, Warps), Terms>(st, fs, ws, mg, out, team.rank, team.size);
     } else if constexpr (NarrowK == 9) {
       static_assert(std::is_same_v<T, float>, "the narrow 9x9 kernel is the fp32 wide consumer's");
-      consume_box9x9(static_cast<uint32_t>(__cvta_generic_to_shared(stage)),
-                     static_cast<uint32_t>(__cvta_generic_to_shared(w_s)), cg, out, team.rank, team.size);
+      consume_tile_wide<9, 9, kNarrowWideTH, kNarrowWideTW>(static_cast<uint32_t>(__cvta_generic_to_shared(stage)),
+                                                            static_cast<uint32_t>(__cvta_generic_to_shared(w_s)), cg,
+                                                            out, team.rank, team.size);
     } else if constexpr (NarrowK > 0) {
       static_assert(BoxBlocking<3>::TH == BoxBlocking<5>::TH, "narrow items split the Box item");
       ConsumerGeom ng = cg;
@@ -1229,7 +1264,14 @@ void launch_stencil_mechanism(const StencilParams& p) {
       // narrow: K of a narrow CUDA-core kernel, -KH of a narrow tensor-core kernel, 0 for none.
       int narrow = g.blocking == StencilBlocking::Row ? 0 : narrow_box<T>(g.fixed, S);
       int threads = narrow > 0 ? narrow_threads<T>() : kStencilThreads;
-      if (threads != kStencilThreads) g = geom_for(threads, narrow_wide_tiles<T>(narrow));
+      if (narrow == 9) {
+        if (!narrow_wide_geom(g, p, smem_budget, align)) {
+          narrow = 0;
+          threads = kStencilThreads;
+        }
+      } else if (threads != kStencilThreads) {
+        g = geom_for(threads, narrow_wide_tiles<T>(narrow));
+      }
       if constexpr (esz == 2) {
         if (const int kh = narrow == 0 ? narrow_mma_rows(g, S, dev.code_sm) : 0; kh > 0) {
           StencilGeom gm = geom_for(kMmaNarrowThreads);
