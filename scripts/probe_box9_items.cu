@@ -184,7 +184,7 @@ __device__ __noinline__ void consume_items_rot(uint32_t stage_s, uint32_t w_s, C
 template <int TH, int TW, int MinBlocks, bool Rot>
 __global__ void __launch_bounds__(128, MinBlocks)
     box9_items_kernel(const float* __restrict__ x, float* __restrict__ out, const float* __restrict__ weights,
-                      StencilGeom g, const __grid_constant__ CUtensorMap tmap) {
+                      StencilGeom g, Boundary /* zero: the probe's only */, const __grid_constant__ CUtensorMap tmap) {
   using Ring = engine::Ring<engine::Mechanism::Tma, 2, 16>;
   extern __shared__ __align__(engine::kStageAlign) char smem[];
   __shared__ engine::RawShared<typename Ring::SharedState> ss;
@@ -211,10 +211,7 @@ __global__ void __launch_bounds__(128, MinBlocks)
   engine::run_ring(ring, mine, load, consume, stage_weights);
 }
 
-struct Buffers {
-  float *x, *out, *base, *ref, *w;
-  int64_t ny, nx;
-};
+using Buffers = ProbeBoxBuffers;
 
 // A configuration, ready to launch: kernel, grid, shared memory, geometry, tensor map.
 struct Config {
@@ -235,40 +232,45 @@ StencilParams params(const Buffers& b) {
   return p;
 }
 
-// The library's kernel, configured as its launcher does (narrow_wide_geom; probe_stencil_wide.cu's
-// narrow/128/0).
-Config library_config(const Buffers& b) {
-  const StencilParams p = params(b);
+// A configuration of `kernel` (the library's stencil_kernel or box9_items_kernel) on tiles `g`:
+// persistent blocks, one tensor-map box per tile.
+template <class Kernel>
+Config make_config(const char* name, int th, int tw, Kernel kernel, StencilGeom g, const Buffers& b) {
   const DeviceInfo dev = device_info(current_device());
-  const int64_t budget = dev.max_smem_optin - 1024;
-  StencilGeom g;
-  if (!narrow_wide_geom(g, p, budget, 128) || !widen_weight_rows(g, 2, budget)) {
-    std::fprintf(stderr, "no wide 9x9 consumer\n");
-    std::exit(1);
-  }
   g.tensor_tiles = true;
-  auto kernel = stencil_kernel<engine::Mechanism::Tma, 2, float, true, 9, 128>;
   const size_t smem = 2 * static_cast<size_t>(g.stage_bytes) + g.weight_bytes;
   prepare_smem(kernel, smem, "probe");
   Config c;
-  c.name = "library";
-  c.th = kNarrowWideTH; c.tw = kNarrowWideTW; c.tile_h = g.tile_h; c.tile_w = g.tile_w;
+  c.name = name;
+  c.th = th; c.tw = tw; c.tile_h = g.tile_h; c.tile_w = g.tile_w;
   c.blocks_per_sm = blocks_per_sm(kernel, 128, smem);
   c.grid = std::min<int64_t>(int64_t(dev.num_sms) * c.blocks_per_sm, g.ntiles);
   set_block_tiles(g, c.grid);
-  const CUtensorMap tmap = make_plane_map(p.x, p.dtype, 4, 1, p.ny, p.nx, g.pitch, g.win_h, stencil_l2_promotion(dev));
-  const Buffers bb = b;
+  const CUtensorMap tmap =
+      make_plane_map(b.x, DType::F32, 4, 1, b.ny, b.nx, g.pitch, g.win_h, stencil_l2_promotion(dev));
   const unsigned grid = static_cast<unsigned>(c.grid);
-  c.launch = [=] { kernel<<<grid, 128, smem>>>(bb.x, bb.out, bb.w, g, Boundary::Zero, tmap); };
+  c.launch = [=] { kernel<<<grid, 128, smem>>>(b.x, b.out, b.w, g, Boundary::Zero, tmap); };
   return c;
+}
+
+// The library's kernel, configured as its launcher does (narrow_wide_geom; probe_stencil_wide.cu's
+// narrow/128/0).
+Config library_config(const Buffers& b) {
+  const int64_t budget = device_info(current_device()).max_smem_optin - 1024;
+  StencilGeom g;
+  if (!narrow_wide_geom(g, params(b), budget, 128) || !widen_weight_rows(g, 2, budget)) {
+    std::fprintf(stderr, "no wide 9x9 consumer\n");
+    std::exit(1);
+  }
+  auto kernel = stencil_kernel<engine::Mechanism::Tma, 2, float, true, 9, 128>;
+  return make_config("library", kNarrowWideTH, kNarrowWideTW, kernel, g, b);
 }
 
 // box9_items_kernel<TH, TW> on tiles of `rows` x `items_across * TW` outputs.
 template <int TH, int TW, int MinBlocks, bool Rot = false>
 Config items_config(const Buffers& b, const char* name, int rows, int items_across) {
   const StencilParams p = params(b);
-  const DeviceInfo dev = device_info(current_device());
-  const int64_t budget = dev.max_smem_optin - 1024;
+  const int64_t budget = device_info(current_device()).max_smem_optin - 1024;
   // make_stencil_geom counts tiles in 8 x 4 Box items: box_cols = tile_w / 4, and as many
   // consumers as make rows / 8 rows of them.
   const int tile_w = items_across * TW;
@@ -278,24 +280,10 @@ Config items_config(const Buffers& b, const char* name, int rows, int items_acro
     std::exit(1);
   }
   g.fixed = StencilFixed::Box9x9;
-  g.tensor_tiles = true;
   g.cols_log2 = 0;
   while ((1 << g.cols_log2) < items_across) ++g.cols_log2;
   g.items = (rows / TH) << g.cols_log2;
-  auto kernel = box9_items_kernel<TH, TW, MinBlocks, Rot>;
-  const size_t smem = 2 * static_cast<size_t>(g.stage_bytes) + g.weight_bytes;
-  prepare_smem(kernel, smem, "probe");
-  Config c;
-  c.name = name;
-  c.th = TH; c.tw = TW; c.tile_h = g.tile_h; c.tile_w = g.tile_w;
-  c.blocks_per_sm = blocks_per_sm(kernel, 128, smem);
-  c.grid = std::min<int64_t>(int64_t(dev.num_sms) * c.blocks_per_sm, g.ntiles);
-  set_block_tiles(g, c.grid);
-  const CUtensorMap tmap = make_plane_map(p.x, p.dtype, 4, 1, p.ny, p.nx, g.pitch, g.win_h, stencil_l2_promotion(dev));
-  const Buffers bb = b;
-  const unsigned grid = static_cast<unsigned>(c.grid);
-  c.launch = [=] { kernel<<<grid, 128, smem>>>(bb.x, bb.out, bb.w, g, tmap); };
-  return c;
+  return make_config(name, TH, TW, box9_items_kernel<TH, TW, MinBlocks, Rot>, g, b);
 }
 
 void check(const Buffers& b, bool against_base, const char* what) {
@@ -305,18 +293,8 @@ void check(const Buffers& b, bool against_base, const char* what) {
 int main(int argc, char** argv) {
   const int reps = argc > 1 ? std::atoi(argv[1]) : 2000;
   const int rounds = argc > 2 ? std::atoi(argv[2]) : 3;
-  Buffers b;
-  b.ny = b.nx = 8192;
+  const Buffers b = probe_box_buffers<K>(8192, 8192);
   const int64_t n = b.ny * b.nx;
-  for (float** q : {&b.x, &b.out, &b.base, &b.ref}) PROBE_CHECK(cudaMalloc(q, n * sizeof(float)));
-  PROBE_CHECK(cudaMalloc(&b.w, K * K * sizeof(float)));
-  probe_fill_random<<<1024, 256>>>(b.x, n, 12345u);
-  float w[K * K];
-  for (int i = 0; i < K * K; ++i) w[i] = static_cast<float>((i * 37) % 17 - 8) / 4.1f;  // |w| < 2, not exact
-  PROBE_CHECK(cudaMemcpy(b.w, w, sizeof(w), cudaMemcpyHostToDevice));
-  probe_reference_box<K><<<dim3(static_cast<unsigned>(b.nx / 256), static_cast<unsigned>(b.ny)), 256>>>(
-      b.x, b.ref, b.w, int(b.ny), int(b.nx));
-  PROBE_CHECK(cudaGetLastError());
 
   std::vector<Config> cs;
   cs.push_back(library_config(b));

@@ -139,3 +139,29 @@ inline void probe_check(const float* out, const float* base, const float* ref, i
     std::exit(1);
   }
 }
+
+// The fp32 box probes' buffers: an ny x nx plane of probe_fill_random data, outputs, a base (an
+// earlier configuration's outputs or a copy's destination) and the reference of the K x K box with
+// weights |w| < 2 that no power of two scales to exact values.
+struct ProbeBoxBuffers {
+  float *x, *out, *base, *ref, *w;
+  int64_t ny, nx;
+};
+
+template <int K>
+ProbeBoxBuffers probe_box_buffers(int64_t ny, int64_t nx) {
+  ProbeBoxBuffers b;
+  b.ny = ny;
+  b.nx = nx;
+  const int64_t n = ny * nx;
+  for (float** q : {&b.x, &b.out, &b.base, &b.ref}) PROBE_CHECK(cudaMalloc(q, n * sizeof(float)));
+  PROBE_CHECK(cudaMalloc(&b.w, K * K * sizeof(float)));
+  probe_fill_random<<<1024, 256>>>(b.x, n, 12345u);
+  float w[K * K];
+  for (int i = 0; i < K * K; ++i) w[i] = static_cast<float>((i * 37) % 17 - 8) / 4.1f;
+  PROBE_CHECK(cudaMemcpy(b.w, w, sizeof(w), cudaMemcpyHostToDevice));
+  probe_reference_box<K><<<dim3(static_cast<unsigned>((nx + 255) / 256), static_cast<unsigned>(ny)), 256>>>(
+      b.x, b.ref, b.w, static_cast<int>(ny), static_cast<int>(nx));
+  PROBE_CHECK(cudaGetLastError());
+  return b;
+}

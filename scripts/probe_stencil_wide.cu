@@ -35,10 +35,7 @@ constexpr int K = 9, R = K / 2;
 // sums up to ~160, relative to 1 + |ref|.
 constexpr float kTol = 1e-4f;
 
-struct Buffers {
-  float *x, *out, *base, *ref, *w;
-  int64_t ny, nx;
-};
+using Buffers = ProbeBoxBuffers;
 
 struct Launch {
   int blocks_per_sm;
@@ -58,7 +55,8 @@ Launch run(const Buffers& b, int tpb, int reps) {
   const int64_t budget = dev.max_smem_optin - 1024;
   StencilGeom g = make_stencil_geom(p, 4, 4, engine::consumer_threads(kMech, Threads), budget, kTma ? 128 : 16);
   g.fixed = choose_fixed(g, p.x, 4);
-  if (NarrowK == 9 && !narrow_wide_geom(g, p, budget, kTma ? 128 : 16)) g.fixed = StencilFixed::None;  // the launcher's tiles
+  // The narrow kernel on the launcher's tiles for it.
+  if (NarrowK == 9 && !narrow_wide_geom(g, p, budget, kTma ? 128 : 16)) g.fixed = StencilFixed::None;
   if (g.fixed != StencilFixed::Box9x9 || !widen_weight_rows(g, 2, budget)) {
     std::fprintf(stderr, "no wide 9x9 consumer for %d threads\n", Threads);
     std::exit(1);
@@ -89,18 +87,8 @@ void check(const Buffers& b, bool against_base, const char* what) {
 int main(int argc, char** argv) {
   const int reps = argc > 1 ? std::atoi(argv[1]) : 30;
   const char* only = std::getenv("PROBE_ONLY");
-  Buffers b;
-  b.ny = b.nx = 8192;
+  const Buffers b = probe_box_buffers<K>(8192, 8192);
   const int64_t n = b.ny * b.nx;
-  for (float** q : {&b.x, &b.out, &b.base, &b.ref}) PROBE_CHECK(cudaMalloc(q, n * sizeof(float)));
-  PROBE_CHECK(cudaMalloc(&b.w, K * K * sizeof(float)));
-  probe_fill_random<<<1024, 256>>>(b.x, n, 12345u);
-  float w[K * K];
-  for (int i = 0; i < K * K; ++i) w[i] = static_cast<float>((i * 37) % 17 - 8) / 4.1f;  // |w| < 2, not exact
-  PROBE_CHECK(cudaMemcpy(b.w, w, sizeof(w), cudaMemcpyHostToDevice));
-  probe_reference_box<K><<<dim3(static_cast<unsigned>(b.nx / 256), static_cast<unsigned>(b.ny)), 256>>>(b.x, b.ref, b.w,
-                                                                                            int(b.ny), int(b.nx));
-  PROBE_CHECK(cudaGetLastError());
   const float copy_ms = only ? 0.f : probe_median_ms([&] {
     PROBE_CHECK(cudaMemcpyAsync(b.base, b.x, n * sizeof(float), cudaMemcpyDeviceToDevice));
   }, reps);
