@@ -67,7 +67,9 @@ constexpr int K = 9, R = K / 2;
 constexpr float kTol = 1e-4f;  // as probe_stencil_wide.cu: 81 products of |w| < 2, |x| < 1
 
 // An item's TH x TW outputs from its accumulators: whole 16-byte vectors inside the plane, checked
-// stores at its edges.
+// stores at its edges. consume_tile_wide's store, copied: moved out of the library consumer into a
+// helper of its own, the same code compiled the narrow 9x9 kernel to other machine code (118 -> 116
+// registers), and the tuned kernel stays as it was measured.
 template <int TH, int TW>
 __device__ __forceinline__ void store_item(float* oplane, int64_t oy, int64_t ox, const ConsumerGeom& g,
                                            bool out_vec_aligned, const float (&acc)[TH][TW]) {

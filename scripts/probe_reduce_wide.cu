@@ -134,8 +134,8 @@ __global__ void __launch_bounds__(256, 8) k_split(const float* x, void* out, DTy
 // V: reduce_wide_rows_kernel (packed rows) with its fold loop replaced. VPT > 0: the loads of a
 // thread's vectors (at most VPT of them) issued together, each behind k < count, then folded in
 // the loop's order (the same sums, bit for bit; Tree: one accumulator per vector component, another
-// order); the kernel's loop is a run-time trip count with `#pragma unroll 4`. Lean: the row's combine and store for one row per tile (no wpr loop, no
-// dtype switch). What the consume's run-time geometry costs (D against C above) is the question.
+// order); the kernel's loop is a run-time trip count with `#pragma unroll 4`. Lean: the row's
+// combine and store for one row per tile (no wpr loop, no dtype switch). What the consume's run-time geometry costs (D against C above) is the question.
 template <int VPT, bool Lean, bool Tree = false>
 __global__ void __launch_bounds__(256, 8) k_wide_var(const float* __restrict__ x, void* out, DType od, RowsPlan pl, ReduceOp op) {
   using Ring = engine::Ring<engine::Mechanism::Tma, 1, 16>;
