@@ -7,7 +7,9 @@ Environment knobs:
   CUPIPE_NO_CUDA=1      build the CPU-only module even when nvcc is present
   CUPIPE_DEBUG=1        -O0 -g host code and -lineinfo device code
   CUPIPE_KERNEL_OBJECTS=DIR  link the kernel objects in DIR that match this tree (built elsewhere
-                        by scripts/kernel_objects.py) instead of compiling those .cu files
+                        by tools/kernel_objects.py) instead of compiling those .cu files
+
+The nvcc flags and the prebuilt objects' keys come from build_config.py, beside this file.
 """
 import os
 import shutil
@@ -17,18 +19,18 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent
 
 
-def _load_kernel_objects():
-    """scripts/kernel_objects.py (the nvcc flags and the prebuilt objects' keys), loaded from its
-    file so that scripts/ stays off sys.path while setup.py runs."""
+def _load_build_config():
+    """build_config.py (the nvcc flags and the prebuilt objects' keys), loaded from its file beside
+    this one, whatever the working directory and sys.path."""
     import importlib.util
 
-    spec = importlib.util.spec_from_file_location("cupipe_kernel_objects", ROOT / "scripts" / "kernel_objects.py")
+    spec = importlib.util.spec_from_file_location("cupipe_build_config", ROOT / "build_config.py")
     mod = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(mod)
     return mod
 
 
-kernel_objects = _load_kernel_objects()
+build_config = _load_build_config()
 
 
 def _find_cuda_home():
@@ -61,7 +63,7 @@ debug = os.environ.get("CUPIPE_DEBUG", "0") == "1"
 
 
 def _cuda_version_of_nvcc():
-    return kernel_objects.nvcc_version(str(Path(CUDA_HOME) / "bin" / "nvcc")) or "unknown"
+    return build_config.nvcc_version(str(Path(CUDA_HOME) / "bin" / "nvcc")) or "unknown"
 
 
 def _write_build_info(prebuilt=0):
@@ -105,16 +107,16 @@ define_macros = [("CUPIPE_WITH_CUDA", "1" if with_cuda else "0")]
 
 def _prebuilt_kernel_objects(sources):
     """(objects to link, sources still to compile) under CUPIPE_KERNEL_OBJECTS: the objects whose
-    key (scripts/kernel_objects.py: sources, headers, flags, nvcc release) matches this tree,
+    key (build_config.py: sources, headers, flags, nvcc release) matches this tree,
     decompressed into build/kernel_objects; every other .cu compiles as usual."""
     kdir = os.environ.get("CUPIPE_KERNEL_OBJECTS")
     if not kdir:
         return [], sources
     arch = os.environ["TORCH_CUDA_ARCH_LIST"]
-    flags = kernel_objects.compile_flags(arch, debug)
-    nvcc_release = kernel_objects.release(_cuda_version_of_nvcc())
-    found, rest = kernel_objects.match(Path(kdir).resolve(), [ROOT / s for s in sources], flags, nvcc_release)
-    objects = kernel_objects.unpack(found, ROOT / "build" / "kernel_objects")
+    flags = build_config.compile_flags(arch, debug)
+    nvcc_release = build_config.release(_cuda_version_of_nvcc())
+    found, rest = build_config.match(Path(kdir).resolve(), [ROOT / s for s in sources], flags, nvcc_release)
+    objects = build_config.unpack(found, ROOT / "build" / "kernel_objects")
     print(f"cupipe: {len(objects)} kernel objects from {kdir} (arch {arch}, nvcc {nvcc_release}); "
           f"compiling {len(rest)}: {' '.join(p.name for p in rest) or '-'}", file=sys.stderr)
     return objects, [str(p.relative_to(ROOT)) for p in rest]
@@ -128,7 +130,7 @@ if with_cuda:
         sources=cpp_sources + cu_sources,
         include_dirs=[str(ROOT / "csrc")],
         define_macros=define_macros,
-        extra_compile_args={"cxx": cxx_flags, "nvcc": kernel_objects.nvcc_flags(debug)},
+        extra_compile_args={"cxx": cxx_flags, "nvcc": build_config.nvcc_flags(debug)},
         extra_objects=prebuilt,
         depends=prebuilt,  # a changed object relinks the module
     )

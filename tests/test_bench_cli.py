@@ -1,11 +1,14 @@
 """The benchmark CLI's CPU paths: it runs as a module, says so and exits 0 without a GPU, and
-``--cpu`` runs a tiny suite end to end (tables, JSON, CSV, plots when matplotlib is there)."""
+``--cpu`` runs a tiny suite end to end (tables, JSON, CSV, markdown, plots when matplotlib is
+there)."""
 from __future__ import annotations
 
 import csv
 import importlib.util
 import json
 import os
+import re
+import shlex
 import subprocess
 import sys
 
@@ -39,7 +42,8 @@ def test_help_lists_the_flags(capsys):
         bench.main(["--help"])
     assert e.value.code == 0
     out = capsys.readouterr().out
-    for flag in ("--ops", "--dtype", "--sweep", "--quick", "--out", "--cpu", "--suite"):
+    for flag in ("--ops", "--dtype", "--sweep", "--quick", "--out", "--cpu", "--suite",
+                 "--markdown", "--markdown-brief"):
         assert flag in out
 
 
@@ -91,6 +95,120 @@ def test_sweep_only(capsys):
     assert "suite:" not in out and "sweep: reduce" not in out
 
 
+def _md_tables(text):
+    """{title: (header cells, [row cells])} of every ``### title`` + pipe table in `text`."""
+    out, lines = {}, text.splitlines()
+    for i, line in enumerate(lines):
+        if not line.startswith("### "):
+            continue
+        body = []
+        for row in lines[i + 1:]:
+            if not row.startswith("|"):
+                break
+            assert row.endswith("|"), row
+            body.append([c.strip() for c in re.split(r"(?<!\\)\|", row[1:-1])])
+        assert len(body) >= 3, (line, body)          # header, separator, at least one row
+        assert len(body[1]) == len(body[0]) and all(re.fullmatch(r"-{3,}:?", c) for c in body[1])
+        out[line[4:]] = (body[0], body[2:])
+    return out
+
+
+def _printed_tables(stdout):
+    """{title: (header, [row lines])} of the ``== title`` tables a run printed."""
+    out, title = {}, None
+    for line in stdout.splitlines():
+        if line.startswith("== "):
+            title = line[3:]
+            out[title] = None
+        elif title is not None and line.strip():
+            if out[title] is None:
+                out[title] = (line.split(), [])
+            else:
+                out[title][1].append(line)
+        else:
+            title = None
+    return out
+
+
+def test_cpu_quick_markdown(tmp_path):
+    import torch
+
+    md = tmp_path / "md" / "cpu.md"
+    args = ["--cpu", "--quick", "--markdown", str(md)]
+    p = _run(*args)
+    assert p.returncode == 0, p.stdout + p.stderr
+    assert f"wrote {md}" in p.stdout
+    text = md.read_text(encoding="utf-8")
+    lines = text.splitlines()
+    # the device heading, a line of context, the command that regenerates the section
+    assert re.fullmatch(r"## CPU \(\d+ threads\)", lines[0]), lines[0]
+    assert re.match(r"\d{4}-\d{2}-\d{2} · torch ", lines[1]), lines[1]
+    for part in (f"torch {torch.__version__} ", f"CUDA {torch.version.cuda or 'none'} ",
+                 f"cupipe {cupipe.__version__} ", " GB/s (2^16 fp32, read+write)",
+                 "median of 3 time.perf_counter reps"):
+        assert part in lines[1], (part, lines[1])
+    assert lines[2] == f"`python -m cupipe.bench {shlex.join(args)}`\\"
+    assert lines[3].startswith("CPU path: ")
+    # compact: at most one blank line in a row, one newline at the end
+    assert "\n\n\n" not in text and text.endswith("\n") and not text.endswith("\n\n")
+    # every printed table, in markdown: the same titles in the same order, columns and cells
+    tables, printed = _md_tables(text), _printed_tables(p.stdout)
+    assert list(tables) == list(printed) and "suite: reduce [CPU]" in tables
+    assert any(t.startswith("stream_copy 2^16") for t in tables)
+    for title, (header, rows) in tables.items():
+        p_header, p_rows = printed[title]
+        assert header == p_header, title
+        assert rows and len(rows) == len(p_rows), title
+        assert all(len(r) == len(header) for r in rows), (title, rows)
+        if title.startswith("suite:"):  # no empty cells: a printed row splits on its padding
+            assert rows == [re.split(r"\s{2,}", r.strip()) for r in p_rows], title
+    assert "\nNotes:\n" in text and "\n- latency-bound study skipped on the CPU" in text
+    assert "FAILED" not in text
+
+
+def test_markdown_brief_leaves_out_the_detail_tables(capsys, tmp_path):
+    md = tmp_path / "brief.md"
+    argv = ["--cpu", "--quick", "--no-progress", "--suite", "engine", "--sweep", "--ops",
+            "stream_copy", "--markdown", str(md), "--markdown-brief"]
+    assert bench.main(argv) == 0
+    out = capsys.readouterr().out
+    assert "== stream_copy copy width [CPU]" in out and "== sweep: stream_copy" in out
+    text = md.read_text(encoding="utf-8")
+    assert list(_md_tables(text)) == ["stream_copy 2^16 fp32 (vec 16) [CPU]"]
+    assert ("\n- left out (--markdown-brief): stream_copy copy width [CPU]; "
+            "sweep: stream_copy 2^16 fp32 [CPU]\n") in text
+    assert f"`python -m cupipe.bench {shlex.join(argv)}`" in text
+
+
+def test_markdown_brief_needs_markdown(capsys):
+    with pytest.raises(SystemExit) as e:
+        bench.main(["--cpu", "--markdown-brief"])
+    assert e.value.code == 2
+    assert "--markdown-brief needs --markdown" in capsys.readouterr().err
+
+
+def test_printed_and_markdown_tables_share_their_cells(capsys):
+    """One formatter: the printed and the markdown table hold the same cells; a mismatch's error
+    follows its row when printed and fills an ``error`` column in markdown; a ``|`` is escaped."""
+    res = bench.Results()
+    res.add(table="t", op="reduce", workload="sum a|b", ms=0.12345, GBps=1234.56,
+            vs_copy=float("nan"), bytes=8)
+    res.add(table="t", op="reduce", workload="sum c", ms=float("nan"), error="differs")
+    printed = res.table_lines("t")
+    assert printed[0].split() == ["workload", "ms", "GBps", "vs_copy"]
+    assert printed[1].split() == ["sum", "a|b", "0.123", "1234.6", "nan"]
+    assert printed[2].split() == ["sum", "c", "nan", "ERROR:", "differs"]
+    assert res.markdown_lines("t") == [
+        "| workload | ms | GBps | vs_copy | error |",
+        "|---|---:|---:|---:|---|",
+        "| sum a\\|b | 0.123 | 1234.6 | nan |  |",
+        "| sum c | nan |  |  | differs |"]
+    res.print_table("t")
+    assert capsys.readouterr().out == "\n== t\n" + "\n".join(printed) + "\n"
+    res.add(table="u", op="x", workload="w", ms=1.0)
+    assert res.markdown_lines("u")[1] == "|---|---:|"     # no error column without an error
+
+
 def test_bad_ops_is_a_usage_error(capsys):
     with pytest.raises(SystemExit) as e:
         bench.main(["--cpu", "--ops", "stream_copy,conv9d"])
@@ -117,8 +235,8 @@ def test_progress_plain_counter(capsys):
 
 @pytest.mark.skipif(not HAS_MPL, reason="matplotlib not installed")
 def test_plot_bench_script_parses_the_h200_log(tmp_path):
-    log = os.path.join(ROOT, "benchmarks", "2026-11-22-h200", "bench.txt")
-    spec = importlib.util.spec_from_file_location("plot_bench", os.path.join(ROOT, "scripts", "plot_bench.py"))
+    log = os.path.join(ROOT, "tests", "data", "bench_h200.txt")
+    spec = importlib.util.spec_from_file_location("plot_bench", os.path.join(ROOT, "tools", "plot_bench.py"))
     pb = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(pb)
     rows, meta = pb.parse_log(open(log).read())

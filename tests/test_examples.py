@@ -46,7 +46,7 @@ def test_train_smoothing_two_steps():
 @pytest.mark.skipif(not all(importlib.util.find_spec(m) for m in ("nbclient", "nbformat", "ipykernel")),
                     reason="nbclient, nbformat and ipykernel are needed to execute the notebook")
 def test_tour_notebook_executes(tmp_path):
-    out = _run("scripts/run_notebook.py", "examples/cupipe_tour.ipynb", "--out",
+    out = _run("tools/run_notebook.py", "examples/cupipe_tour.ipynb", "--out",
                str(tmp_path / "tour.ipynb"), timeout=600)
     assert "code cells ran with nbclient" in out
     assert "max abs err" in out
