@@ -48,9 +48,8 @@ CUPIPE_HOST_DEVICE Segment split_segment(const void* src, int64_t nbytes) {
 }
 
 // Byte-wise copy for heads and tails (a few bytes; never on the bulk path). A rolled loop on
-// purpose: an unrolled, load-all-then-store version (or an out-of-line one) doubled the register
-// count of the streaming kernels that carry it (29 -> 51 for stream_copy<sync>), and with it their
-// occupancy (stream_copy 0.94x -> 0.79x of y.copy_(x) on the H200).
+// purpose: an unrolled, load-all-then-store version (or an out-of-line one) nearly doubled the
+// register count of the streaming kernels that carry it, and cut their occupancy (docs/design.md).
 CUPIPE_DEVICE void copy_bytes(char* dst, const char* src, int n) {
 #pragma unroll 1
   for (int i = 0; i < n; ++i) dst[i] = src[i];

@@ -2,7 +2,7 @@
 // on the stream wrote (the reductions' partials pass) may be launched while that kernel runs,
 // its blocks waiting in griddepcontrol.wait until the previous grid has completed and its writes
 // are visible. The launch latency then overlaps the previous kernel instead of following it
-// (a few microseconds, ~1% of a 2^28 reduction). Stream order and CUDA-graph capture are kept:
+// (a few microseconds: docs/design.md). Stream order and CUDA-graph capture are kept:
 // the runtime records the dependency. On older GPUs both sides are no-ops and the launch is plain.
 #pragma once
 

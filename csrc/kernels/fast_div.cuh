@@ -42,7 +42,7 @@ struct FastDiv {
 // A grid's even share of `ntiles` tiles, block b taking tiles b, b + grid, ...: `each` of them,
 // one more when b < extra. Worked out at launch: on the device a 64-bit division is a
 // ~70-instruction dependent chain, which every short-lived block paid before its first copy
-// (stream_copy lost 0.3% of its bandwidth to it; seventeenth run, docs/perf_notes.md).
+// (a measurable share of stream_copy's bandwidth: docs/design.md).
 struct TileShare {
   int64_t each = 0, extra = 0;
   TileShare() = default;

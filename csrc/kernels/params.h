@@ -104,8 +104,8 @@ struct ReduceParams {
   int stages = 2;
   int tile_bytes = 0;            // bytes per stage (columns: whole rows of a 512 B..4 KiB chunk); 0 = default
   int64_t blocks = 0;            // blocks of the main pass (0 = one wave of resident blocks); for sweeps
-                                 // (the wide rows and the chunked long rows of reduce.cuh take a block
-                                 // per tile or chunk whatever it says)
+                                 // (the wide rows and the chunked long rows of reduce/rows.cuh take a
+                                 // block per tile or chunk whatever it says)
   void* workspace = nullptr;     // scratch for split reductions, see reduce_workspace_bytes
   int64_t workspace_bytes = 0;
   Stream stream = nullptr;
@@ -115,6 +115,9 @@ struct ReduceParams {
 // message on failure (bad configuration for the device, CUDA error at launch).
 void launch_stream_copy(const StreamCopyParams& p);
 void launch_stencil(const StencilParams& p);
+// The kernel family launch_stencil runs for p ("row", "box", "narrow3", ...; family.cuh), for
+// explain and the tests. Needs the device; p describes a non-empty input.
+const char* stencil_family(const StencilParams& p);
 int64_t launch_stencil_weight_grad(const StencilWeightGradParams& p);
 int64_t reduce_workspace_bytes(const ReduceParams& p);
 void launch_reduce(const ReduceParams& p);
@@ -125,8 +128,8 @@ struct DeviceInfo {
   // The architecture this build's kernels run as on the device: the PTX version of the code the
   // driver loads for them. It equals sm's major architecture where the build has code for it, and is
   // older where the device JIT-compiles an older architecture's PTX (TORCH_CUDA_ARCH_LIST="8.0+PTX"
-  // on an H100, whose kernels then have no sm_90 instructions: their 'tma' is a trap). What needs
-  // sm_90 instructions in the kernels ('tma', dependent launches) and the tuning table ask this.
+  // on an sm_90 device, whose kernels then have no sm_90 instructions: their 'tma' is a trap). What
+  // needs sm_90 instructions in the kernels ('tma', dependent launches) and the tuning table ask this.
   int code_sm = 0;
   int num_sms = 0;
   int max_smem_optin = 0;      // bytes of dynamic shared memory a block may opt in to

@@ -12,7 +12,34 @@ extern template void launch_stencil_mechanism<engine::Mechanism::Cg>(const Stenc
 extern template void launch_stencil_mechanism<engine::Mechanism::Barrier>(const StencilParams&);
 extern template void launch_stencil_mechanism<engine::Mechanism::Specialized>(const StencilParams&);
 extern template void launch_stencil_mechanism<engine::Mechanism::Tma>(const StencilParams&);
+
+template <engine::Mechanism M>
+const char* stencil_family_of(const StencilParams& p) {
+  const char* name = "";
+  dispatch_stages(p.stages, [&](auto s) {
+    dispatch_dtype(p.dtype, [&](auto tv) {
+      const StencilPlan plan = plan_stencil<M, decltype(s)::value, decltype(tv)>(p, device_info(current_device()));
+      name = stencil_family_name(plan.family);
+    });
+  });
+  return name;
+}
 }  // namespace kernels
+
+const char* stencil_family(const StencilParams& p) {
+  using engine::Mechanism;
+  switch (p.mechanism) {
+    case Mechanism::Sync: return kernels::stencil_family_of<Mechanism::Sync>(p);
+    case Mechanism::Pipeline: return kernels::stencil_family_of<Mechanism::Pipeline>(p);
+    case Mechanism::PipelineThread: return kernels::stencil_family_of<Mechanism::PipelineThread>(p);
+    case Mechanism::Primitives: return kernels::stencil_family_of<Mechanism::Primitives>(p);
+    case Mechanism::Cg: return kernels::stencil_family_of<Mechanism::Cg>(p);
+    case Mechanism::Barrier: return kernels::stencil_family_of<Mechanism::Barrier>(p);
+    case Mechanism::Specialized: return kernels::stencil_family_of<Mechanism::Specialized>(p);
+    case Mechanism::Tma: return kernels::stencil_family_of<Mechanism::Tma>(p);
+  }
+  return "";
+}
 
 void launch_stencil(const StencilParams& p) {
   using engine::Mechanism;

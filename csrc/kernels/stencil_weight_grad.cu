@@ -104,7 +104,9 @@ __device__ __forceinline__ void flush_warp(A (&acc)[DY][CK], A* warp_row, int kw
 // The forward's register budgets, except fp64 1-D (its 9 double accumulators and window spill
 // at three blocks per SM).
 template <typename T, bool Box>
-constexpr int wgrad_min_blocks() { return sizeof(T) == 8 ? 1 : stencil_min_blocks<T, Box>(); }
+constexpr int wgrad_min_blocks() {
+  return sizeof(T) == 8 ? 1 : StencilFamilyTraits<Box ? StencilFamily::Box : StencilFamily::Row, T>::kMinBlocks;
+}
 
 template <typename T, class Blk>
 __global__ void __launch_bounds__(kStencilThreads, wgrad_min_blocks<T, Blk::TH != 1>())

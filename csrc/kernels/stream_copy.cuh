@@ -14,21 +14,12 @@ namespace kernels {
 
 constexpr int kCopyThreads = 256;
 
-// Bytes per stage and tiles per block, from scripts/copy_tile_sweep.py on an H200 (BENCHMARKS.md,
-// 2026-11-23, eighth run; 2^28 fp32 against y.copy_(x) in the same run): grids of short-lived
-// blocks of two 8 KiB tiles ran every mechanism at 0.965-0.994x of copy_ (sync/1 0.994x), where one
-// wave of persistent blocks streaming ~30 tiles each ran 0.90-0.955x at their best stage sizes
-// (sync 8 KiB, the asynchronous mechanisms 32 KiB). A copy outside cupipe showed the same
-// (scripts/probe_copy_bandwidth.cu: a grid-stride copy through shared memory 0.952x of
-// cudaMemcpyAsync, the same code one tile per block 0.991x, an elementwise copy 1.005x): blocks
-// that retire and are replaced in address order keep the device's reads and writes in a narrow
-// window of memory, persistent blocks drift apart. Wider tiles per block lost (16 KiB tiles
-// 0.95-0.99x, one 32 KiB tile 0.94x), as did narrower ones (the ring's set-up per block: 4 KiB
-// 0.47-0.97x). Every mechanism and stage count runs this grid (stages still overlap a block's
-// two tiles) but sync with one stage, the table's choice on sm_90, which copies one 16 KiB tile per
-// block since the block's tile arithmetic moved to the launcher (seventeenth run,
-// scripts/probe_stream_copy.cu, H200, two rounds, x cudaMemcpyAsync: 8 KiB x 2 0.9960-0.9967,
-// 16 KiB x 1 0.9979-0.9984, 12 KiB x 2 0.9982-0.9986, 4 KiB 0.95-0.97, 24-32 KiB 0.96-0.98).
+// Bytes per stage and tiles per block: grids of short-lived blocks of two 8 KiB tiles. Blocks that
+// retire and are replaced in address order keep the device's reads and writes in a narrow window
+// of memory; a wave of persistent blocks drifts apart and copies slower, as do wider tiles per
+// block and narrower ones (the ring's set-up per block). Every mechanism and stage count runs this
+// grid (stages still overlap a block's two tiles) but sync with one stage, the table's choice on
+// sm_90, which copies one 16 KiB tile per block (docs/design.md).
 // _stream_copy_ex's tile_bytes and max_blocks override the grid (the latency study).
 constexpr int kCopyTileBytes = 8192;
 constexpr int kCopyTilesPerBlock = 2;

@@ -1,4 +1,5 @@
-// The tensor-core consumer of the 2-byte stencils (fp16, bf16; sm_80+): StencilFixed::Mma.
+// The tensor-core consumer of the 2-byte stencils (fp16, bf16; sm_80+): StencilFixed::Mma in the
+// Box kernel, alone in the Mma5/Mma7/Mma9 kernels.
 //
 // One output row of a stencil is a banded (Toeplitz) matrix product. A unit of 128 consecutive
 // outputs of one row is a 16 x 8 matrix, 16 groups m of 8 outputs j, and tap row k adds
@@ -24,10 +25,8 @@
 // subnormals: at most 2^-22 of the largest weight), bf16's 16, each weight within 2^-16 of itself.
 // fp32 accumulation errs by ~2^-24 per tap; bf16's 2^-16 of sum |w x| is 2^7 below its result's
 // own rounding (half an ulp, 2^-9) unless the sum cancels by more than that, and 2^7 finer than
-// F.conv2d's bf16 weights (8 bits). A third bf16 term (24 bits, fp32's) cost 15 MMAs per tap row
-// and unit where two cost 10: bf16 5x5 0.102 -> 0.083 ms, 7x7 0.127 -> 0.094, 9x9 0.173 -> 0.115
-// with two (H200, 8192^2, scripts/probe_stencil_blocks.cu, fifteenth run), the 5x5 ahead of the
-// CUDA cores (0.106) instead of behind them. The inputs are exact 2-byte values, so every product
+// F.conv2d's bf16 weights (8 bits). A third bf16 term (fp32's 24 bits) costs 15 MMAs per tap row
+// and unit where two cost 10, and put the bf16 5x5 behind the CUDA cores (docs/design.md). The inputs are exact 2-byte values, so every product
 // is exact and the MMAs accumulate in fp32, as the CUDA-core consumer does; the result is unscaled
 // exactly (a power of two).
 //
@@ -37,13 +36,13 @@
 // non-finite inputs (or sums that overflow) pay for it, and no output differs from the
 // CUDA-core consumer's but by fp32 rounding.
 //
-// Preconditions (the launcher's choice, choose_mma in stencil.cuh): every window row shares one
+// Preconditions (the launcher's choice, choose_mma in launch_plan.cuh): every window row shares one
 // shift, 2a bytes, which the tiles' column phase arranges (choose_mma_phase: tiles start up to 62
 // columns left of the usual grid); tiles start at even columns (outputs leave as 2-element
 // words) and are a multiple of 128 outputs wide; 3 <= kw <= 9, a + kw <= 9. A tile whose rows
 // arrive at another shift (none should) is computed on the exact path. Tensor-map boxes can not
 // start at the window instead (a = 0 without a phase): an innermost box coordinate off a 16-byte
-// boundary faults (illegal instruction, H200).
+// boundary faults (illegal instruction).
 #pragma once
 
 #include <cuda_bf16.h>
@@ -53,6 +52,7 @@
 #include <type_traits>
 
 #include "kernels/numeric.cuh"
+#include "kernels/stencil/geometry.cuh"
 
 namespace cupipe {
 namespace kernels {
@@ -75,11 +75,8 @@ inline int64_t mma_fragment_bytes(int kh, int terms) { return int64_t(kh) * term
 // window column -a lands on a 16-byte boundary with a + kw <= 9 (the MMA's layout), and of those
 // the one whose window rows, read from that boundary, touch the fewest 128-byte lines (then the
 // smallest phase). False when no residue is valid (an odd offset with rx = 4).
-// The lines are what the tensor-map loads pay for: the fp16 5x5's 288-byte rows read from 16
-// bytes before a line touched four lines, from 32 bytes before it three, and the narrow kernel's
-// loads alone (no MMAs, no stores) ran 0.0557 -> 0.0429 ms (8192^2, H200, fifteenth run; the 9x9's
-// 304-byte rows touched four lines both ways and ran 0.0561 against 0.0563). Rows whose length is
-// not a multiple of 128 bytes start at other offsets; the rule then fits the first row.
+// The lines are what the tensor-map loads pay for (docs/design.md). Rows whose length is not a
+// multiple of 128 bytes start at other offsets; the rule then fits the first row.
 inline bool choose_mma_phase(int x_off, int rx, int kw, int pitch, int& phase, int& a) {
   int best = 1 << 30;
   for (int r = 0; r < 64; r += 2) {
@@ -130,7 +127,7 @@ __device__ __forceinline__ uint32_t pack2(float lo, float hi) {
 // exponent range, so its terms stay normal unscaled. By whole warps, each lane a share of the
 // weights and one max over the warp (the largest |w| by its bits: non-negative floats order as
 // their bit patterns): every thread scanning all kh x kw weights was the largest part of a short-
-// lived block's set-up (ncu, fp16 5x5 one tile per block, twenty-fifth run).
+// lived block's set-up.
 template <typename T>
 __device__ __forceinline__ int mma_weight_exponent(const float* w, int kh, int kw, int kw_pad, int lane) {
   unsigned bits = 0;

@@ -1,0 +1,130 @@
+// The element-level pieces every reduce kernel shares: the combine of an op (run-time, and fixed
+// at compile time for the innermost loops), the output store and the mean's finalize, the folds of
+// 16-byte vectors and element spans out of shared memory, and the fixed-order team combine.
+#pragma once
+
+#include <cmath>
+#include <cstdint>
+
+#include "engine/engine.cuh"
+#include "kernels/numeric.cuh"
+
+namespace cupipe {
+namespace kernels {
+
+// Threads per block of the main passes; kMaxBlocksPerSm of them fill an SM's 2048 threads.
+constexpr int kReduceThreads = 256;
+constexpr int kMaxBlocksPerSm = 2048 / kReduceThreads;
+
+// The combine of a run-time op (mean combines as a sum). The op is uniform across the grid, so
+// its branches cost a few uniform instructions per element; compiling the loops once per op
+// would triple the reduce kernels' compile time for no measurable gain in a memory-bound loop.
+template <typename A>
+struct Combine {
+  ReduceOp op;
+  __device__ __forceinline__ A init() const {
+    if (op == ReduceOp::Amax) return -INFINITY;
+    if (op == ReduceOp::Amin) return INFINITY;
+    return A(0);
+  }
+  // NaN propagates through amax/amin, as in torch.
+  __device__ __forceinline__ A operator()(A a, A v) const {
+    if (op == ReduceOp::Amax) return (a != a) ? a : ((v != v || v > a) ? v : a);
+    if (op == ReduceOp::Amin) return (a != a) ? a : ((v != v || v < a) ? v : a);
+    return a + v;
+  }
+};
+
+// The same combine with the op fixed at compile time, for the innermost loops only (a run-time
+// op there costs several instructions per element in kernels that issue ~25 per element).
+template <typename A, ReduceOp Op>
+struct StaticCombine {
+  __device__ __forceinline__ A operator()(A a, A v) const { return Combine<A>{Op}(a, v); }
+};
+
+// Runs f(StaticCombine<A, op>{}) for the run-time op (mean folds as a sum).
+template <typename A, class F>
+__device__ __forceinline__ void with_static_combine(ReduceOp op, F&& f) {
+  if (op == ReduceOp::Amax) f(StaticCombine<A, ReduceOp::Amax>{});
+  else if (op == ReduceOp::Amin) f(StaticCombine<A, ReduceOp::Amin>{});
+  else f(StaticCombine<A, ReduceOp::Sum>{});
+}
+
+template <typename A>
+__device__ __forceinline__ void store_out(void* out, DType od, int64_t i, A v) {
+  switch (od) {
+    case DType::F32: static_cast<float*>(out)[i] = static_cast<float>(v); break;
+    case DType::F64: static_cast<double*>(out)[i] = static_cast<double>(v); break;
+    case DType::F16: static_cast<__half*>(out)[i] = from_acc<__half>(v); break;
+    case DType::BF16: static_cast<__nv_bfloat16*>(out)[i] = from_acc<__nv_bfloat16>(v); break;
+  }
+}
+
+template <typename A>
+__device__ __forceinline__ A finalize(ReduceOp op, A v, int64_t r) {
+  return op == ReduceOp::Mean ? v / static_cast<A>(r) : v;  // mean of nothing: 0/0 = nan
+}
+
+// Folds nvec 16-byte vectors at v (shared memory) into acc with the static combine sc, thread
+// `rank` of `size` taking every size-th vector, in index order.
+template <typename T, typename A, typename SC>
+__device__ __forceinline__ void fold_vectors(const void* v, int nvec, int rank, int size, A& acc, SC sc) {
+  constexpr int VE = 16 / sizeof(T);
+  const uint4* u = static_cast<const uint4*>(v);
+  for (int i = rank; i < nvec; i += size) {
+    A e[VE];
+    unpack16<T>(u[i], e);
+#pragma unroll
+    for (int j = 0; j < VE; ++j) acc = sc(acc, e[j]);
+  }
+}
+
+// Folds the `steps` 16-byte vectors at v (a whole row, one thread) starting at vector
+// rot mod steps and wrapping around: rows folded side by side by a warp start at different
+// vectors, so its loads of neighbouring rows (256 bytes apart, the same banks) spread over the
+// banks. The order is fixed by (steps, rot).
+template <typename T, typename A, class SC>
+__device__ __forceinline__ void fold_vectors_rotated(const void* v, int steps, int rot, A& acc, SC sc) {
+  constexpr int VE = 16 / sizeof(T);
+  const uint4* u = static_cast<const uint4*>(v);
+  int j = steps > 0 ? rot % steps : 0;  // (empty rows: steps = 0)
+  for (int i = 0; i < steps; ++i) {
+    A e[VE];
+    unpack16<T>(u[j], e);
+#pragma unroll
+    for (int q = 0; q < VE; ++q) acc = sc(acc, e[q]);
+    j = j + 1 == steps ? 0 : j + 1;
+  }
+}
+
+// Folds the n elements at p (shared memory, any element-aligned address) into acc, thread
+// `rank` of `size` taking every size-th 16-byte vector; the elements before the first 16-byte
+// boundary and after the last one are taken one each. The order is fixed by (rank, size, n, p).
+template <typename T, typename A>
+__device__ __forceinline__ void fold_span(const T* p, int n, int rank, int size, A& acc, Combine<A> comb) {
+  constexpr int VE = 16 / sizeof(T);
+  const int mis = static_cast<int>((reinterpret_cast<uintptr_t>(p) & 15u) / sizeof(T));
+  const int head = min(n, mis == 0 ? 0 : VE - mis);
+  for (int i = rank; i < head; i += size) acc = comb(acc, to_acc<A>(p[i]));
+  const int nvec = (n - head) / VE;
+  with_static_combine<A>(comb.op, [&](auto sc) { fold_vectors<T>(p + head, nvec, rank, size, acc, sc); });
+  for (int i = head + nvec * VE + rank; i < n; i += size) acc = comb(acc, to_acc<A>(p[i]));
+}
+
+// Reduces `v` over the `size` threads of the team in a fixed order; the result is valid in the
+// team's rank 0. `size` is a multiple of 32 (the whole block or its consumer warps), and every
+// thread of the team calls this. scratch holds one value per warp.
+template <typename A>
+__device__ A team_combine(A v, Combine<A> comb, engine::Team team, A* scratch) {
+  for (int o = 16; o > 0; o >>= 1) v = comb(v, __shfl_xor_sync(0xffffffffu, v, o));
+  const int warp = team.rank / 32, lane = team.rank % 32, nwarps = team.size / 32;
+  if (lane == 0) scratch[warp] = v;
+  engine::team_sync(team);
+  A r = comb.init();
+  if (team.rank == 0)
+    for (int w = 0; w < nwarps; ++w) r = comb(r, scratch[w]);
+  return r;
+}
+
+}  // namespace kernels
+}  // namespace cupipe

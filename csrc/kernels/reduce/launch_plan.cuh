@@ -1,0 +1,313 @@
+// How a reduction is launched: the stage sizes, the rows and columns plans worked out on the host
+// (packed, wide, chunked or split rows; column chunks and parts of r), the workspace's partial
+// count, and launch_reduce_typed / launch_reduce_mechanism, which launch the main pass and, when r
+// is split, the partials pass.
+#pragma once
+
+#include <algorithm>
+#include <cstdint>
+#include <stdexcept>
+
+#include "engine/engine.cuh"
+#include "kernels/dependent_launch.cuh"
+#include "kernels/fast_div.cuh"
+#include "kernels/launch_utils.cuh"
+#include "kernels/numeric.cuh"
+#include "kernels/reduce/columns.cuh"
+#include "kernels/reduce/combine.cuh"
+#include "kernels/reduce/partials.cuh"
+#include "kernels/reduce/rows.cuh"
+
+namespace cupipe {
+namespace kernels {
+
+// Bytes per stage unless ReduceParams::tile_bytes says otherwise. The per-tile costs (the copy's
+// split, the ring's wait and barrier, the consumer's set-up) are paid per stage, so wider stages
+// amortise them over more elements per thread: rows take 32 KiB, columns 64 KiB (one block per
+// SM), the fastest measured (docs/design.md). Both take the widest stage that fits the stage count
+// into shared memory.
+constexpr int kReduceRowsTileBytes = 32768;
+constexpr int kReduceColsTileBytes = 65536;
+// Rows of more than 4 KiB (up to a stage) are reduced a block per ~16 KiB of rows, one tile per
+// block (reduce_wide_rows_kernel).
+constexpr int kWideRowsBlockBytes = 16384;
+
+// Rows longer than a stage, fewer than the resident blocks (the whole tensor, a few long rows),
+// at one stage, x and every row 16-byte aligned (a single row may end anywhere): a block per
+// stage-sized chunk of a row (reduce_wide_rows_kernel), its partial to the workspace, then the
+// partials pass. Blocks that exit after one chunk keep every SM's copies in flight to the end of
+// the pass, where the split plan's resident blocks each stream a part and finish unevenly. 64 KiB
+// chunks: 32 KiB leave twice the partials (a slower partials pass), 128 KiB fit one block per SM.
+// At more stages the split plan streams each part through the ring (what the stage count buys).
+// `sync` keeps the split plan: its copies wait on each load in registers, so a block of one chunk
+// keeps little in flight (docs/design.md).
+inline bool chunked_rows(const ReduceParams& p, int esz) {
+  return p.stages == 1 && p.mechanism != engine::Mechanism::Sync && (reinterpret_cast<uintptr_t>(p.x) & 15u) == 0 &&
+         (p.outer == 1 || (p.r * esz) % 16 == 0);
+}
+
+// The default stage size shrunk (halved) until the stage count fits shared memory.
+inline int fitted_tile_bytes(const ReduceParams& p, const DeviceInfo& dev, int t, int slack) {
+  while (t > 4096 && static_cast<int64_t>(p.stages) * (t + slack) + 1024 > dev.max_smem_optin) t /= 2;
+  return t;
+}
+// Rows longer than 64 KiB (the whole tensor, a few long rows) at one stage under tma or
+// chunked_rows take 64 KiB stages: one bulk copy per 64 KiB, three blocks per SM instead of seven.
+// Shorter rows keep 32 KiB, which 64 KiB (and 16 KiB) slowed (docs/design.md).
+inline int rows_tile_bytes(const ReduceParams& p, const DeviceInfo& dev) {
+  if (p.tile_bytes > 0) return p.tile_bytes;
+  const int esz = dtype_size(p.in_dtype);
+  const bool split = p.r * static_cast<int64_t>(esz) > 2 * kReduceRowsTileBytes;
+  const bool wide_stage = split && p.stages == 1 && (p.mechanism == engine::Mechanism::Tma || chunked_rows(p, esz));
+  const int t = wide_stage ? 2 * kReduceRowsTileBytes : kReduceRowsTileBytes;
+  return fitted_tile_bytes(p, dev, t, 32);
+}
+// Columns: a tile row is a chunk plus 32 bytes of pitch slack (chunks are 512 bytes or wider).
+inline int cols_tile_bytes(const ReduceParams& p, const DeviceInfo& dev) {
+  return p.tile_bytes > 0 ? p.tile_bytes : fitted_tile_bytes(p, dev, kReduceColsTileBytes, kReduceColsTileBytes / 16);
+}
+
+inline int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
+
+// Plans take the number of blocks that fill the device (SMs x resident blocks per SM): split
+// reductions cut their rows into just enough parts to give every resident block one, so the
+// grid is one full wave. The workspace is sized with the largest possible target.
+inline RowsPlan make_rows_plan(const ReduceParams& p, int esz, int tile_bytes, int64_t target_blocks) {
+  RowsPlan pl{};
+  pl.outer = p.outer;
+  pl.r = p.r;
+  pl.tile_elems = tile_bytes / esz;
+  if (p.r <= pl.tile_elems) {
+    pl.rows_per_tile = static_cast<int>(p.r > 0 ? pl.tile_elems / p.r : pl.tile_elems);
+    const int64_t vecs = ceil_div(std::max<int64_t>(p.r, 1), 16 / esz);  // 16-byte vectors per row
+    pl.vec_rows = (reinterpret_cast<uintptr_t>(p.x) & 15u) == 0 && (p.r * esz) % 16 == 0;
+    int g = 1;
+    if (pl.vec_rows) {
+      // About 4 vectors per lane (fewer shuffles per element), but enough lanes that the tile's
+      // rows occupy the whole block. Rows that this asks more than a warp for (over 128 vectors,
+      // too few per stage to fill the block) go to the wide-rows kernel below.
+      const int consumers = engine::consumer_threads(p.mechanism, kReduceThreads);
+      while (g < 32 && (g * 4 < vecs || g * pl.rows_per_tile < kReduceThreads)) g *= 2;
+      while (g * 2 <= consumers && g * 4 < vecs && g * pl.rows_per_tile < consumers) g *= 2;
+      // Rows of up to 32 vectors: one thread per row, its loads rotated (fold_vectors_rotated),
+      // no shuffles, though threads past a tile's rows then idle (three quarters of them for
+      // 512-byte rows, half for 256-byte rows). Faster than the groups above, which lose to
+      // their shuffles (docs/design.md).
+      if (vecs <= 32) g = 1;
+      if (g > 32) {
+        // Wide rows (over 4 KiB with the default stage): reduce_wide_rows_kernel, a block per
+        // tile of about kWideRowsBlockBytes (whole rows, at least one), each row a power-of-two
+        // number of the block's warps.
+        const int warps = consumers / 32;
+        pl.wide = true;
+        pl.rows_per_tile = static_cast<int>(
+            std::clamp<int64_t>(kWideRowsBlockBytes / (p.r * esz), 1, static_cast<int64_t>(warps)));
+        int wpr = 1;
+        while (wpr * 2 * pl.rows_per_tile <= warps) wpr *= 2;
+        g = wpr * 32;
+        pl.tile_elems = static_cast<int>(pl.rows_per_tile * p.r);
+        pl.last_rows = static_cast<int>(p.outer - (ceil_div(p.outer, pl.rows_per_tile) - 1) * pl.rows_per_tile);
+      }
+    } else {
+      while (g < 32 && g < vecs) g *= 2;  // about one vector per lane
+    }
+    pl.group = g;
+    pl.group_log2 = 0;
+    while ((1 << pl.group_log2) < g) ++pl.group_log2;
+    pl.parts = 1;
+    pl.ntiles = ceil_div(p.outer, pl.rows_per_tile);
+  } else if (chunked_rows(p, esz) && p.outer < target_blocks) {
+    // A block per chunk of a stage (reduce_wide_rows_kernel), each row's chunks laid out as the
+    // split plan's parts; a chunk is folded by the largest power-of-two number of consumer warps.
+    const int warps = engine::consumer_threads(p.mechanism, kReduceThreads) / 32;
+    pl.wide = true;
+    pl.rows_per_tile = 1;
+    pl.last_rows = 1;
+    int wpr = 1;
+    while (wpr * 2 <= warps) wpr *= 2;
+    pl.group = wpr * 32;
+    pl.group_log2 = 5;
+    while ((1 << pl.group_log2) < pl.group) ++pl.group_log2;
+    pl.vec_rows = true;
+    pl.part_len = pl.tile_elems;
+    pl.parts = ceil_div(p.r, pl.part_len);
+    pl.parts_div = FastDiv(static_cast<uint32_t>(std::min<int64_t>(pl.parts, 0x7fffffff)));  // (grids < 2^31)
+    pl.ntiles = p.outer * pl.parts;
+  } else {
+    pl.rows_per_tile = 0;
+    int64_t parts = target_blocks / p.outer;  // rounded down: no second, nearly empty wave
+    parts = std::min(parts, std::max<int64_t>(1, ceil_div(p.r, 4 * static_cast<int64_t>(pl.tile_elems))));
+    pl.parts = std::max<int64_t>(parts, 1);
+    pl.part_len = ceil_div(ceil_div(p.r, pl.parts), pl.tile_elems) * pl.tile_elems;
+    pl.parts = ceil_div(p.r, pl.part_len);
+    pl.parts_div = FastDiv(static_cast<uint32_t>(std::min<int64_t>(pl.parts, 0x7fffffff)));  // (grids < 2^31)
+    pl.ntiles = pl.part_len / pl.tile_elems;
+    pl.last_tiles = ceil_div(p.r - (pl.parts - 1) * pl.part_len, pl.tile_elems);
+  }
+  return pl;
+}
+
+// The packed plan's share of tiles per block for a grid of `grid` blocks (grid <= ntiles, or 1).
+inline void set_rows_grid(RowsPlan& pl, int64_t grid) {
+  pl.share = TileShare(pl.ntiles, grid);
+}
+
+// max_vecs (0: col_max_vecs) caps the vectors per thread and row, so the chunk width (for
+// experiments; the launcher leaves it 0).
+inline ColsPlan make_cols_plan(const ReduceParams& p, const DeviceInfo& dev, int esz, int64_t target_blocks,
+                               int max_vecs = 0) {
+  ColsPlan pl{};
+  pl.outer = p.outer;
+  pl.r = p.r;
+  pl.inner = p.inner;
+  // The narrowest power-of-two chunk of at least 32 vectors that spans the row, up to as many
+  // vectors as there are consumer threads, then up to col_max_vecs vectors per thread.
+  const int consumers = engine::consumer_threads(p.mechanism, kReduceThreads);
+  const int64_t row_vecs = ceil_div(p.inner, 16 / esz);
+  int rt = 32;
+  while (rt * 2 <= consumers && rt < row_vecs) rt *= 2;
+  pl.row_threads = rt;
+  pl.groups = consumers / rt;
+  // Rows wider than the block's threads: several vectors per thread (one row group).
+  const int vec_cap = max_vecs > 0 ? std::min(max_vecs, col_max_vecs(esz)) : col_max_vecs(esz);
+  pl.vecs = pl.groups == 1 ? static_cast<int>(std::min<int64_t>(vec_cap, ceil_div(row_vecs, rt))) : 1;
+  const int chunk_bytes = rt * pl.vecs * 16;
+  pl.chunk_cols = chunk_bytes / esz;
+  pl.col_chunks = ceil_div(p.inner, pl.chunk_cols);
+  pl.tile_rows = std::max(1, cols_tile_bytes(p, dev) / chunk_bytes);
+  const int64_t work = p.outer * pl.col_chunks;
+  // Rounded down: a part more than the resident blocks hold would start a second, nearly empty
+  // wave (448 blocks for 396 resident in the (32768, 8192) sum).
+  int64_t parts = target_blocks / work;
+  parts = std::min(parts, std::max<int64_t>(1, ceil_div(p.r, 4 * pl.tile_rows)));
+  parts = std::max<int64_t>(parts, 1);
+  pl.part_rows = std::max<int64_t>(1, ceil_div(ceil_div(p.r, parts), pl.tile_rows)) * pl.tile_rows;
+  pl.parts = std::max<int64_t>(1, ceil_div(p.r, pl.part_rows));
+  pl.part_tiles = pl.part_rows / pl.tile_rows;
+  pl.last_tiles = ceil_div(std::max<int64_t>(0, p.r - (pl.parts - 1) * pl.part_rows), pl.tile_rows);
+  pl.parts_div = FastDiv(static_cast<uint32_t>(std::min<int64_t>(pl.parts, 0x7fffffff)));  // (grids < 2^31)
+  pl.chunks_div = FastDiv(static_cast<uint32_t>(std::clamp<int64_t>(pl.col_chunks, 1, 0x7fffffff)));
+  pl.row_threads_log2 = 0;
+  while ((1 << pl.row_threads_log2) < pl.row_threads) ++pl.row_threads_log2;
+  pl.aligned = (reinterpret_cast<uintptr_t>(p.x) & 15u) == 0 && (p.inner * esz) % 16 == 0;
+  if (pl.aligned && (p.inner * esz) % 128 == 0) {
+    // Congruent layout: every row of a tile lands at its source's offset modulo 128 (rows a
+    // multiple of 128 bytes apart in both, the tile at x's offset modulo 128: a chunk starts a
+    // multiple of 512 bytes into its row). Rows with no tail need no slack. A pitch of chunk + 32
+    // (rows 1-3 of a 4-row tile 32, 64 and 96 bytes off their sources' lines) made each async copy
+    // of a misplaced row two L2 requests per line (docs/design.md).
+    pl.pitch = chunk_bytes;
+    pl.base = static_cast<int>(reinterpret_cast<uintptr_t>(p.x) & 127u);
+  } else {
+    // 32 bytes of slack: up to 15 for a row's shift, 16 for the zero-filled tail chunk.
+    pl.pitch = chunk_bytes + 32;
+    pl.base = 0;
+  }
+  pl.stage_bytes = pl.tile_rows * pl.pitch + (pl.base != 0 ? 128 : 0);
+  return pl;
+}
+
+inline int acc_size(const ReduceParams& p) { return p.in_dtype == DType::F64 ? 8 : 4; }
+
+inline int64_t max_target_blocks(const ReduceParams& p, const DeviceInfo& dev) {
+  return std::max<int64_t>(p.blocks, static_cast<int64_t>(dev.num_sms) * kMaxBlocksPerSm);
+}
+// The blocks a plan aims at: one wave of resident blocks unless the caller asks otherwise.
+inline int64_t target_blocks(const ReduceParams& p, int64_t resident) { return p.blocks > 0 ? p.blocks : resident; }
+
+inline int64_t partial_count(const ReduceParams& p, const DeviceInfo& dev) {
+  const int esz = dtype_size(p.in_dtype);
+  if (p.inner == 1) {
+    const RowsPlan pl = make_rows_plan(p, esz, rows_tile_bytes(p, dev), max_target_blocks(p, dev));
+    return pl.parts > 1 ? p.outer * pl.parts : 0;  // split or chunked
+  }
+  const ColsPlan pl = make_cols_plan(p, dev, esz, max_target_blocks(p, dev));
+  return pl.parts > 1 ? pl.parts * p.outer * p.inner : 0;
+}
+
+template <engine::Mechanism M, int S, typename T>
+void launch_reduce_typed(const ReduceParams& p) {
+  using A = acc_t<T>;
+  const DeviceInfo dev = device_info(current_device());
+  const cudaStream_t stream = reinterpret_cast<cudaStream_t>(p.stream);
+  A* partials = static_cast<A*>(p.workspace);
+  constexpr int esz = sizeof(T);
+  int64_t nout = p.outer * p.inner, parts = 1, stride_out = 1, stride_part = 1;
+  if (p.inner == 1) {
+    auto kernel = reduce_rows_kernel<M, S, T>;
+    const int tile_bytes = rows_tile_bytes(p, dev);
+    const size_t smem = static_cast<size_t>(S) * (tile_bytes + 32);
+    prepare_smem(kernel, smem, "reduce");
+    const int64_t resident = static_cast<int64_t>(dev.num_sms) * blocks_per_sm(kernel, kReduceThreads, smem);
+    RowsPlan pl = make_rows_plan(p, esz, tile_bytes, target_blocks(p, resident));
+    if (pl.wide) {
+      auto wide = pl.parts > 1 ? reduce_wide_rows_kernel<M, T, true> : reduce_wide_rows_kernel<M, T, false>;
+      const size_t wide_smem = static_cast<size_t>(pl.tile_elems) * esz + 32;
+      prepare_smem(wide, wide_smem, "reduce");
+      if (pl.ntiles > 0x7fffffff) throw std::runtime_error("reduce: too many rows for one launch");
+      if (pl.ntiles == 0) return;  // no rows, no outputs
+      wide<<<static_cast<unsigned>(pl.ntiles), kReduceThreads, wide_smem, stream>>>(
+          static_cast<const T*>(p.x), p.out, p.out_dtype, partials, pl, p.op);
+      CUPIPE_LAUNCH_CHECK();
+    } else {
+      int64_t grid;
+      if (pl.rows_per_tile > 0) {
+        grid = std::max<int64_t>(1, std::min<int64_t>(pl.ntiles, target_blocks(p, resident)));
+        set_rows_grid(pl, grid);
+      } else {
+        grid = p.outer * pl.parts;
+      }
+      if (grid > 0x7fffffff) throw std::runtime_error("reduce: too many rows for one launch");
+      kernel<<<static_cast<unsigned>(std::max<int64_t>(grid, 1)), kReduceThreads, smem, stream>>>(
+          static_cast<const T*>(p.x), p.out, p.out_dtype, partials, pl, p.op);
+      CUPIPE_LAUNCH_CHECK();
+    }
+    parts = pl.parts; stride_out = pl.parts; stride_part = 1;  // (parts == 1: no partials)
+  } else {
+    auto kernel = reduce_cols_kernel<M, S, T>;
+    const ColsPlan shape = make_cols_plan(p, dev, esz, 1);  // tile geometry; the split needs `resident`
+    const size_t smem = static_cast<size_t>(S) * shape.stage_bytes;
+    prepare_smem(kernel, smem, "reduce");
+    const int64_t resident = static_cast<int64_t>(dev.num_sms) * blocks_per_sm(kernel, kReduceThreads, smem);
+    const ColsPlan pl = make_cols_plan(p, dev, esz, target_blocks(p, resident));
+    const int64_t grid = p.outer * pl.col_chunks * pl.parts;
+    if (grid > 0x7fffffff) throw std::runtime_error("reduce: too many column blocks for one launch");
+    kernel<<<static_cast<unsigned>(std::max<int64_t>(grid, 1)), kReduceThreads, smem, stream>>>(
+        static_cast<const T*>(p.x), p.out, p.out_dtype, partials, pl, p.op);
+    CUPIPE_LAUNCH_CHECK();
+    parts = pl.parts; stride_out = 1; stride_part = nout;
+  }
+  const bool dependent = dev.code_sm >= 90;  // griddepcontrol is in the kernels' code
+  if (parts > 1 && nout < dev.num_sms) {
+    launch_dependent(reduce_partials_block_kernel<A>, dim3(static_cast<unsigned>(nout)), dim3(kPartialsBlockThreads), 0,
+                     stream, dependent, static_cast<const A*>(partials), p.out, p.out_dtype, parts, stride_out,
+                     stride_part, p.op, p.r);
+  } else if (parts > 1 && stride_out == 1) {
+    int slices_log2 = 0;  // about 8-16 partials per thread, up to eight threads per output
+    while (slices_log2 < 3 && (int64_t(16) << slices_log2) < parts) ++slices_log2;
+    const int64_t blocks = ceil_div(nout << slices_log2, kColPartialsThreads);
+    if (blocks > 0x7fffffff) throw std::runtime_error("reduce: too many outputs for the partials pass");
+    launch_dependent(reduce_col_partials_kernel<A>, dim3(static_cast<unsigned>(blocks)), dim3(kColPartialsThreads), 0,
+                     stream, dependent, static_cast<const A*>(partials), p.out, p.out_dtype, nout, parts, p.op, p.r,
+                     slices_log2);
+  } else if (parts > 1) {
+    int lanes_log2 = 0;  // about 4 partials per lane, up to a warp per output
+    while (lanes_log2 < 5 && (int64_t(4) << lanes_log2) < parts) ++lanes_log2;
+    const int64_t blocks = ceil_div(nout << lanes_log2, 256);
+    if (blocks > 0x7fffffff) throw std::runtime_error("reduce: too many outputs for the partials pass");
+    launch_dependent(reduce_partials_kernel<A>, dim3(static_cast<unsigned>(blocks)), dim3(256), 0, stream, dependent,
+                     static_cast<const A*>(partials), p.out, p.out_dtype, nout, parts, stride_out, stride_part, p.op,
+                     p.r, lanes_log2);
+  }
+}
+
+template <engine::Mechanism M>
+void launch_reduce_mechanism(const ReduceParams& p) {
+  dispatch_stages(p.stages, [&](auto s) {
+    constexpr int S = decltype(s)::value;
+    dispatch_dtype(p.in_dtype, [&](auto tv) { launch_reduce_typed<M, S, decltype(tv)>(p); });
+  });
+}
+
+}  // namespace kernels
+}  // namespace cupipe

@@ -1,0 +1,106 @@
+// The fixed consumers: a KH x KW stencil whose every size is a compile-time constant (rows 3, 5,
+// 7, 9 in the Row kernel; boxes 3x3 and 5x5 in the Box kernel and alone in the Narrow3/Narrow5
+// kernels). One pass, weights in registers once per tile, window rows read as whole aligned
+// vectors.
+#pragma once
+
+#include "kernels/stencil/consumer_io.cuh"
+
+namespace cupipe {
+namespace kernels {
+
+// The fixed consumer: a KH x KW stencil in one pass over items of TH x TW outputs, every size a
+// compile-time constant. Preconditions (the launcher's StencilFixed choice): all rows of the tile
+// share the shift in the header's first slot, and window column 0 then lies M elements past a
+// V-byte boundary, where M = (-rx) mod (V / sizeof(T)) -- so every item's first tap column sits M
+// elements into an aligned vector (items start at multiples of TW elements, TW elements = V
+// bytes). Each window row is then NV aligned V-byte loads (no narrow loads, no bank conflicts:
+// the lanes of a warp read consecutive vectors) and the elements are picked at compile-time
+// offsets. The weights are loaded into registers once per tile, not once per item. The vectors
+// read up to V - 1 bytes past the row's last tap, which the pitch and the stage's slack cover.
+// TW: outputs per item, kTW<T> (the tile's own items) or, for the 2-byte types (kTwoByteTW), items
+// twice as wide: the caller then passes half the items (cols_log2 one less).
+template <typename T, int TH, int KH, int KW, int TW = kTW<T>>
+__device__ __noinline__ void consume_tile_fixed(uint32_t stage_s, uint32_t w_s, ConsumerGeom g, T* out, int rank,
+                                                int size) {
+  using A = acc_t<T>;
+  constexpr int esz = sizeof(T), V = TW * esz, kPerVec = TW;
+  static_assert(V == 8 || V == 16, "items of one 8- or 16-byte vector");
+  constexpr int M = (kPerVec - (KW / 2) % kPerVec) % kPerVec;
+  constexpr int NX = TW + KW - 1;                    // window elements an item row needs
+  constexpr int NV = (M + NX + kPerVec - 1) / kPerVec;  // aligned vectors that hold them
+  const char* stage = static_cast<const char*>(__cvta_shared_to_generic(stage_s));
+  const A* w = static_cast<const A*>(__cvta_shared_to_generic(w_s));
+  A wr[KH][KW];
+#pragma unroll
+  for (int k = 0; k < KH; ++k)
+#pragma unroll
+    for (int c = 0; c < KW; ++c) wr[k][c] = w[k * g.kw_pad + c];
+  const TileHeader t = *reinterpret_cast<const TileHeader*>(stage);
+  const int shift = *reinterpret_cast<const int*>(stage + sizeof(TileHeader));
+  const char* rows = stage + g.hdr_bytes + shift - M * esz;  // V-aligned
+  T* oplane = out + t.b * g.ny * g.nx;
+  // Rows of whole 16-byte multiples (the fixed consumers' precondition): every item's first output
+  // is vector-aligned when the output is.
+  const bool out_vec_aligned = (reinterpret_cast<uintptr_t>(out) & (V - 1)) == 0;
+  for (int p = rank; p < g.items; p += size) {
+    const int j0 = (p & ((1 << g.cols_log2) - 1)) * TW, o0 = (p >> g.cols_log2) * TH;
+    const int64_t oy = t.y0 + o0, ox = t.x0 + j0;
+    if (oy >= g.ny || ox >= g.nx) continue;  // past the plane: nothing to compute
+    const char* item = rows + o0 * g.pitch + j0 * esz;
+    A acc[TH][TW] = {};
+#pragma unroll
+    for (int r = 0; r < TH + KH - 1; ++r) {
+      uint32_t words[NV * V / 4];
+#pragma unroll
+      for (int i = 0; i < NV; ++i) {
+        const engine::vec_t<V> u = reinterpret_cast<const engine::vec_t<V>*>(item + r * g.pitch)[i];
+        if constexpr (V == 16) {
+          words[4 * i] = u.x; words[4 * i + 1] = u.y; words[4 * i + 2] = u.z; words[4 * i + 3] = u.w;
+        } else {
+          words[2 * i] = u.x; words[2 * i + 1] = u.y;
+        }
+      }
+      A x[NX];
+      unpack_from<T, M>(words, x, std::make_integer_sequence<int, NX>{});
+#pragma unroll
+      for (int k = 0; k < KH; ++k) {
+        const int o = r - k;  // window row r feeds output row r - k through tap row k
+        if (o < 0 || o >= TH) continue;
+#pragma unroll
+        for (int c = 0; c < KW; ++c)
+#pragma unroll
+          for (int tt = 0; tt < TW; ++tt) acc[o][tt] = fma(wr[k][c], x[tt + c], acc[o][tt]);
+      }
+    }
+    T* dst = oplane + oy * g.nx + ox;
+    if (out_vec_aligned && oy + TH <= g.ny && ox + TW <= g.nx) {  // inside the plane (most items)
+#pragma unroll
+      for (int o = 0; o < TH; ++o) store_vector<T>(dst + o * g.nx, acc[o]);
+    } else {
+#pragma unroll
+      for (int o = 0; o < TH; ++o) {
+        if (oy + o >= g.ny) break;
+        store_outputs<T>(dst + o * g.nx, g.nx - ox, acc[o]);
+      }
+    }
+  }
+}
+
+// The item width of the fixed consumers in the Row and Narrow3 kernels (kTwoByteTW for the 2-byte
+// types; the Box kernel's keep kTW<T>), and a tile's ConsumerGeom, counted in kTW<T> items,
+// recounted in items of it: half as many across (choose_fixed asks tile_w % kTwoByteTW).
+template <typename T>
+constexpr int kItemTW = sizeof(T) == 2 ? kTwoByteTW : kTW<T>;
+template <typename T>
+__device__ __forceinline__ ConsumerGeom in_item_tw(ConsumerGeom g) {
+  static_assert(kItemTW<T> == kTW<T> || kItemTW<T> == 2 * kTW<T>, "items of one or two tile items");
+  if constexpr (kItemTW<T> != kTW<T>) {
+    g.cols_log2 -= 1;
+    g.items >>= 1;
+  }
+  return g;
+}
+
+}  // namespace kernels
+}  // namespace cupipe

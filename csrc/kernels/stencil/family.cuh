@@ -1,0 +1,96 @@
+// The stencil kernel families: which consumer a stencil_kernel instance compiles, in what block
+// size, under what register budget. The launch plan (launch_plan.cuh) picks one per call; the
+// reasons and measurements behind each are in docs/design.md (4.2, "Consumers and kernel families").
+#pragma once
+
+#include <algorithm>
+#include <type_traits>
+
+namespace cupipe {
+namespace kernels {
+
+enum class StencilFamily : int {
+  Row,      // 1-D signals and planes too short for Box items: the Row blocking or a fixed row
+            // consumer (Row3..Row9), light and inlined, three blocks per SM
+  Box,      // the general 2-D kernel: any box, through the Box blockings, or the fixed 3x3/5x5,
+            // the fp32 9x9 wide and the 2-byte tensor-core consumers, chosen per call at run time
+  Narrow3,  // the fixed 3x3 consumer alone (2- and 4-byte types, 1-2 stages)
+  Narrow5,  // the fixed 5x5 consumer alone (fp32, 1-2 stages)
+  Wide9,    // the fp32 9x9 wide consumer alone, on 3 x 12 items (two stages)
+  Mma5,     // the 2-byte tensor-core consumer alone with 5, 7 or 9 tap rows in registers
+  Mma7,     // (two stages)
+  Mma9,
+};
+
+// Output rows per item of the Narrow3/Narrow5 kernels: half a Box item, so that the 3x3 compiles
+// within its register budget without spilling.
+constexpr int kNarrowTH = 4;
+
+// Block size of the kernels that run one consumer alone (every type): short-lived blocks, four
+// to six per SM, meet their tiles' barriers less in step than two large ones.
+constexpr int kNarrowThreads = 128;
+constexpr int kStencilThreads = 256;
+
+constexpr bool is_mma_family(StencilFamily f) {
+  return f == StencilFamily::Mma5 || f == StencilFamily::Mma7 || f == StencilFamily::Mma9;
+}
+
+template <StencilFamily F, typename T>
+struct StencilFamilyTraits {
+  static constexpr bool kBox = F != StencilFamily::Row;  // 2-D tiles of Box items
+  // The CUDA-core consumers that run alone: they stage the weights while the first tile loads,
+  // and every warp loads (no one-warp tensor-map load).
+  static constexpr bool kFixedAlone =
+      F == StencilFamily::Narrow3 || F == StencilFamily::Narrow5 || F == StencilFamily::Wide9;
+  static constexpr int kFixedK = F == StencilFamily::Narrow3 ? 3 : F == StencilFamily::Narrow5 ? 5 : 0;
+  // Tap rows held at compile time by the tensor-core families (0 otherwise).
+  static constexpr int kMmaRows = F == StencilFamily::Mma5 ? 5 : F == StencilFamily::Mma7 ? 7 : F == StencilFamily::Mma9 ? 9 : 0;
+  static constexpr int kThreads = F == StencilFamily::Row || F == StencilFamily::Box ? kStencilThreads : kNarrowThreads;
+  // Resident warps per SM the register budget is compiled for (65536 / (32 x warps) registers a
+  // thread): Row and Narrow3 24 (85, 80), Narrow5 20 (102), Box, Wide9 and Mma 16 (128), fp64 Box
+  // 8 (what its 9-wide passes need).
+  static constexpr int kMinWarps = F == StencilFamily::Row || F == StencilFamily::Narrow3 ? 24
+                                   : F == StencilFamily::Narrow5                          ? 20
+                                   : F == StencilFamily::Box && sizeof(T) == 8            ? 8
+                                                                                          : 16;
+  static constexpr int kMinBlocks = std::max(1, kMinWarps / (kThreads / 32));
+  // Rows per tensor-core round: 8, halved for 9 tap rows, whose fragments need the registers.
+  static constexpr int kMmaRoundRows = kMmaRows <= 7 ? 8 : 4;
+};
+
+inline const char* stencil_family_name(StencilFamily f) {
+  switch (f) {
+    case StencilFamily::Row: return "row";
+    case StencilFamily::Box: return "box";
+    case StencilFamily::Narrow3: return "narrow3";
+    case StencilFamily::Narrow5: return "narrow5";
+    case StencilFamily::Wide9: return "wide9";
+    case StencilFamily::Mma5: return "mma5";
+    case StencilFamily::Mma7: return "mma7";
+    case StencilFamily::Mma9: return "mma9";
+  }
+  return "?";
+}
+
+// The block size of a family (the host's view of StencilFamilyTraits::kThreads).
+constexpr int stencil_family_threads(StencilFamily f) {
+  return f == StencilFamily::Row || f == StencilFamily::Box ? kStencilThreads : kNarrowThreads;
+}
+
+// Which families are compiled for a stage count and element type: the alone-kernels only where
+// they are chosen (1-2 stages; deeper rings do not fit their blocks per SM), so that the
+// instantiations stay few. A family not compiled never gets chosen (launch_plan.cuh).
+template <StencilFamily F, int S, typename T>
+constexpr bool stencil_family_compiled() {
+  switch (F) {
+    case StencilFamily::Row:
+    case StencilFamily::Box: return true;
+    case StencilFamily::Narrow3: return S <= 2 && sizeof(T) <= 4;
+    case StencilFamily::Narrow5: return S <= 2 && std::is_same_v<T, float>;
+    case StencilFamily::Wide9: return S == 2 && std::is_same_v<T, float>;
+    default: return S == 2 && sizeof(T) == 2;  // Mma5/7/9
+  }
+}
+
+}  // namespace kernels
+}  // namespace cupipe
