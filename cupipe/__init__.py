@@ -50,6 +50,9 @@ except ImportError as e:  # pragma: no cover
         "it against the installed torch: pip install --no-build-isolation --force-reinstall "
         "--no-deps -e ."
     ) from e
+if not hasattr(_C, "table_shape"):  # pragma: no cover - a module built from an older tree
+    raise ImportError("cupipe's compiled module is older than its Python package; rebuild it: pip "
+                      "install --no-build-isolation --force-reinstall --no-deps -e .")
 
 from .ops import MECHANISMS, BOUNDARIES, REDUCE_OPS, reduce, stencil1d, stencil2d, stream_copy  # noqa: E402
 from . import tuning  # noqa: E402

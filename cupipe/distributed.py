@@ -72,10 +72,8 @@ __all__ = ["stencil1d", "stencil2d", "reduce", "heat_steps", "heat_kernel", "spl
 
 _ops = torch.ops.cupipe
 # SMs the interior stencil leaves free under overlap=True (a module setting; read at each call).
-# Two H200s, heat equation 16384^2 fp32 per GPU (BENCHMARKS.md, 2026-11-23; one GPU 0.673 ms per
-# step with overlap): 2 free SMs 0.797 ms per step, 4 1.090, 8 0.729, 16 0.739 (no overlap: 0.732).
-# At 2 and 4 NCCL's point-to-point kernel does not get the blocks it launches; 8 leaves it room
-# and costs the interior 6% of its SMs.
+# With fewer free SMs NCCL's point-to-point kernel does not get the blocks it launches; 8 leaves
+# it room at a small cost to the interior (measured on two H200s; figures in docs/design.md).
 OVERLAP_FREE_SMS = 8
 _DTYPES = (torch.float32, torch.float16, torch.bfloat16, torch.float64)
 _META_SLOTS = 12  # ndim, dtype code, then up to 10 dims (the 10th slot hashes the rest)

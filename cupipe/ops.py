@@ -1,7 +1,9 @@
 """Python wrappers, fake (meta) kernels and autograd for ``torch.ops.cupipe.*``.
 
-Each public function has exactly the signature of its op (DESIGN.md's API table) and calls it;
-the op itself does all argument checking, in C++, on every backend.
+Each public function has exactly the signature of its op (README.md's API table) and calls
+it; the op itself does all argument checking, in C++, on every backend. With ``mechanism="auto"``
+the wrappers first consult the tuning cache (``cupipe.tuning``, a lower module that never imports
+this one).
 """
 from __future__ import annotations
 
@@ -12,10 +14,10 @@ import torch
 from . import _C
 from . import tuning as _tuning
 
-MECHANISMS = ("auto", "sync", "pipeline", "pipeline_thread", "primitives", "cg", "barrier",
-              "specialized", "tma")
-BOUNDARIES = ("zero", "replicate", "circular", "reflect")
-REDUCE_OPS = ("sum", "mean", "amax", "amin")
+# The names the ops accept, as the C++ side defines them (csrc/ops/args.cpp).
+MECHANISMS = tuple(_C.MECHANISMS)
+BOUNDARIES = tuple(_C.BOUNDARIES)
+REDUCE_OPS = tuple(_C.REDUCE_OPS)
 
 _ops = torch.ops.cupipe
 
@@ -25,10 +27,9 @@ _torch_function_mode = getattr(torch._C, "_is_torch_function_mode_enabled", lamb
 
 def _direct(*inputs) -> bool:
     """Whether a wrapper may call its op through ``cupipe._C.call_*`` (direct_calls.cpp): typed
-    arguments and the dispatcher below the autograd key. On an H200's host ``cupipe.reduce`` takes
-    13-15 us per call this way, against 19.6 through ``torch.ops`` below the autograd key and 28
-    through its Python-registered autograd kernel (torch's ``x.sum(-1)``: 13); the GPU needs ~22 us
-    for a 64 MiB reduction.
+    arguments and the dispatcher below the autograd key, which saves most of the host time of a
+    call through ``torch.ops`` and its Python-registered autograd kernel (figures in
+    docs/design.md).
 
     Only when the autograd kernel would have redispatched anyway: no input that needs a gradient
     (or grad mode off). And only for plain tensors with nothing above the dispatcher watching: not

@@ -45,11 +45,10 @@ def time_ms(fn: Callable[[], object], reps: int = 30, warmup: int = 3, *, queued
     the host needs to issue the events and the call, so the GPU never waits for the host inside an
     interval: the interval holds the call's kernels and the gaps between them, not the host's
     dispatch time (Python wrapper, dispatcher, allocations, the event records themselves). Without
-    the spin a call whose GPU work is shorter than ~30 us was timed at the host's pace (a 64 MiB
-    reduction on an H200: torch.sum read 0.024 ms on one machine and 0.033 on another). Host time
-    per call is a separate measure (scripts/host_overhead.py). queued=False synchronizes after every
-    call: an idle GPU waits for each dispatch, so the interval adds the host's dispatch time (what a
-    lone call costs from an idle device).
+    the spin a call whose GPU work is shorter than the host's dispatch would be timed at the host's
+    pace, which differs from machine to machine. Host time per call is a separate measure.
+    queued=False synchronizes after every call: an idle GPU waits for each dispatch, so the
+    interval adds the host's dispatch time (what a lone call costs from an idle device).
 
     cold_l2: each call starts with none of its inputs in L2 (a read of twice the L2's size before
     it), as in a model where other work ran in between; by default the inputs of the previous

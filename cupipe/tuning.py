@@ -6,9 +6,10 @@ with ``mechanism="auto"`` on a CUDA tensor:
 
 1. the **tuning cache**: a JSON file written by :func:`tune` (``$CUPIPE_CACHE_DIR/tuning.json``,
    default ``~/.cache/cupipe/tuning.json``), keyed by (op, shape class, dtype, device name);
-2. the **shipped table** compiled into the extension (``csrc/ops/tuning.cpp``, read off
-   BENCHMARKS.md), which is also what ``torch.ops.cupipe.*`` called directly always uses, and
-   what code traced by ``torch.compile`` uses (the cache is not consulted while compiling).
+2. the **shipped table** compiled into the extension (``csrc/ops/tuning.cpp``; the measurements
+   behind it are in docs/design.md), which is also what ``torch.ops.cupipe.*`` called directly
+   always uses, and what code traced by ``torch.compile`` uses (the cache is not consulted while
+   compiling).
 
 Explicit arguments always win: the cache is consulted only when ``mechanism="auto"``; it then
 fills ``stages`` and ``vec_bytes`` too, where they are 0. On the CPU the knobs are validated and
@@ -22,12 +23,15 @@ processes by an advisory lock (``fcntl.flock`` on ``tuning.json.lock``) so that 
 writers merge rather than drop each other's entries. A file that does not parse, or has an
 unknown format, is ignored with a warning (and replaced by the next :func:`tune`).
 Set ``CUPIPE_TUNING_CACHE=0`` to ignore the cache entirely.
+
+This module sits below ``cupipe.ops`` (whose wrappers call :func:`cached_config`) and never
+imports it: :func:`explain` and :func:`tune` bind their arguments against the op schemas, and
+everything the table decides, with its reasons, comes from ``cupipe._C``.
 """
 from __future__ import annotations
 
 import contextlib
 import dataclasses
-import math
 import datetime
 import inspect
 import json
@@ -40,13 +44,13 @@ from typing import Dict, Iterable, List, Optional, Sequence, Tuple
 
 import torch
 
+from . import _C
 from .timing import time_ms
 
 FORMAT_VERSION = 1
 CACHE_FILE = "tuning.json"
-OPS = ("stream_copy", "stencil1d", "stencil2d", "reduce")
-ALL_MECHANISMS = ("sync", "pipeline", "pipeline_thread", "primitives", "cg", "barrier",
-                  "specialized", "tma")
+OPS = tuple(_C.TUNED_OPS)                                    # the ops with an "auto" to resolve
+ALL_MECHANISMS = tuple(m for m in _C.MECHANISMS if m != "auto")
 
 _lock = threading.Lock()
 _memory: Optional[Dict[str, dict]] = None     # key -> entry, loaded lazily
@@ -262,27 +266,36 @@ def cached_config(op: str, x: torch.Tensor, mechanism: str, stages: int, vec_byt
     e = entries.get(cache_key(op, cls, x.dtype, device_name(x.device)))
     if e is None:
         return mechanism, stages, vec_bytes
+    return _from_entry(e, stages, vec_bytes)
+
+
+def _from_entry(e: dict, stages: int, vec_bytes: int) -> Tuple[str, int, int]:
+    """A cache entry's (mechanism, stages, vec_bytes), explicit stages / vec_bytes kept."""
     return (e["mechanism"], stages if stages > 0 else e["stages"],
             vec_bytes if vec_bytes > 0 else e.get("vec_bytes", 0))
 
 
 # ----------------------------------------------------------------------------- explain / tune
 
-def _op_fn(op: str):
-    from . import ops
+def _signature(op: str) -> inspect.Signature:
+    """The signature of ``cupipe.<op>``, read off the op's schema (the wrappers have exactly it)."""
     if op not in OPS:
         raise ValueError(f"cupipe: unknown op {op!r}; expected one of {', '.join(OPS)}")
-    return getattr(ops, op)
+    params = []
+    for arg in getattr(torch.ops.cupipe, op).default._schema.arguments:
+        kind = inspect.Parameter.KEYWORD_ONLY if arg.kwarg_only else inspect.Parameter.POSITIONAL_OR_KEYWORD
+        default = arg.default_value if arg.has_default_value() else inspect.Parameter.empty
+        params.append(inspect.Parameter(arg.name, kind, default=default))
+    return inspect.Signature(params)
 
 
 def _bind(op: str, x, args, kwargs) -> Dict[str, object]:
     """The op's arguments by name (defaults filled in), as the wrapper would receive them."""
-    fn = _op_fn(op)
+    sig = _signature(op)
     try:
-        b = inspect.signature(fn).bind(x, *args, **kwargs)
+        b = sig.bind(x, *args, **kwargs)
     except TypeError as e:
-        raise TypeError(f"cupipe: arguments do not match cupipe.{op}{inspect.signature(fn)}: {e}") \
-            from None
+        raise TypeError(f"cupipe: arguments do not match cupipe.{op}{sig}: {e}") from None
     b.apply_defaults()
     return dict(b.arguments)
 
@@ -300,116 +313,18 @@ def _geometry(op: str, a: Dict[str, object]) -> Dict[str, object]:
     return {}
 
 
-# Why the shipped table picks what it picks (mirrors the comments in csrc/ops/tuning.cpp), keyed
-# by (op, mechanism, stages): a reason is only given while the table still makes that choice.
-_STENCIL_REASONS = {
-    ("barrier", 2): "along the last dim on sm_90 (4- and 8-byte types): barrier with 2 stages ran "
-                    "a 2^28 fp32 r=4 signal in 0.621-0.681 ms against specialized/2's 0.661-0.701 "
-                    "and primitives/2's 0.764-0.815 (H200, BENCHMARKS.md, fourth run); fp32 runs "
-                    "about two tiles per block (0.543 ms against 0.571 with one wave of persistent "
-                    "blocks, sixth run)",
-    ("tma", 2): "on sm_90, 2-D boxes of 2-byte types, fp32 3x3 and 5x5 boxes and fp32 boxes "
-                "wider than 5, whose rows are whole 16-byte multiples from an aligned pointer: tma "
-                "with 2 stages moves each tile as one tensor-map box (fp16 8192^2 3x3 0.083 ms "
-                "against primitives/2's 0.112, fp32 9x9 0.344 against 0.380; H200, BENCHMARKS.md, "
-                "sixth run); fp32 3x3 and 5x5 run their fixed consumers in 128-thread blocks, one "
-                "and two tiles per block (8192^2 0.141 and 0.142 ms against primitives/2's 0.146 "
-                "and 0.152, twelfth run), the fp32 9x9 its wide consumer in persistent 128-thread "
-                "blocks (0.2365 ms against 0.249 in 256-thread ones, twenty-third run); 2-byte "
-                "3x3 and 5-point boxes run 128-thread blocks on 32 x 256 tiles, one per block "
-                "(fp16 0.0765 ms against 0.080 on persistent 64 x 128 ones, twenty-fourth run); fp16 boxes "
-                "of 5-9 tap rows run the narrow tensor-core "
-                "kernels (fp16 5x5 0.085 ms against the CUDA cores' 0.113, thirteenth run); "
-                "2-byte signals along the last dim: one bulk copy per 32 KiB tile (fp16 2^28 r=4 "
-                "0.299 ms against barrier/2's 0.302 and specialized/2's 0.307, twenty-second run)",
-    ("primitives", 2): "primitives (guaranteed LDGSTS, zero-fill tails) with 2 stages: 2-D boxes on "
-                       "sm_90 (fp32 8192^2 3x3 0.157 ms against specialized/2's 0.169, 5x5 0.156 "
-                       "against 0.190; fp16 3x3 0.127 against 0.205; H200, BENCHMARKS.md, fifth "
-                       "run), stencils along a strided dim, and GPUs before sm_90 (not measured per "
-                       "shape there); fp32 3x3 and 5-point boxes whose rows are not whole 16-byte "
-                       "multiples run about two tiles per block (8192^2 0.145-0.147 ms against "
-                       "0.151-0.152 with one wave, sixth run)",
-}
-_TABLE_REASONS = {
-    ("stream_copy", "sync", 1): "measured on an H200 (BENCHMARKS.md, 2026-11-23, eighth run): with "
-                                "grids of short-lived blocks of two 8 KiB tiles, sync with one stage "
-                                "ran 2^28 fp32 at 0.994x of y.copy_(x), every other mechanism at "
-                                "0.965-0.980x; plain loads with the whole device occupied already "
-                                "keep enough bytes in flight (since the seventeenth run one 16 KiB "
-                                "tile per block: 0.998x of cudaMemcpyAsync)",
-    ("stream_copy", "primitives", 2): "before sm_90 the table takes the LDGSTS path (primitives, 2 "
-                                      "stages), which needs no Hopper instructions",
-    **{(op, m, s): why for op in ("stencil1d", "stencil2d") for (m, s), why in _STENCIL_REASONS.items()},
-    ("reduce", "primitives", 2): "primitives with 2 stages: along the innermost dim (32 KiB stages; a "
-                                 "whole tensor, short or long rows) it led or tied every case of "
-                                 "the H200 sweep (sum all 0.263 ms, BENCHMARKS.md, third run of "
-                                 "2026-11-22); over columns (chunks up to 16 KiB wide, 64 KiB "
-                                 "stages) 0.251-0.253 ms against 4 stages of 32 KiB's 0.264-0.269 "
-                                 "(fifth run)",
-    ("reduce", "tma", 1): "tma with 1 stage of 32 KiB along the innermost dim on sm_90+ (a whole "
-                          "tensor, short or long rows): sum all 2^28 fp32 0.2428 ms against "
-                          "primitives/2's 0.2444-0.2449, rows (4194304, 64) 0.2595 against 0.2634, "
-                          "amax all 0.2454 against 0.2481, bf16 -> fp32 0.1264 against 0.1283 "
-                          "(H200, BENCHMARKS.md, fourteenth run); one bulk copy per tile leaves "
-                          "the threads to the fold; since the nineteenth run a whole tensor or a "
-                          "few long rows at one stage take a block per 64 KiB chunk and a partials "
-                          "pass (sum all 0.2374 -> 0.2367 ms, rows (64, 2^22) 0.2378 -> 0.2360)",
-    ("reduce", "tma", 3): "tma with 3 stages of 64 KiB over columns on sm_90+ (rows of 4 KiB or "
-                          "more, a multiple of 128 bytes: each tile row lands at its source's offset "
-                          "modulo 128): (32768, 8192) fp32 0.2452 ms against primitives/2's "
-                          "0.2488-0.2489 and tma/2's 0.2468-0.2474 (H200, BENCHMARKS.md, "
-                          "twentieth run)",
-    ("reduce", "primitives", 1): "primitives with 1 stage for rows of 4-32 KiB along the innermost "
-                                 "dim (a row or two per 32 KiB stage, each folded by several warps): "
-                                 "(4096, 4096) fp32 0.0206-0.0212 ms against 2 stages' "
-                                 "0.0215-0.0232 over four H200 runs, L2 warm or evicted "
-                                 "(BENCHMARKS.md, tenth run of 2026-11-23); a block has a tile or "
-                                 "two, little to overlap, and one stage fits twice the blocks; "
-                                 "since the eighteenth run a block per ~16 KiB tile of rows, one "
-                                 "stage whatever is asked (0.0194-0.0195 ms, tma alike)",
-}
-
-
-def _table_reason(op: str, mechanism: str, stages: int) -> str:
-    return _TABLE_REASONS.get((op, mechanism, stages),
-                              "the shipped table's choice for this op and GPU (see the comments in "
-                              "csrc/ops/tuning.cpp)")
-
-
-def _table_shape(op: str, x: torch.Tensor, a: Dict[str, object]) -> Dict[str, int]:
-    """The shape arguments of _C.resolve_config: for reduce, the (outer, r, inner) view the op
-    reduces (as reduce_canonical_view in csrc/ops/args.cpp builds it); for the stencils the radii
-    (ry along the rows, rx along the last dim, as the kernels see them), the element size and, for
-    stencil2d, whether the rows are whole 16-byte multiples from an aligned pointer (rows16);
-    nothing for stream_copy."""
+def _table_shape(op: str, x: torch.Tensor, a: Dict[str, object]) -> Dict[str, object]:
+    """The shape keywords of ``_C.resolve_config`` for the bound arguments ``a``, derived in C++
+    as the op derives them (``_C.table_shape``)."""
     if op == "stencil1d":
-        r = (a["weights"].shape[0] - 1) // 2
-        last = x.dim() == 0 or int(a["dim"]) % max(x.dim(), 1) == x.dim() - 1
-        return {"ry": 0 if last else r, "rx": r if last else 0, "esz": x.element_size()}
-    if op == "stencil2d":
-        w = a["weights"]
-        # The kernels see x.contiguous(): a copy is a fresh (aligned) allocation; a contiguous x
-        # is aligned when its storage offset is (storages start aligned; fake tensors have no
-        # data pointer to ask).
-        rows16 = (x.dim() > 0 and x.shape[-1] * x.element_size() % 16 == 0
-                  and (not x.is_contiguous() or x.storage_offset() * x.element_size() % 16 == 0))
-        return {"ry": (w.shape[0] - 1) // 2, "rx": (w.shape[1] - 1) // 2, "esz": x.element_size(),
-                "rows16": bool(rows16)}
-    if op != "reduce":
-        return {}
-    # The element size the kernel reads: dtype=float64 converts a narrower input first.
-    esz = 8 if a.get("dtype") == torch.float64 else x.element_size()
-    nd, sizes = x.dim(), list(x.shape)
-    d = a["dim"]
-    dims = range(nd) if d is None else ([d] if isinstance(d, int) else list(d))
-    reduced = sorted({int(k) % max(nd, 1) for k in dims}) if nd else []
-    if not reduced:
-        return {"outer": x.numel(), "r": 1, "inner": 1, "esz": esz}
-    if reduced == list(range(reduced[0], reduced[-1] + 1)):
-        return {"outer": math.prod(sizes[:reduced[0]]), "r": math.prod(sizes[reduced[0]:reduced[-1] + 1]),
-                "inner": math.prod(sizes[reduced[-1] + 1:]), "esz": esz}
-    r = math.prod(sizes[k] for k in reduced)
-    return {"outer": x.numel() // max(r, 1), "r": r, "inner": 1, "esz": esz}
+        kw = {"weights": a["weights"], "dim": a["dim"], "boundary": a["boundary"]}
+    elif op == "stencil2d":
+        kw = {"weights": a["weights"], "boundary": a["boundary"]}
+    elif op == "reduce":
+        kw = {"dim": a["dim"], "reduce_op": a["op"], "dtype": a["dtype"]}
+    else:
+        kw = {}
+    return _C.table_shape(op, x, **kw)
 
 
 @dataclasses.dataclass
@@ -443,24 +358,17 @@ def explain(op: str, x: torch.Tensor, *args, **kwargs) -> Explanation:
     """Report which (mechanism, stages, vec_bytes) ``cupipe.<op>(x, *args, **kwargs)`` would run
     with, and why (explicit argument, tuning cache entry, or the shipped table). Takes exactly
     the op's arguments, e.g. ``print(cupipe.explain("stencil2d", x, w))``. Runs nothing."""
-    from . import _C
-
     a = _bind(op, x, args, kwargs)
     mech, stages = a["mechanism"], a["stages"]
     vec = a.get("vec_bytes", 0)
     requested = {"mechanism": mech, "stages": stages}
     if op == "stream_copy":
         requested["vec_bytes"] = vec
-    have_table = hasattr(_C, "resolve_config")
     if x.device.type != "cuda":
-        if have_table:
-            _C.resolve_config(op, 0, mech, stages, vec)  # validates the knobs like the op does
+        _C.resolve_config(op, 0, mech, stages, vec)  # validates the knobs like the op does
         return Explanation(op, str(x.device), None, None, None, "cpu",
                            "the CPU path runs plain C++ loops: mechanism, stages and vec_bytes are "
                            "validated and then ignored", requested=requested)
-    if not have_table:
-        raise RuntimeError("cupipe.explain needs cupipe._C.resolve_config, which this build lacks; "
-                           "rebuild: pip install --no-build-isolation --no-deps -e .")
     sm_info = _C.cuda_device_info(x.device.index if x.device.index is not None
                                   else torch.cuda.current_device())
     sm = code_sm(sm_info)
@@ -469,8 +377,9 @@ def explain(op: str, x: torch.Tensor, *args, **kwargs) -> Explanation:
     vec_out = None if op != "stream_copy" else vec
     cls = shape_class(op, tuple(x.shape), **_geometry(op, a))
     key = cache_key(op, cls, x.dtype, device_name(x.device))
+    # What the table makes of this call, and its reason for its own choice (csrc/ops/tuning.cpp).
+    m, s, v, table_why = _C.explain_config(op, sm, mech, stages, vec, **_table_shape(op, x, a))
     if mech != "auto":
-        m, s, v = _C.resolve_config(op, sm, mech, stages, vec, **_table_shape(op, x, a))
         why = "mechanism given explicitly; the tuning cache is consulted only for mechanism='auto'"
         if stages == 0:
             why += f"; stages=0 resolved by the shipped table to {s}"
@@ -478,9 +387,7 @@ def explain(op: str, x: torch.Tensor, *args, **kwargs) -> Explanation:
                            key, requested)
     e = _entries().get(key)
     if e is not None:
-        m = e["mechanism"]
-        s = stages if stages > 0 else e["stages"]
-        v = vec if vec > 0 else e.get("vec_bytes", 0)
+        m, s, v = _from_entry(e, stages, vec)
         measured = e.get("measured", "?")
         why = (f"tuned by cupipe.tune() on {measured}: {e.get('ms', float('nan')):.4g} ms vs "
                f"{e.get('table_ms', float('nan')):.4g} ms for the shipped table's choice "
@@ -488,10 +395,7 @@ def explain(op: str, x: torch.Tensor, *args, **kwargs) -> Explanation:
                f"compiled by torch.compile use the shipped table instead")
         return Explanation(op, dev, m, s, v if vec_out is not None else None,
                            f"tuning cache ({cache_path()})", why, key, requested)
-    shape = _table_shape(op, x, a)
-    m, s, v = _C.resolve_config(op, sm, mech, stages, vec, **shape)
-    tm, ts, _ = _C.resolve_config(op, sm, "auto", 0, 0, **shape)  # the table's own full choice
-    why = _table_reason(op, tm, ts)
+    why = table_why
     if stages > 0:
         why += f"; stages={stages} given explicitly"
     if op == "stream_copy" and vec > 0:
@@ -523,8 +427,6 @@ def tune(op: str, x: torch.Tensor, *args, mechanisms: Optional[Iterable[str]] = 
     Needs a CUDA tensor and a CUDA build: on the CPU the knobs are ignored, so this raises
     ``RuntimeError`` rather than caching a meaningless choice.
     """
-    from . import _C
-
     if not isinstance(x, torch.Tensor) or x.device.type != "cuda":
         raise RuntimeError(
             f"cupipe.tune needs a CUDA tensor (got one on {getattr(x, 'device', type(x))}): the "
@@ -544,7 +446,6 @@ def _tune(op, x, args, kwargs, *, sm: int, dev_name: str, timer, mechanisms, sta
     """The search behind :func:`tune`, with the device facts and the timer passed in (so it can
     be exercised on the CPU in tests)."""
     global _memory, _memory_path
-    from . import _C
 
     for k in ("mechanism", "stages", "vec_bytes"):
         if k in kwargs:

@@ -526,7 +526,7 @@ def test_stencil2d_tma_tensor_tiles(device, boundary, dtype):
                              what=f"tma {shape} offset={offset} w={wshape} stages={stages} {dtype}")
 
 
-# The tensor-core consumer of fp16/bf16 (StencilFixed::Mma, csrc/kernels/stencil_mma.cuh): sm_80+,
+# The tensor-core consumer of fp16/bf16 (StencilFixed::Mma, csrc/kernels/stencil/consumer_mma.cuh): sm_80+,
 # rows of whole 16-byte multiples, tiles of whole 128-output units; with two stages, boxes of 5, 7
 # or 9 tap rows and 5 to 9 columns run the narrow tensor-core kernels (rounds of rows), other
 # boxes of at least 35 taps with 3 <= kw <= 9 (and every box at 1 or 3 stages) the general
@@ -910,3 +910,63 @@ def test_stencil_weight_grad_errors(device):
         torch.ops.cupipe._stencil2d_weight_grad(x, x.double(), w, "zero")
     with pytest.raises(ValueError, match="boundary"):
         torch.ops.cupipe._stencil1d_weight_grad(x, x, w[0], -1, "wrap")
+
+
+# Each kernel family (csrc/kernels/stencil/family.cuh, docs/design.md 4.2) is what the launch plan
+# picks for the case it exists for, and agrees with the reference there, on planes with interior,
+# edge and partial tiles. `primitives` runs on every sm_80+ GPU; the tensor-core families need sm_80
+# code too. Each case: (shape, weights, dtype, stages, dim, offset, family).
+FAMILY_CASES = [
+    ((3, 100, 1000), (9,), torch.float32, 2, -1, 0, "row"),
+    ((2, 150, 384), (3, 3), torch.float32, 2, None, 0, "narrow3"),
+    ((2, 150, 384), (3, 3), torch.bfloat16, 1, None, 0, "narrow3"),
+    ((2, 150, 384), (5, 5), torch.float32, 2, None, 0, "narrow5"),
+    ((1, 100, 600), (9, 9), torch.float32, 2, None, 0, "wide9"),
+    ((2, 150, 512), (5, 5), torch.float16, 2, None, 0, "mma5"),
+    ((2, 150, 512), (7, 7), torch.bfloat16, 2, None, 0, "mma7"),
+    ((2, 150, 512), (9, 9), torch.float16, 2, None, 0, "mma9"),
+    ((2, 150, 384), (3, 3), torch.float32, 3, None, 0, "box"),     # deeper rings: the general kernel
+    ((2, 150, 384), (3, 3), torch.float32, 2, None, 1, "box"),     # unaligned: no fixed consumer
+    ((2, 150, 384), (3, 3), torch.float64, 2, None, 0, "box"),
+    ((2, 150, 384), (7, 7), torch.float32, 2, None, 0, "box"),
+    ((2, 150, 512), (7, 7), torch.float16, 3, None, 0, "box"),     # tensor cores inside the Box kernel
+    ((64, 3000), (7,), torch.float32, 2, 0, 0, "box"),             # 1-D along a strided dim: Box1
+]
+
+
+@pytest.mark.cuda
+@pytest.mark.skipif(not torch.cuda.is_available() or not cupipe.build_info.get("with_cuda"),
+                    reason="needs a CUDA device and a CUDA build of cupipe")
+@pytest.mark.parametrize("case", FAMILY_CASES, ids=lambda c: f"{c[6]}-{'x'.join(map(str, c[1]))}-"
+                         f"{DTYPE_IDS[c[2]]}-s{c[3]}" + ("-off" if c[5] else ""))
+@pytest.mark.parametrize("boundary", ["zero", "reflect"])
+def test_stencil_kernel_families(case, boundary):
+    shape, wshape, dtype, stages, dim, offset, family = case
+    n = 1
+    for s in shape:
+        n *= s
+    x = make_input((n + offset,), dtype, "cuda", seed=95)[offset:].view(shape)
+    w = make_weights(wshape, dtype, "cuda", seed=96)
+    assert cupipe._C.stencil_family(x, w, dim, boundary, "primitives", stages) == family
+    poison_allocator(x.numel() * x.element_size())
+    if dim is None:
+        y = cupipe.stencil2d(x, w, boundary=boundary, mechanism="primitives", stages=stages)
+        ref = _ref2d(x, w, boundary)
+    else:
+        y = cupipe.stencil1d(x, w, dim=dim, boundary=boundary, mechanism="primitives", stages=stages)
+        ref = _ref1d(x, w, dim, boundary)
+    atol, rtol = tol(dtype, w.numel())
+    assert_close(y, ref, atol=atol, rtol=rtol, what=f"family {family} {shape} w={wshape} {boundary} {dtype}")
+
+
+def test_stencil_family_errors():
+    """stencil_family checks its arguments like the ops, and needs a CUDA tensor and build."""
+    x, w = torch.randn(8, 8), torch.randn(3, 3)
+    if not cupipe.build_info.get("with_cuda"):
+        with pytest.raises(RuntimeError, match="no CUDA kernels"):
+            cupipe._C.stencil_family(x, w)
+        return
+    with pytest.raises(ValueError, match="mechanism"):
+        cupipe._C.stencil_family(x, w, None, "zero", "warp", 0)
+    with pytest.raises(ValueError, match="CUDA tensor"):
+        cupipe._C.stencil_family(x, w, None, "zero", "auto", 0)

@@ -18,8 +18,8 @@ from torch._subclasses.fake_tensor import FakeTensorMode
 import cupipe
 from cupipe import tuning
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "scripts"))
-import kernel_objects as ko  # noqa: E402  (the build's TORCH_CUDA_ARCH_LIST parser)
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+import build_config  # noqa: E402  (the build's TORCH_CUDA_ARCH_LIST parser)
 
 HAS_TABLE = hasattr(cupipe._C, "resolve_config")
 needs_table = pytest.mark.skipif(not HAS_TABLE, reason="cupipe._C.resolve_config missing: rebuild")
@@ -275,7 +275,8 @@ def test_explain_on_a_gpu_table_and_cache(fake_gpu, monkeypatch):
     e = cupipe.explain("stream_copy", x)
     assert e.source.startswith("shipped table")
     assert (e.mechanism, e.stages, e.vec_bytes) == cupipe._C.resolve_config("stream_copy", 90, "auto", 0, 0)
-    assert "H200" in e.reason and e.key == _key("stream_copy", (1 << 20,))
+    assert "H200" in e.reason and "sync with one stage" in e.reason
+    assert e.key == _key("stream_copy", (1 << 20,))
     e = cupipe.explain("stream_copy", x, mechanism="cg", stages=4)
     assert e.source == "explicit" and (e.mechanism, e.stages) == ("cg", 4)
 
@@ -287,6 +288,11 @@ def test_explain_on_a_gpu_table_and_cache(fake_gpu, monkeypatch):
     img, w = torch.empty(64, 64, device="cuda"), torch.empty(3, 3, device="cuda")
     e = cupipe.explain("stencil2d", img, w)
     assert e.source.startswith("shipped table") and e.vec_bytes is None
+    # the reason is the C++ table's own, for the table's own choice (explicit stages kept apart)
+    why = cupipe._C.explain_config("stencil2d", 90, "auto", 0, 0, ry=1, rx=1, esz=4, rows16=True)[3]
+    assert e.reason.startswith(why + "; no tuning cache entry")
+    e = cupipe.explain("stencil2d", img, w, stages=3)
+    assert (e.mechanism, e.stages) == ("tma", 3) and e.reason.startswith(why + "; stages=3 given explicitly")
     assert e.key == _key("stencil2d", (64, 64), radius=(1, 1))
 
 
@@ -319,24 +325,36 @@ def test_stencil_table_depends_on_the_radii_and_dtype(fake_gpu, monkeypatch):
     assert rc("stencil1d", 90, "auto", 3, 0, ry=0, rx=4)[:2] == ("barrier", 3)
     assert rc("stencil1d", 90, "cg", 0, 0, ry=0, rx=4)[:2] == ("cg", 2)
 
-    shape = tuning._table_shape
+    shape = cupipe._C.table_shape  # the op's own geometry, derived in C++
     x = torch.empty(4, 5, 6)
     w9 = torch.empty(9)
-    assert shape("stencil1d", x, {"weights": w9, "dim": -1}) == {"ry": 0, "rx": 4, "esz": 4}
-    assert shape("stencil1d", x, {"weights": w9, "dim": 2}) == {"ry": 0, "rx": 4, "esz": 4}
-    assert shape("stencil1d", x, {"weights": w9, "dim": 1}) == {"ry": 4, "rx": 0, "esz": 4}
-    assert shape("stencil2d", x.half(), {"weights": torch.empty(3, 5)}) == {"ry": 1, "rx": 2, "esz": 2,
-                                                                           "rows16": False}
+    # stencil1d: rows16 of the (batch, ny, nx) view the kernels read (24-byte rows along the last dim)
+    assert shape("stencil1d", x, weights=w9, dim=-1) == {"ry": 0, "rx": 4, "esz": 4, "rows16": False}
+    assert shape("stencil1d", x, weights=w9, dim=2) == {"ry": 0, "rx": 4, "esz": 4, "rows16": False}
+    assert shape("stencil1d", x, weights=w9, dim=1) == {"ry": 4, "rx": 0, "esz": 4, "rows16": False}
+    assert shape("stencil1d", torch.empty(4, 5, 8), weights=w9, dim=1)["rows16"]   # 32-byte rows
+    assert shape("stencil2d", x.half(), weights=torch.empty(3, 5)) == {"ry": 1, "rx": 2, "esz": 2,
+                                                                       "rows16": False}
     img = torch.empty(3, 10, 16)  # 64-byte rows
-    assert shape("stencil2d", img, {"weights": torch.empty(3, 3)})["rows16"]
-    assert not shape("stencil2d", img.view(-1)[1:161].view(10, 16), {"weights": torch.empty(3, 3)})["rows16"]
-    assert shape("stencil2d", img.transpose(1, 2), {"weights": torch.empty(3, 3)})["rows16"] is False  # 40-byte rows
-    assert shape("stencil2d", img[:, :, :8].transpose(1, 2).transpose(1, 2), {"weights": torch.empty(3, 3)})["rows16"]
+    assert shape("stencil2d", img, weights=torch.empty(3, 3))["rows16"]
+    assert not shape("stencil2d", img.view(-1)[1:161].view(10, 16), weights=torch.empty(3, 3))["rows16"]
+    assert shape("stencil2d", img.transpose(1, 2), weights=torch.empty(3, 3))["rows16"] is False  # 40-byte rows
+    assert shape("stencil2d", img[:, :, :8].transpose(1, 2).transpose(1, 2), weights=torch.empty(3, 3))["rows16"]
+    # checked as the op checks its arguments
+    with pytest.raises(ValueError, match="odd length"):
+        shape("stencil1d", x, weights=torch.empty(4), dim=-1)
+    with pytest.raises(IndexError, match="out of range"):
+        shape("stencil1d", x, weights=w9, dim=3)
+    with pytest.raises(ValueError, match="reflect"):
+        shape("stencil1d", torch.empty(4, 4, 6), weights=w9, dim=1, boundary="reflect")  # size 4, r 4
+    with pytest.raises(ValueError, match="unknown op"):
+        shape("conv", x)
 
     monkeypatch.setattr(cupipe._C, "cuda_device_info", lambda index: {"sm": 90})
     sig = torch.empty(1 << 20, device="cuda")
     e = cupipe.explain("stencil1d", sig, torch.empty(9, device="cuda"))
-    assert (e.mechanism, e.stages) == ("barrier", 2) and "0.621" in e.reason
+    assert (e.mechanism, e.stages) == ("barrier", 2) and "along the last dim" in e.reason
+    assert "4- and 8-byte types" in e.reason and "H200" in e.reason
     e = cupipe.explain("stencil1d", sig.half(), torch.empty(9, device="cuda"))
     assert (e.mechanism, e.stages) == ("tma", 2) and "2-byte signals" in e.reason
     e = cupipe.explain("stencil2d", torch.empty(64, 64, device="cuda"), torch.empty(3, 3, device="cuda"))
@@ -375,25 +393,72 @@ def test_reduce_table_depends_on_the_reduced_view(fake_gpu, monkeypatch):
     assert rc("reduce", 90, "auto", 0, 0, outer=1, r=4096, inner=64, esz=4)[:2] == ("primitives", 2)
     assert rc("reduce", 90, "auto", 2, 0, outer=4096, r=4096, inner=1, esz=4)[:2] == ("primitives", 2)
 
-    shape = tuning._table_shape
+    shape = cupipe._C.table_shape  # the op's own canonical view (reduce_view in csrc/ops/args.cpp)
     x = torch.empty(4, 5, 6)
-    assert shape("reduce", x, {"dim": None}) == {"outer": 1, "r": 120, "inner": 1, "esz": 4}
-    assert shape("reduce", x, {"dim": 1}) == {"outer": 4, "r": 5, "inner": 6, "esz": 4}
-    assert shape("reduce", x, {"dim": [-1, -2]}) == {"outer": 4, "r": 30, "inner": 1, "esz": 4}
-    assert shape("reduce", x, {"dim": [0, 2]}) == {"outer": 5, "r": 24, "inner": 1, "esz": 4}
-    assert shape("reduce", x.half(), {"dim": 1, "dtype": torch.float64})["esz"] == 8
-    assert shape("reduce", x.half(), {"dim": 1, "dtype": None})["esz"] == 2
-    assert shape("stream_copy", x, {}) == {}
+    assert shape("reduce", x, dim=None) == {"outer": 1, "r": 120, "inner": 1, "esz": 4}
+    assert shape("reduce", x, dim=[]) == {"outer": 1, "r": 120, "inner": 1, "esz": 4}
+    assert shape("reduce", x, dim=1) == {"outer": 4, "r": 5, "inner": 6, "esz": 4}
+    assert shape("reduce", x, dim=[-1, -2]) == {"outer": 4, "r": 30, "inner": 1, "esz": 4}
+    assert shape("reduce", x, dim=(0, 2)) == {"outer": 5, "r": 24, "inner": 1, "esz": 4}
+    assert shape("reduce", torch.empty(4, 0, 6), dim=[0, 2]) == {"outer": 0, "r": 24, "inner": 1, "esz": 4}
+    assert shape("reduce", torch.empty(()), dim=None) == {"outer": 1, "r": 1, "inner": 1, "esz": 4}
+    assert shape("reduce", x.half(), dim=1, dtype=torch.float64)["esz"] == 8
+    assert shape("reduce", x.half(), dim=1, dtype=None)["esz"] == 2
+    assert shape("reduce", x.double(), dim=1)["esz"] == 8
+    assert shape("stream_copy", x) == {}
+    with pytest.raises(IndexError, match="out of range"):
+        shape("reduce", x, dim=3)
+    with pytest.raises(ValueError, match="dtype= is only accepted"):
+        shape("reduce", x, dim=1, reduce_op="amax", dtype=torch.float64)
 
     monkeypatch.setattr(cupipe._C, "cuda_device_info", lambda index: {"sm": 90})
     e = cupipe.explain("reduce", torch.empty(1 << 20, device="cuda"), "sum")
-    assert (e.mechanism, e.stages) == ("tma", 1) and "0.2428 ms" in e.reason
+    assert (e.mechanism, e.stages) == ("tma", 1) and "innermost dim on sm_90" in e.reason
+    assert "one 32 KiB stage" in e.reason
     e = cupipe.explain("reduce", torch.empty(64, 512, device="cuda"), "sum", 0)  # rows of 2 KiB
     assert (e.mechanism, e.stages) == ("primitives", 2) and "columns" in e.reason
     e = cupipe.explain("reduce", torch.empty(64, 1024, device="cuda"), "sum", 0)  # rows of 4 KiB
-    assert (e.mechanism, e.stages) == ("tma", 3) and "columns" in e.reason and "0.2452 ms" in e.reason
+    assert (e.mechanism, e.stages) == ("tma", 3) and "columns" in e.reason
+    assert "multiple of 128 bytes" in e.reason and "three 64 KiB stages" in e.reason
     e = cupipe.explain("reduce", torch.empty(64, 4096, device="cuda"), "sum", -1)
     assert (e.mechanism, e.stages) == ("primitives", 1) and "4-32 KiB" in e.reason
+
+
+def test_names_are_defined_once_in_cpp():
+    """The names the ops accept come from cupipe._C (csrc/ops/args.cpp and the engine's mechanism
+    table); the public tuples are those, and every op accepts exactly them."""
+    assert cupipe.MECHANISMS == ("auto", "sync", "pipeline", "pipeline_thread", "primitives", "cg",
+                                 "barrier", "specialized", "tma") == tuple(cupipe._C.MECHANISMS)
+    assert cupipe.BOUNDARIES == ("zero", "replicate", "circular", "reflect") == tuple(cupipe._C.BOUNDARIES)
+    assert cupipe.REDUCE_OPS == ("sum", "mean", "amax", "amin") == tuple(cupipe._C.REDUCE_OPS)
+    assert tuning.OPS == ("stream_copy", "stencil1d", "stencil2d", "reduce") == tuple(cupipe._C.TUNED_OPS)
+    assert tuning.ALL_MECHANISMS == cupipe.MECHANISMS[1:]
+    x, w = torch.randn(4, 8), torch.ones(3)
+    for m in cupipe.MECHANISMS:   # validated on the CPU, then ignored
+        torch.testing.assert_close(cupipe.stream_copy(x, mechanism=m), x)
+    for b in cupipe.BOUNDARIES:
+        cupipe.stencil1d(x, w, boundary=b)
+    for op in cupipe.REDUCE_OPS:
+        cupipe.reduce(x, op, -1)
+    with pytest.raises(ValueError, match="expected one of " + ", ".join(cupipe.MECHANISMS) + "$"):
+        cupipe.stream_copy(x, mechanism="warp-drive")
+    with pytest.raises(ValueError, match="expected one of " + ", ".join(cupipe.BOUNDARIES) + "$"):
+        cupipe.stencil1d(x, w, boundary="mirror")
+    with pytest.raises(ValueError, match="expected one of " + ", ".join(cupipe.REDUCE_OPS) + "$"):
+        cupipe.reduce(x, "prod")
+    with pytest.raises(ValueError, match="expected one of " + ", ".join(tuning.OPS) + "$"):
+        cupipe._C.resolve_config("conv", 90, "auto", 0, 0)
+
+
+def test_explain_binds_like_the_wrappers():
+    """explain and tune bind their arguments against the op schemas (cupipe.tuning never imports
+    cupipe.ops): the wrappers must have exactly those signatures."""
+    import inspect
+    for op in tuning.OPS:
+        want = inspect.signature(getattr(cupipe.ops, op))
+        got = tuning._signature(op)
+        assert [(p.name, p.kind, p.default) for p in got.parameters.values()] == \
+            [(p.name, p.kind, p.default) for p in want.parameters.values()], op
 
 
 def test_tune_on_cpu_raises_a_clear_error(cache):
@@ -452,11 +517,11 @@ def test_device_info_matches_torch():
 
 def _expected_code_sm(arch_list: str, major: int, minor: int) -> int:
     """The architecture a build for TORCH_CUDA_ARCH_LIST `arch_list` (read by the build's own parser,
-    kernel_objects.arch_flags) runs as on an sm_<major><minor> device, by CUDA's rules: code for the
+    build_config.arch_flags) runs as on an sm_<major><minor> device, by CUDA's rules: code for the
     newest architecture of the device's major version not above it, else the newest PTX not above
     the device (JIT-compiled)."""
     sass, ptx = [], []
-    for flag in ko.arch_flags(arch_list):
+    for flag in build_config.arch_flags(arch_list):
         kind, num = re.search(r"code=(sm|compute)_(\d+)[af]?$", flag).groups()
         (sass if kind == "sm" else ptx).append((int(num[:-1]), int(num[-1])))
     same = [v for v in sass if v[0] == major and v <= (major, minor)]

@@ -129,3 +129,47 @@ def test_direct_path_errors_match_torch_ops(device):
             ours()
         assert str(got.value) == str(ref.value)
         assert "frame #" not in str(got.value) and "Exception raised from" not in str(got.value)
+
+
+def test_package_imports_have_no_cycle():
+    """No import cycle among cupipe's modules, counting imports inside functions too: cupipe.ops
+    imports cupipe.tuning (the cache lookup of its wrappers), never the other way round."""
+    import ast
+    from pathlib import Path
+
+    pkg = Path(cupipe.__file__).parent
+    mods = {p.stem: p for p in pkg.glob("*.py")}
+    graph = {}
+    for name, path in mods.items():
+        deps = set()
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.ImportFrom):
+                if node.level == 1:
+                    targets = [node.module] if node.module else [a.name for a in node.names]
+                elif node.level == 0 and node.module and node.module.startswith("cupipe"):
+                    rest = node.module.split(".")[1:]
+                    targets = rest[:1] or [a.name for a in node.names]
+                else:
+                    continue
+                deps.update(t.split(".")[0] for t in targets)
+            elif isinstance(node, ast.Import):
+                deps.update(a.name.split(".")[1] if "." in a.name else "__init__"
+                            for a in node.names if a.name.split(".")[0] == "cupipe")
+        graph[name] = {d for d in deps if d in mods and d != name}
+
+    def cycle_from(start):
+        stack, seen = [(start, [start])], set()
+        while stack:
+            node, path = stack.pop()
+            for nxt in graph[node]:
+                if nxt == start:
+                    return path + [start]
+                if nxt not in seen:
+                    seen.add(nxt)
+                    stack.append((nxt, path + [nxt]))
+        return None
+
+    for name in graph:
+        assert cycle_from(name) is None, f"import cycle: {' -> '.join(cycle_from(name))}"
+    assert "tuning" in graph["ops"] and "ops" not in graph["tuning"]
+

@@ -1,13 +1,49 @@
 #include "ops/args.h"
 
 #include <algorithm>
+#include <iterator>
 
 namespace cupipe {
 namespace ops {
 
+namespace {
+
+// Indexed by the enums' values (kernels/params.h).
+constexpr const char* kBoundaryNames[] = {"zero", "replicate", "circular", "reflect"};
+constexpr const char* kReduceOpNames[] = {"sum", "mean", "amax", "amin"};
+static_assert(static_cast<int>(Boundary::Reflect) == 3 && static_cast<int>(ReduceOp::Amin) == 3,
+              "the name tables follow the enums of kernels/params.h");
+
+}  // namespace
+
+std::string join_names(const std::vector<std::string>& names) {
+  std::string out;
+  for (const auto& n : names) out += (out.empty() ? "" : ", ") + n;
+  return out;
+}
+
+std::vector<std::string> mechanism_names() {
+  std::vector<std::string> out{kAutoMechanism};
+  for (int i = 0; i < engine::kNumMechanisms; ++i)
+    out.emplace_back(engine::mechanism_name(static_cast<engine::Mechanism>(i)));
+  return out;
+}
+
+const char* boundary_name(Boundary b) { return kBoundaryNames[static_cast<int>(b)]; }
+
+std::vector<std::string> boundary_names() {
+  return std::vector<std::string>(std::begin(kBoundaryNames), std::end(kBoundaryNames));
+}
+
+const char* reduce_op_name(ReduceOp op) { return kReduceOpNames[static_cast<int>(op)]; }
+
+std::vector<std::string> reduce_op_names() {
+  return std::vector<std::string>(std::begin(kReduceOpNames), std::end(kReduceOpNames));
+}
+
 MechanismArg parse_mechanism(const char* op, c10::string_view name) {
   MechanismArg out;
-  if (name == "auto") return out;
+  if (name == kAutoMechanism) return out;
   for (int i = 0; i < engine::kNumMechanisms; ++i) {
     auto m = static_cast<engine::Mechanism>(i);
     if (name == engine::mechanism_name(m)) {
@@ -17,28 +53,23 @@ MechanismArg parse_mechanism(const char* op, c10::string_view name) {
     }
   }
   TORCH_CHECK_VALUE(false, "cupipe.", op, ": unknown mechanism '", std::string(name),
-                    "'; expected one of auto, sync, pipeline, pipeline_thread, primitives, cg, "
-                    "barrier, specialized, tma");
+                    "'; expected one of ", join_names(mechanism_names()));
   return out;  // not reached: the check above throws
 }
 
 Boundary parse_boundary(const char* op, c10::string_view name) {
-  if (name == "zero") return Boundary::Zero;
-  if (name == "replicate") return Boundary::Replicate;
-  if (name == "circular") return Boundary::Circular;
-  if (name == "reflect") return Boundary::Reflect;
+  for (int i = 0; i < static_cast<int>(std::size(kBoundaryNames)); ++i)
+    if (name == kBoundaryNames[i]) return static_cast<Boundary>(i);
   TORCH_CHECK_VALUE(false, "cupipe.", op, ": unknown boundary '", std::string(name),
-                    "'; expected one of zero, replicate, circular, reflect");
+                    "'; expected one of ", join_names(boundary_names()));
   return Boundary::Zero;  // not reached
 }
 
 ReduceOp parse_reduce_op(const char* op, c10::string_view name) {
-  if (name == "sum") return ReduceOp::Sum;
-  if (name == "mean") return ReduceOp::Mean;
-  if (name == "amax") return ReduceOp::Amax;
-  if (name == "amin") return ReduceOp::Amin;
+  for (int i = 0; i < static_cast<int>(std::size(kReduceOpNames)); ++i)
+    if (name == kReduceOpNames[i]) return static_cast<ReduceOp>(i);
   TORCH_CHECK_VALUE(false, "cupipe.", op, ": unknown op '", std::string(name),
-                    "'; expected one of sum, mean, amax, amin");
+                    "'; expected one of ", join_names(reduce_op_names()));
   return ReduceOp::Sum;  // not reached
 }
 
@@ -90,6 +121,14 @@ void check_reflect(const char* op, Boundary b, int64_t size, int64_t r, const ch
 }
 
 }  // namespace
+
+bool rows16(const StencilGeometry& g, const void* data) {
+  return g.nx * g.esz % 16 == 0 && reinterpret_cast<uintptr_t>(data) % 16 == 0;
+}
+
+bool rows16_of(const at::Tensor& x, const StencilGeometry& g) {
+  return g.nx * g.esz % 16 == 0 && (!x.is_contiguous() || x.storage_offset() * g.esz % 16 == 0);
+}
 
 StencilGeometry check_stencil1d(const at::Tensor& x, const at::Tensor& weights, int64_t& dim,
                                 Boundary boundary) {
@@ -215,10 +254,10 @@ ReducePlan check_reduce(const at::Tensor& x, c10::string_view op, at::OptionalIn
   return plan;
 }
 
-at::Tensor reduce_canonical_view(const at::Tensor& x, const ReducePlan& plan, int64_t& outer,
-                                 int64_t& r, int64_t& inner) {
-  const int64_t nd = x.dim();
-  // If the reduced dims form one run [first, last] and x is contiguous, no copy is needed.
+ReduceView reduce_view(at::IntArrayRef sizes, const ReducePlan& plan) {
+  const int64_t nd = static_cast<int64_t>(sizes.size());
+  ReduceView v;
+  // The reduced dims as one run [first, last] of a contiguous x need no copy.
   int64_t first = -1, last = -1;
   bool one_run = true;
   for (int64_t d = 0; d < nd; ++d) {
@@ -229,21 +268,31 @@ at::Tensor reduce_canonical_view(const at::Tensor& x, const ReducePlan& plan, in
     }
   }
   if (first < 0) {  // nothing reduced (0-d input, or no dims): every element is its own output
-    outer = x.numel(); r = 1; inner = 1;
-    return x.contiguous();
+    for (int64_t s : sizes) v.outer *= s;
+  } else if (one_run) {
+    for (int64_t d = 0; d < first; ++d) v.outer *= sizes[d];
+    for (int64_t d = first; d <= last; ++d) v.r *= sizes[d];
+    for (int64_t d = last + 1; d < nd; ++d) v.inner *= sizes[d];
+  } else {  // scattered: moved innermost, reducing rows
+    v.outer = plan.numel_kept;
+    v.r = plan.numel_reduced;
+    v.permute = true;
   }
-  if (one_run) {
-    outer = 1; r = 1; inner = 1;
-    for (int64_t d = 0; d < first; ++d) outer *= x.size(d);
-    for (int64_t d = first; d <= last; ++d) r *= x.size(d);
-    for (int64_t d = last + 1; d < nd; ++d) inner *= x.size(d);
-    return x.contiguous();
-  }
-  // Reduced dims are scattered: move them innermost (one copy), reducing rows.
+  return v;
+}
+
+int reduce_kernel_esz(const at::Tensor& x, const ReducePlan& plan) {
+  return plan.acc_double ? 8 : static_cast<int>(x.element_size());
+}
+
+at::Tensor reduce_canonical_view(const at::Tensor& x, const ReducePlan& plan, int64_t& outer,
+                                 int64_t& r, int64_t& inner) {
+  const ReduceView v = reduce_view(x.sizes(), plan);
+  outer = v.outer; r = v.r; inner = v.inner;
+  if (!v.permute) return x.contiguous();
   std::vector<int64_t> perm;
-  for (int64_t d = 0; d < nd; ++d) if (!plan.reduced[static_cast<size_t>(d)]) perm.push_back(d);
-  for (int64_t d = 0; d < nd; ++d) if (plan.reduced[static_cast<size_t>(d)]) perm.push_back(d);
-  outer = plan.numel_kept; r = plan.numel_reduced; inner = 1;
+  for (int64_t d = 0; d < x.dim(); ++d) if (!plan.reduced[static_cast<size_t>(d)]) perm.push_back(d);
+  for (int64_t d = 0; d < x.dim(); ++d) if (plan.reduced[static_cast<size_t>(d)]) perm.push_back(d);
   return x.permute(perm).contiguous();
 }
 

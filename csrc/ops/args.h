@@ -19,6 +19,16 @@ struct MechanismArg {
   engine::Mechanism mechanism = engine::Mechanism::Sync;
 };
 
+// The names the ops accept, in enum order; Python reads them through cupipe._C (MECHANISMS,
+// BOUNDARIES, REDUCE_OPS), so these lists are their only definition.
+constexpr const char* kAutoMechanism = "auto";
+std::vector<std::string> mechanism_names();  // "auto", then engine::mechanism_name of each mechanism
+const char* boundary_name(Boundary b);
+std::vector<std::string> boundary_names();
+const char* reduce_op_name(ReduceOp op);
+std::vector<std::string> reduce_op_names();
+std::string join_names(const std::vector<std::string>& names);  // "a, b, c"
+
 MechanismArg parse_mechanism(const char* op, c10::string_view name);
 Boundary parse_boundary(const char* op, c10::string_view name);
 ReduceOp parse_reduce_op(const char* op, c10::string_view name);
@@ -39,6 +49,13 @@ struct StencilGeometry {
   // .contiguous()): the condition of tma's tensor-map tiles, which the table depends on.
   bool rows16 = false;
 };
+
+// Whether the kernels' tiles of x may be tensor-map boxes (StencilGeometry::rows16), for x's
+// contiguous data at `data`.
+bool rows16(const StencilGeometry& g, const void* data);
+// The same without a data pointer (explain, fake tensors): a copy made by .contiguous() is a fresh
+// allocation, and storages start 16-byte aligned, so only a contiguous x's offset matters.
+bool rows16_of(const at::Tensor& x, const StencilGeometry& g);
 
 // Validates x/weights/boundary for stencil1d and returns the geometry along `dim`
 // (normalised in place).
@@ -66,8 +83,18 @@ struct ReducePlan {
 ReducePlan check_reduce(const at::Tensor& x, c10::string_view op, at::OptionalIntArrayRef dim,
                         bool keepdim, std::optional<at::ScalarType> dtype);
 
-// x rearranged (a copy only when needed) so that it is a contiguous (outer, r, inner) block with
-// the reduced dims in the middle. Fills outer/r/inner.
+// The (outer, r, inner) view the reduce kernels read, with the reduced dims in the middle;
+// `permute`: the reduced dims are scattered and move innermost (one copy).
+struct ReduceView {
+  int64_t outer = 1, r = 1, inner = 1;
+  bool permute = false;
+};
+ReduceView reduce_view(at::IntArrayRef sizes, const ReducePlan& plan);
+
+// Bytes per element the reduce kernels read: dtype=float64 converts a narrower x first.
+int reduce_kernel_esz(const at::Tensor& x, const ReducePlan& plan);
+
+// x rearranged (a copy only when needed) as reduce_view describes. Fills outer/r/inner.
 at::Tensor reduce_canonical_view(const at::Tensor& x, const ReducePlan& plan, int64_t& outer,
                                  int64_t& r, int64_t& inner);
 

@@ -81,39 +81,53 @@ at::Tensor stream_copy_ex_cuda(const at::Tensor& x, c10::string_view mechanism, 
   return stream_copy_impl("_stream_copy_ex", x, mechanism, stages, vec_bytes, tile_bytes, max_blocks);
 }
 
-at::Tensor stencil_cuda(const char* op, const at::Tensor& x, const at::Tensor& weights,
-                        const StencilGeometry& g, Boundary boundary, MechanismArg mech, int64_t stages,
-                        int64_t free_sms = 0, int64_t blocks = 0) {
-  c10::cuda::CUDAGuard guard(x.device());
-  const DeviceInfo dev = device_info(x.get_device());
-  const at::Tensor xc = x.contiguous();
+// The kernel's parameters for one stencil call, but its output and grid; xc and w hold the
+// tensors p points into.
+struct StencilCall {
+  at::Tensor xc, w;
+  StencilParams p;
+};
+
+StencilCall stencil_call(const char* op, const at::Tensor& x, const at::Tensor& weights, const StencilGeometry& g,
+                         Boundary boundary, MechanismArg mech, int64_t stages, const DeviceInfo& dev) {
+  StencilCall c;
+  c.xc = x.contiguous();
   // fp32, fp16, bf16 and fp64 weights go to the kernel as they are (it converts them while staging
   // them: no conversion kernel per call); other floating types (fp8) are converted first.
   const at::ScalarType wt = weights.scalar_type();
   const bool as_is = wt == at::kFloat || wt == at::kHalf || wt == at::kBFloat16 || wt == at::kDouble;
-  const at::Tensor w = as_is ? weights.contiguous() : weights_for_kernel(x, weights);
-  at::Tensor out = at::empty(x.sizes(), x.options().memory_format(at::MemoryFormat::Contiguous));
-  if (out.numel() == 0) return out;
-  StencilParams p;
-  p.x = xc.data_ptr();
-  p.out = out.data_ptr();
-  p.weights = w.data_ptr();
-  p.weights_dtype = to_kernel_dtype(w.scalar_type());
+  c.w = as_is ? weights.contiguous() : weights_for_kernel(x, weights);
+  StencilParams& p = c.p;
+  p.x = c.xc.data_ptr();
+  p.weights = c.w.data_ptr();
+  p.weights_dtype = to_kernel_dtype(c.w.scalar_type());
   p.dtype = to_kernel_dtype(x.scalar_type());
   p.weights_exact = weights.scalar_type() == x.scalar_type();
   p.batch = g.batch; p.ny = g.ny; p.nx = g.nx; p.ry = g.ry; p.rx = g.rx;
   p.boundary = boundary;
   StencilGeometry tg = g;
-  tg.rows16 = g.nx * g.esz % 16 == 0 && reinterpret_cast<uintptr_t>(p.x) % 16 == 0;
+  tg.rows16 = rows16(g, p.x);
   const CopyConfig cfg = resolve_stencil(dev, mech, stages, tg);
   check_mechanism_supported(op, cfg.mechanism, dev);
   p.mechanism = cfg.mechanism;
   p.stages = cfg.stages;
-  p.free_sms = static_cast<int>(free_sms);
-  p.blocks = blocks;
   p.tiles_per_block = cfg.tiles_per_block;
   p.stream = current_stream();
-  run_launcher(op, [&] { launch_stencil(p); });
+  return c;
+}
+
+at::Tensor stencil_cuda(const char* op, const at::Tensor& x, const at::Tensor& weights,
+                        const StencilGeometry& g, Boundary boundary, MechanismArg mech, int64_t stages,
+                        int64_t free_sms = 0, int64_t blocks = 0) {
+  c10::cuda::CUDAGuard guard(x.device());
+  const DeviceInfo dev = device_info(x.get_device());
+  at::Tensor out = at::empty(x.sizes(), x.options().memory_format(at::MemoryFormat::Contiguous));
+  if (out.numel() == 0) return out;
+  StencilCall c = stencil_call(op, x, weights, g, boundary, mech, stages, dev);
+  c.p.out = out.data_ptr();
+  c.p.free_sms = static_cast<int>(free_sms);
+  c.p.blocks = blocks;
+  run_launcher(op, [&] { launch_stencil(c.p); });
   return out;
 }
 
@@ -225,7 +239,7 @@ at::Tensor reduce_impl(const at::Tensor& x, c10::string_view op, at::OptionalInt
   p.acc_double = plan.acc_double;
   p.outer = outer; p.r = r; p.inner = inner;
   p.op = plan.op;
-  const CopyConfig cfg = resolve_reduce(dev, mech, stages, outer, r, inner, static_cast<int>(xin.element_size()));
+  const CopyConfig cfg = resolve_reduce(dev, mech, stages, outer, r, inner, reduce_kernel_esz(x, plan));
   check_mechanism_supported("reduce", cfg.mechanism, dev);
   p.mechanism = cfg.mechanism;
   p.stages = cfg.stages;
@@ -261,6 +275,23 @@ at::Tensor reduce_ex_cuda(const at::Tensor& x, c10::string_view op, at::Optional
 }
 
 }  // namespace
+
+// The kernel family stencil1d (dim given) or stencil2d (dim None) would launch for these
+// arguments ("" for an empty input): explain's and the tests' view of the launch plan.
+std::string stencil_family_cuda(const at::Tensor& x, const at::Tensor& weights, std::optional<int64_t> dim,
+                                c10::string_view boundary, c10::string_view mechanism, int64_t stages) {
+  const char* op = dim ? "stencil1d" : "stencil2d";
+  const Boundary b = parse_boundary(op, boundary);
+  const MechanismArg mech = parse_mechanism(op, mechanism);
+  check_stages(op, stages);
+  TORCH_CHECK_VALUE(x.is_cuda(), "cupipe.", op, ": stencil_family needs a CUDA tensor");
+  int64_t d = dim.value_or(0);
+  const StencilGeometry g = dim ? check_stencil1d(x, weights, d, b) : check_stencil2d(x, weights, b);
+  if (x.numel() == 0) return "";
+  c10::cuda::CUDAGuard guard(x.device());
+  const StencilCall c = stencil_call(op, x, weights, g, b, mech, stages, device_info(x.get_device()));
+  return ::cupipe::stencil_family(c.p);
+}
 
 TORCH_LIBRARY_IMPL(cupipe, CUDA, m) {
   m.impl("stream_copy", &stream_copy_cuda);

@@ -1,13 +1,12 @@
 // cupipe._C.call_*: the public ops called from Python without torch.ops' generic entry.
 //
-// torch.ops.cupipe.X(...) converts every argument by matching it against the schema at run time and
-// then passes the Autograd key, whose kernel is registered from Python: 28 us of host time per
-// reduce call on an H200's host, against 10-11 us through these entries (BENCHMARKS.md, ninth
-// run), and the GPU needs ~22 us for a 64 MiB reduction. These functions take
-// typed arguments (pybind11) and call the op through the dispatcher's typed handle below the
+// torch.ops.cupipe.X(...) matches every argument against the schema at run time and then passes
+// the Autograd key, whose kernel is registered from Python: for a 64 MiB reduction that takes
+// longer on the host than the kernel takes on the GPU (figures in docs/design.md). These functions
+// take typed arguments (pybind11) and call the op through the dispatcher's typed handle below the
 // autograd key, so every other key still applies (Python modes, fake tensors, the CPU or CUDA
-// kernel). The Python wrappers use them only when no input needs a gradient and nothing traces
-// or transforms the call (cupipe/ops.py `_direct`); everything else goes through torch.ops.
+// kernel). The Python wrappers use them only when no input needs a gradient and nothing traces or
+// transforms the call (cupipe/ops.py `_direct`); everything else goes through torch.ops.
 #include <torch/extension.h>
 #include <torch/csrc/Exceptions.h>
 

@@ -1,5 +1,5 @@
-// The op schemas (the public contract of DESIGN.md) and the Python module cupipe._C.
-// CPU kernels register in cpu_*.cpp, CUDA kernels in cuda_ops.cpp.
+// The op schemas (the API in README.md) and the Python module cupipe._C.
+// CPU kernels register in cpu_kernels.cpp, CUDA kernels in cuda_ops.cpp.
 #include <torch/extension.h>
 #include <torch/library.h>
 
@@ -59,38 +59,73 @@ pybind11::dict cuda_device_info(int device) {
   return d;
 }
 
+using cupipe::ops::CopyConfig;
+using cupipe::ops::TableShape;
+
 // What mechanism="auto" / stages=0 / vec_bytes=0 resolve to for `op` where the kernels run as
-// `sm` (10*major + minor: cuda_device_info's code_sm, the device's compute capability for a build
-// with code for it): the same table the CUDA kernels use (csrc/ops/tuning.cpp). Explicit
-// arguments pass through. Returns (mechanism, stages, vec_bytes).
-pybind11::tuple resolve_config(const std::string& op, int sm, const std::string& mechanism, int64_t stages,
-                               int64_t vec_bytes, int64_t outer, int64_t r, int64_t inner, int ry, int rx,
-                               int esz, bool rows16) {
+// `sm` (10*major + minor: cuda_device_info's code_sm), through the table the CUDA ops use
+// (tuning.cpp); explicit arguments pass through, validated like the ops validate them.
+CopyConfig resolve(const std::string& op, int sm, const std::string& mechanism, int64_t stages, int64_t vec_bytes,
+                   int64_t outer, int64_t r, int64_t inner, int ry, int rx, int esz, bool rows16) {
   using namespace cupipe::ops;
   const MechanismArg mech = parse_mechanism(op.c_str(), mechanism);
   check_stages(op.c_str(), stages);
   check_vec_bytes(op.c_str(), vec_bytes);
-  cupipe::DeviceInfo dev;
-  dev.sm = sm;
-  dev.code_sm = sm;  // a build with code for the device's architecture
-  CopyConfig cfg;
-  if (op == "stream_copy") {
-    cfg = resolve_stream_copy(dev, mech, stages, vec_bytes, 0);
-  } else if (op == "stencil1d" || op == "stencil2d") {
-    StencilGeometry g;
-    g.ry = ry;
-    g.rx = rx;
-    g.esz = esz;
-    g.rows16 = rows16;
-    cfg = resolve_stencil(dev, mech, stages, g);
-  } else if (op == "reduce") {
-    cfg = resolve_reduce(dev, mech, stages, outer, r, inner, esz);
-  } else {
-    TORCH_CHECK_VALUE(false, "cupipe.resolve_config: unknown op '", op,
-                      "'; expected stream_copy, stencil1d, stencil2d or reduce");
-  }
+  TableShape shape;
+  shape.outer = outer; shape.r = r; shape.inner = inner;
+  shape.ry = ry; shape.rx = rx; shape.esz = esz; shape.rows16 = rows16;
+  return resolve_op(op, sm, mech, stages, vec_bytes, shape);
+}
+
+// (mechanism, stages, vec_bytes)
+pybind11::tuple resolve_config(const std::string& op, int sm, const std::string& mechanism, int64_t stages,
+                               int64_t vec_bytes, int64_t outer, int64_t r, int64_t inner, int ry, int rx,
+                               int esz, bool rows16) {
+  const CopyConfig cfg = resolve(op, sm, mechanism, stages, vec_bytes, outer, r, inner, ry, rx, esz, rows16);
   return pybind11::make_tuple(std::string(cupipe::engine::mechanism_name(cfg.mechanism)), cfg.stages,
                               cfg.vec_bytes);
+}
+
+// (mechanism, stages, vec_bytes, why): why the table makes its own choice for this case.
+pybind11::tuple explain_config(const std::string& op, int sm, const std::string& mechanism, int64_t stages,
+                               int64_t vec_bytes, int64_t outer, int64_t r, int64_t inner, int ry, int rx,
+                               int esz, bool rows16) {
+  const CopyConfig cfg = resolve(op, sm, mechanism, stages, vec_bytes, outer, r, inner, ry, rx, esz, rows16);
+  return pybind11::make_tuple(std::string(cupipe::engine::mechanism_name(cfg.mechanism)), cfg.stages,
+                              cfg.vec_bytes, std::string(cfg.why));
+}
+
+// The shape keywords of resolve_config for `op` called on x with these arguments, derived as the op
+// derives them (reduce's canonical view, the stencils' radii along the kernels' axes).
+pybind11::dict table_shape(const std::string& op, const at::Tensor& x, const std::optional<at::Tensor>& weights,
+                           const pybind11::object& dim, const std::string& boundary,
+                           const std::string& reduce_op, std::optional<at::ScalarType> dtype) {
+  std::optional<std::vector<int64_t>> dims;
+  if (pybind11::isinstance<pybind11::int_>(dim)) {
+    dims = std::vector<int64_t>{dim.cast<int64_t>()};
+  } else if (!dim.is_none()) {
+    dims = dim.cast<std::vector<int64_t>>();
+  }
+  const TableShape s = cupipe::ops::table_shape(op, x, weights, dims, boundary, reduce_op, dtype);
+  pybind11::dict d;
+  if (op == "reduce") {
+    d["outer"] = s.outer;
+    d["r"] = s.r;
+    d["inner"] = s.inner;
+    d["esz"] = s.esz;
+  } else if (op != "stream_copy") {
+    d["ry"] = s.ry;
+    d["rx"] = s.rx;
+    d["esz"] = s.esz;
+    d["rows16"] = s.rows16;
+  }
+  return d;
+}
+
+pybind11::tuple names(const std::vector<std::string>& v) {
+  pybind11::tuple t(v.size());
+  for (size_t i = 0; i < v.size(); ++i) t[i] = pybind11::str(v[i]);
+  return t;
 }
 
 }  // namespace
@@ -98,6 +133,10 @@ pybind11::tuple resolve_config(const std::string& op, int sm, const std::string&
 namespace cupipe {
 namespace ops {
 void bind_direct_calls(pybind11::module& m);  // direct_calls.cpp
+#if CUPIPE_WITH_CUDA
+std::string stencil_family_cuda(const at::Tensor& x, const at::Tensor& weights, std::optional<int64_t> dim,
+                                c10::string_view boundary, c10::string_view mechanism, int64_t stages);  // cuda_ops.cpp
+#endif
 }  // namespace ops
 }  // namespace cupipe
 
@@ -105,15 +144,50 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   m.doc() = "cupipe compiled kernels; the ops are in torch.ops.cupipe";
   m.attr("with_cuda") = static_cast<bool>(CUPIPE_WITH_CUDA);
   m.def("cuda_device_info", &cuda_device_info, "sm version, SM count, opt-in shared memory");
+  // The names the ops accept, defined once in C++ (args.cpp, the engine's mechanism table): the
+  // Python package's MECHANISMS, BOUNDARIES and REDUCE_OPS, and the ops the table resolves.
+  m.attr("MECHANISMS") = names(cupipe::ops::mechanism_names());
+  m.attr("BOUNDARIES") = names(cupipe::ops::boundary_names());
+  m.attr("REDUCE_OPS") = names(cupipe::ops::reduce_op_names());
+  m.attr("TUNED_OPS") = names(cupipe::ops::tuned_op_names());
+  namespace py = pybind11;
+  static const std::string shape_doc =
+      "reduce's table depends on its canonical (outer, r, inner) view, the stencils' on the radii (ry "
+      "along the rows, rx along the last dim; stencil1d along the last dim is ry = 0), the element size "
+      "in bytes and whether x's rows are whole 16-byte multiples from a 16-byte aligned pointer (rows16); "
+      "table_shape derives them from a call's arguments";
   m.def("resolve_config", &resolve_config,
-        "what auto resolves to: (op, sm, mechanism, stages, vec_bytes[, outer, r, inner, ry, rx, esz, "
-        "rows16]); reduce's table depends on its canonical (outer, r, inner) view, the stencils' on the "
-        "radii (ry along the rows, rx along the last dim; stencil1d along the last dim is ry = 0), "
-        "the element size in bytes and whether x's rows are whole 16-byte multiples from a 16-byte "
-        "aligned pointer (rows16)",
-        pybind11::arg("op"), pybind11::arg("sm"), pybind11::arg("mechanism"), pybind11::arg("stages"),
-        pybind11::arg("vec_bytes"), pybind11::arg("outer") = 1, pybind11::arg("r") = 1,
-        pybind11::arg("inner") = 1, pybind11::arg("ry") = 0, pybind11::arg("rx") = 0,
-        pybind11::arg("esz") = 4, pybind11::arg("rows16") = false);
+        ("what auto resolves to: (op, sm, mechanism, stages, vec_bytes[, outer, r, inner, ry, rx, esz, "
+         "rows16]) -> (mechanism, stages, vec_bytes); " + shape_doc).c_str(),
+        py::arg("op"), py::arg("sm"), py::arg("mechanism"), py::arg("stages"), py::arg("vec_bytes"),
+        py::arg("outer") = 1, py::arg("r") = 1, py::arg("inner") = 1, py::arg("ry") = 0, py::arg("rx") = 0,
+        py::arg("esz") = 4, py::arg("rows16") = false);
+  m.def("explain_config", &explain_config,
+        "resolve_config's arguments -> (mechanism, stages, vec_bytes, why): why the table makes its own "
+        "choice for this case",
+        py::arg("op"), py::arg("sm"), py::arg("mechanism"), py::arg("stages"), py::arg("vec_bytes"),
+        py::arg("outer") = 1, py::arg("r") = 1, py::arg("inner") = 1, py::arg("ry") = 0, py::arg("rx") = 0,
+        py::arg("esz") = 4, py::arg("rows16") = false);
+  m.def("table_shape", &table_shape,
+        "the shape keywords of resolve_config for op(x, ...) (checked as the op checks them; reads only "
+        "metadata): dim is stencil1d's dim or reduce's dims (None: all), boundary the stencils', reduce_op "
+        "and dtype reduce's",
+        py::arg("op"), py::arg("x"), py::arg("weights") = py::none(), py::arg("dim") = py::none(),
+        py::arg("boundary") = "zero", py::arg("reduce_op") = "sum", py::arg("dtype") = py::none());
+  m.def(
+      "stencil_family",
+      [](const at::Tensor& x, const at::Tensor& weights, std::optional<int64_t> dim, const std::string& boundary,
+         const std::string& mechanism, int64_t stages) -> std::string {
+#if CUPIPE_WITH_CUDA
+        return cupipe::ops::stencil_family_cuda(x, weights, dim, boundary, mechanism, stages);
+#else
+        (void)x, (void)weights, (void)dim, (void)boundary, (void)mechanism, (void)stages;
+        throw std::runtime_error("cupipe.stencil_family: this build of cupipe has no CUDA kernels");
+#endif
+      },
+      "the kernel family (csrc/kernels/stencil/family.cuh) stencil1d (dim given) or stencil2d (dim None) "
+      "launches for these arguments on x's device",
+      py::arg("x"), py::arg("weights"), py::arg("dim") = py::none(), py::arg("boundary") = "zero",
+      py::arg("mechanism") = "auto", py::arg("stages") = 0);
   cupipe::ops::bind_direct_calls(m);
 }

@@ -1,6 +1,11 @@
-// What "auto" (mechanism="auto", stages=0, vec_bytes=0) resolves to on CUDA: a small table
-// read off this project's own benchmarks (BENCHMARKS.md); explicit arguments always win.
+// What "auto" (mechanism="auto", stages=0 / vec_bytes=0) resolves to on CUDA: a small table read
+// off this project's own measurements (docs/design.md); explicit arguments always win. The CUDA
+// ops and cupipe.explain / cupipe.tune (through cupipe._C) all resolve through this file.
 #pragma once
+
+#include <optional>
+#include <string>
+#include <vector>
 
 #include "ops/args.h"
 
@@ -15,6 +20,9 @@ struct CopyConfig {
   // scheduler balancing the SMs; 0: one wave of persistent blocks. Only with the table's own
   // mechanism and stages (an explicit other choice runs persistent).
   int tiles_per_block = 0;
+  // Why the table makes its own choice for this case (kept when explicit arguments override it):
+  // what cupipe.explain reports.
+  const char* why = "";
 };
 
 CopyConfig resolve_stream_copy(const DeviceInfo& dev, MechanismArg mech, int64_t stages,
@@ -23,6 +31,30 @@ CopyConfig resolve_stencil(const DeviceInfo& dev, MechanismArg mech, int64_t sta
                            const StencilGeometry& g);
 CopyConfig resolve_reduce(const DeviceInfo& dev, MechanismArg mech, int64_t stages, int64_t outer,
                           int64_t r, int64_t inner, int esz);
+
+// The ops whose knobs the table resolves, by their public names.
+std::vector<std::string> tuned_op_names();
+
+// What the table reads of one call: reduce's (outer, r, inner) view, the stencils' radii as the
+// kernels see them (ry along the rows, rx along the last dim), the element size the kernels read
+// and rows16. Unused fields keep their defaults.
+struct TableShape {
+  int64_t outer = 1, r = 1, inner = 1;
+  int ry = 0, rx = 0;
+  int esz = 4;
+  bool rows16 = false;
+};
+
+// The TableShape of `op` called on x with these arguments, derived (and checked) as the op
+// derives it; reads only metadata (fake tensors work). `dim`: stencil1d's one dim, or reduce's
+// dims (nullopt: all).
+TableShape table_shape(const std::string& op, const at::Tensor& x, const std::optional<at::Tensor>& weights,
+                       const std::optional<std::vector<int64_t>>& dim, const std::string& boundary,
+                       const std::string& reduce_op, std::optional<at::ScalarType> dtype);
+
+// resolve_* of `op` by name, for a device whose kernels run as `sm` (DeviceInfo::code_sm).
+CopyConfig resolve_op(const std::string& op, int sm, MechanismArg mech, int64_t stages, int64_t vec_bytes,
+                      const TableShape& shape);
 
 }  // namespace ops
 }  // namespace cupipe
