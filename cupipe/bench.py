@@ -6,11 +6,13 @@ bytes read + written), eager ops, and ``torch.compile`` of the same computation.
 checked against a reference before it is timed; a wrong one is reported, not timed.
 
     python -m cupipe.bench --suite engine      # mechanism x stages for stream_copy + latency study
-    python -m cupipe.bench --suite ops         # the DESIGN.md performance suite, a table per op
+    python -m cupipe.bench --suite ops         # the performance suite (docs/design.md), per op
     python -m cupipe.bench --ops reduce,stencil2d --dtype bfloat16
     python -m cupipe.bench --sweep --suite none  # only the mechanism x stages x vec_bytes grid
     python -m cupipe.bench --quick --out DIR   # fewer reps / configs; JSON, CSV and PNG plots in DIR
     python -m cupipe.bench --cpu --quick       # tiny sizes on the CPU kernels (a smoke test)
+    python -m cupipe.bench --out DIR --markdown DIR/bench.md --markdown-brief
+                                               # a BENCHMARKS.md section: the tables as markdown
 """
 from __future__ import annotations
 
@@ -19,6 +21,7 @@ import csv
 import json
 import math
 import os
+import shlex
 import statistics
 import sys
 import time
@@ -108,6 +111,7 @@ class Results:
         self.rows: List[Dict] = []
         self.notes: List[str] = []
         self.failures: List[str] = []
+        self.detail: List[str] = []   # secondary tables, left out of --markdown-brief
         self.say: Callable[[str], None] = print
 
     def add(self, **kw):
@@ -127,29 +131,69 @@ class Results:
                 seen.append(r.get("table"))
         return seen
 
-    def print_table(self, title: str, keys: Optional[List[str]] = None):
+    def cells(self, title: str, keys: Optional[List[str]] = None):
+        """(columns, formatted cells per row, error per row) of one table: the single source of
+        the printed and the markdown tables, so the two cannot drift apart."""
         rows = [r for r in self.rows if r.get("table") == title]
-        if not rows:
-            return
         if keys is None:  # every recorded key, in first-seen order
             keys = []
             for r in rows:
                 keys += [k for k in r if k not in HIDDEN and k not in keys]
             keys.sort(key=lambda k: ORDER.index(k) if k in ORDER else len(ORDER))
-        print(f"\n== {title}")
-        widths = {k: max(len(k), *(len(_fmt(r.get(k))) for r in rows)) for k in keys}
-        print("  ".join(k.ljust(widths[k]) for k in keys))
-        for r in rows:
-            line = "  ".join(_fmt(r.get(k)).ljust(widths[k]) for k in keys)
-            if r.get("error"):
-                line += f"  ERROR: {r['error']}"
-            print(line.rstrip())
+        cells = [[_fmt(r.get(k)) for k in keys] for r in rows]
+        return keys, cells, [r.get("error") or "" for r in rows]
+
+    def table_lines(self, title: str, keys: Optional[List[str]] = None) -> List[str]:
+        """The table as printed: space-padded columns, a mismatch's error after its row."""
+        keys, cells, errors = self.cells(title, keys)
+        if not cells:
+            return []
+        widths = [max(len(k), *(len(c[j]) for c in cells)) for j, k in enumerate(keys)]
+        out = ["  ".join(k.ljust(w) for k, w in zip(keys, widths))]
+        for c, err in zip(cells, errors):
+            out.append(("  ".join(v.ljust(w) for v, w in zip(c, widths)) +
+                        (f"  ERROR: {err}" if err else "")).rstrip())
+        return out
+
+    def markdown_lines(self, title: str, keys: Optional[List[str]] = None) -> List[str]:
+        """The same table in markdown: the same columns and cells, plus an ``error`` column when
+        a row has one; numeric columns right-aligned."""
+        keys, cells, errors = self.cells(title, keys)
+        if not cells:
+            return []
+        if any(errors):
+            keys = keys + ["error"]
+            cells = [c + [e] for c, e in zip(cells, errors)]
+
+        def numeric(j):
+            vals = [c[j] for c in cells if c[j]]
+            return bool(vals) and all(_is_number(v) for v in vals)
+
+        esc = lambda v: v.replace("|", "\\|")
+        out = ["| " + " | ".join(esc(k) for k in keys) + " |",
+               "|" + "|".join("---:" if numeric(j) else "---" for j in range(len(keys))) + "|"]
+        out += ["| " + " | ".join(esc(v) for v in c) + " |" for c in cells]
+        return out
+
+    def print_table(self, title: str, keys: Optional[List[str]] = None):
+        lines = self.table_lines(title, keys)
+        if lines:
+            print(f"\n== {title}")
+            print("\n".join(lines))
 
 
 def _fmt(v):
     if isinstance(v, float):
         return "nan" if math.isnan(v) else (f"{v:.3f}" if abs(v) < 10 else f"{v:.1f}")
     return "" if v is None else str(v)
+
+
+def _is_number(text: str) -> bool:
+    try:
+        float(text)
+    except ValueError:
+        return False
+    return True
 
 
 # ----------------------------------------------------------------------------- the run context
@@ -161,13 +205,14 @@ class Bench:
                  use_compile: bool, res: Results):
         self.cpu, self.quick, self.reps, self.res = cpu, quick, reps, res
         self.device = "cpu" if cpu else "cuda"
-        self.dtype = dtype                      # None: the DESIGN.md suite's own dtypes
+        self.dtype = dtype                      # None: the performance suite's own dtypes
         self.use_compile = use_compile and not cpu
         self.copy_bw = float("nan")
         # The architecture the kernels run as (mechanisms and the table follow it, not the device).
         self.sm = 0 if cpu else cupipe.tuning.code_sm(cupipe._C.cuda_device_info(torch.cuda.current_device()))
         self._key, self._val = None, None
-        # Sizes: DESIGN.md's on a GPU; tiny ones on the CPU (a smoke test, not a measurement).
+        # Sizes: the performance suite's (docs/design.md) on a GPU; tiny ones on the CPU (a
+        # smoke test, not a measurement).
         if cpu:
             self.log_n, self.hw = 16, 128
             self.rows = [(32, 2048), (4096, 16), (256, 256)]
@@ -286,6 +331,7 @@ def tasks_engine(b: Bench) -> List[Task]:
     nbytes = 2 * n * es
     tbl = f"stream_copy 2^{b.log_n} {SHORT[dt]} (vec 16){b.tag}"
     tbl_w = f"stream_copy copy width{b.tag}"
+    b.res.detail.append(tbl_w)
     get = lambda: b.inputs(("engine", n, dt), lambda: b.randn(n))
     tasks = []
 
@@ -326,8 +372,7 @@ def tasks_engine(b: Bench) -> List[Task]:
     if not b.cpu:
         # The default configuration against copy_ in alternating rounds (each a median of reps):
         # the table above divides by one copy_ timing taken at the start, so any drift over the
-        # run moves its ratios (0.997 and 0.999 for the same kernel in two calls on an H200);
-        # here each round's ratio is of two timings taken back to back.
+        # run moves its ratios; here each round's ratio is of two timings taken back to back.
         rounds = 11
         tbl_i = f"stream_copy (auto) against y.copy_(x) in {rounds} alternating rounds"
 
@@ -342,6 +387,7 @@ def tasks_engine(b: Bench) -> List[Task]:
         tasks.append(Task("stream_copy auto vs copy_, alternating", interleaved))
         # Latency-bound: one block per SM, so only the ring's depth keeps bytes in flight.
         tbl_l = f"latency-bound: 1 block/SM, 8 KiB tiles, 2^24 {SHORT[dt]}"
+        b.res.detail.append(tbl_l)
         sms = torch.cuda.get_device_properties(0).multi_processor_count
         mechs = ["sync", "primitives", "pipeline"] + (["tma"] if b.sm >= 90 else [])
         for m in mechs:
@@ -388,9 +434,8 @@ def _suite_case(b: Bench, op: str, workload: str, make, ours, eager, eager_name:
                 nbytes_of, atol_of=lambda inp: None, same_copy=None) -> Task:
     """One row of the performance suite: check `ours` against `ref`, then time ours, eager and
     compiled. make() -> inputs; ours/eager/ref take the inputs and return a thunk; comp (or None)
-    computes from the inputs, passed as its argument, as in a user's `torch.compile(f)(x)` (a
-    closure over the same tensors measured the same, tenth run; the static shapes are what mattered,
-    see Bench.compile). same_copy (or None) takes the inputs and returns the tensor whose
+    computes from the inputs, passed as its argument, as in a user's `torch.compile(f)(x)` (the
+    static shapes are what matters, see Bench.compile). same_copy (or None) takes the inputs and returns the tensor whose
     ``y.copy_(x)`` the row's bandwidth is also compared with (vs_copy_same: the stencils' targets
     are stated against copy_ of their own input; those bytes move a little slower than the 2^28
     fp32 copy of vs_copy)."""
@@ -422,7 +467,7 @@ def _suite_case(b: Bench, op: str, workload: str, make, ours, eager, eager_name:
 
 
 def tasks_suite(b: Bench, ops: List[str]) -> List[Task]:
-    """DESIGN.md's performance suite (sizes shrunk on the CPU), for the selected ops."""
+    """The performance suite (docs/design.md; sizes shrunk on the CPU), for the selected ops."""
     tasks: List[Task] = []
     n, dt, tag = b.n1, b.dt, SHORT[b.dt]
     nlab = f"2^{b.log_n}"
@@ -439,7 +484,7 @@ def tasks_suite(b: Bench, ops: List[str]) -> List[Task]:
     if "reduce" in ops:
         cases = [("sum all", (n,), None, dt, None), *[("sum rows", s, -1, dt, None) for s in b.rows],
                  ("sum cols", b.cols, 0, dt, None)]
-        if b.dtype is None:  # DESIGN.md's bf16 case: bf16 in, fp32 accumulation and result
+        if b.dtype is None:  # the suite's bf16 case: bf16 in, fp32 accumulation and result
             cases.append(("sum all bf16->fp32", (n,), None, torch.bfloat16, torch.float32))
         cases.append(("amax all", (n,), None, dt, None))
         if b.quick and not b.cpu:
@@ -541,6 +586,7 @@ def tasks_sweep(b: Bench, ops: List[str]) -> List[Task]:
     for op in ops:
         name, make, call, ref, nbytes_of, explain_args = cases[op]
         tbl = f"sweep: {name}{b.tag}"
+        b.res.detail.append(tbl)
         widths = ([16] if b.quick or b.cpu else [4, 8, 16]) if op == "stream_copy" else [None]
         auto_ms: Dict[str, float] = {}
         ref_memo: Dict[str, torch.Tensor] = {}   # one reference per case, not one per grid point
@@ -612,13 +658,44 @@ def _write_out(outdir: str, res: Results, meta: dict) -> List[str]:
     return written
 
 
+def markdown_section(res: Results, meta: dict, brief: bool = False) -> str:
+    """The run as a BENCHMARKS.md section: a ``## <device>`` heading, one line of context, the
+    command that regenerates it, each table (``### <title>``) in the order printed, then notes
+    and failures. brief: leave out the tables in ``res.detail`` (copy width, latency-bound,
+    sweeps), named in one line instead."""
+    cuda = meta.get("cuda") or "none"
+    copy = meta.get("copy_GBps", float("nan"))
+    lines = [f"## {meta['device']}",
+             f"{meta['date']} · torch {meta['torch']} · CUDA {cuda} · cupipe {meta['cupipe']} · "
+             f"y.copy_(x) {copy:.0f} GB/s ({meta['copy_what']}) · {meta['timer']}\\",
+             f"`{meta['command']}`"]
+    if meta.get("path_note"):
+        lines[-1] += "\\"
+        lines.append(meta["path_note"])
+    omitted = []
+    for title in res.tables():
+        if brief and title in res.detail:
+            omitted.append(title)
+            continue
+        table = res.markdown_lines(title)
+        if table:
+            lines += ["", f"### {title}", *table]
+    tail = [f"- left out (--markdown-brief): {'; '.join(omitted)}"] if omitted else []
+    tail += [f"- {n}" for n in res.notes]
+    tail += [f"- FAILED or did not match its reference (not timed): {f}" for f in res.failures]
+    if tail:
+        lines += ["", "Notes:", *tail]
+    return "\n".join(lines) + "\n"
+
+
 def main(argv: Optional[List[str]] = None) -> int:
     ap = argparse.ArgumentParser(prog="cupipe-bench", description=__doc__.splitlines()[0],
                                  formatter_class=argparse.RawDescriptionHelpFormatter,
-                                 epilog="\n".join(__doc__.splitlines()[7:]))
+                                 epilog=__doc__.split("\n\n", 2)[2].rstrip())
     ap.add_argument("--suite", choices=["engine", "ops", "all", "none"], default="all",
                     help="engine: stream_copy mechanism x stages, copy width, latency study; "
-                         "ops: the DESIGN.md performance suite; none: only what --sweep adds")
+                         "ops: the performance suite (docs/design.md); none: only what --sweep "
+                         "adds")
     ap.add_argument("--ops", default=",".join(OPS),
                     help="comma-separated subset of " + ",".join(OPS) + " (default: all)")
     ap.add_argument("--dtype", choices=list(DTYPES), default=None,
@@ -633,8 +710,18 @@ def main(argv: Optional[List[str]] = None) -> int:
                     help="run a tiny version on the CPU kernels (smoke test; CPU times)")
     ap.add_argument("--no-progress", action="store_true", help="no progress bar on stderr")
     ap.add_argument("--out", default=None,
-                    help="directory for results.json, results.csv and PNG plots")
+                    help="directory for results.json, results.csv and PNG plots "
+                         "(cupipe_vs_pytorch.png, stages_<table>.png)")
+    ap.add_argument("--markdown", metavar="FILE", default=None,
+                    help="also write the run as a markdown section for BENCHMARKS.md: device, "
+                         "date, versions, the command, every printed table")
+    ap.add_argument("--markdown-brief", action="store_true",
+                    help="with --markdown: leave out the detail tables (stream_copy copy width, "
+                         "the latency-bound study, sweeps)")
     args = ap.parse_args(argv)
+    argv_given = list(sys.argv[1:] if argv is None else argv)
+    if args.markdown_brief and not args.markdown:
+        ap.error("--markdown-brief needs --markdown FILE")
     ops = [o.strip() for o in args.ops.split(",") if o.strip()]
     bad = [o for o in ops if o not in OPS]
     if bad or not ops:
@@ -647,20 +734,23 @@ def main(argv: Optional[List[str]] = None) -> int:
     reps = args.reps or ((3 if args.quick else 5) if args.cpu else (10 if args.quick else 30))
     res = Results()
     b = Bench(args.cpu, args.quick, reps, dtype, not args.no_compile, res)
+    date = time.strftime("%Y-%m-%d")
+    path_note = ""
     if args.cpu:
         dev = f"CPU ({torch.get_num_threads()} threads)"
         timer = f"median of {reps} time.perf_counter reps"
-        print(f"device: {dev} | torch {torch.__version__} | cupipe {cupipe.__version__} | "
-              f"{time.strftime('%Y-%m-%d')} | {timer}")
-        print("CPU path: tiny sizes; times are CPU wall-clock times, not GPU times, and the engine "
-              "knobs (mechanism, stages, vec_bytes) are ignored on the CPU.")
+        path_note = ("CPU path: tiny sizes; times are CPU wall-clock times, not GPU times, and the "
+                     "engine knobs (mechanism, stages, vec_bytes) are ignored on the CPU.")
     else:
         dev = torch.cuda.get_device_name()
         timer = f"median of {reps} CUDA-event-timed reps"
-        print(f"device: {dev} | torch {torch.__version__} | cupipe {cupipe.__version__} | "
-              f"{time.strftime('%Y-%m-%d')} | {timer}")
+    print(f"device: {dev} | torch {torch.__version__} | cupipe {cupipe.__version__} | "
+          f"{date} | {timer}")
+    if path_note:
+        print(path_note)
     b.copy_bw = copy_bandwidth(b)
-    print(f"copy bandwidth (y.copy_(x), 2^{b.log_n} fp32, read+write): {b.copy_bw:.0f} GB/s"
+    copy_what = f"2^{b.log_n} fp32, read+write"
+    print(f"copy bandwidth (y.copy_(x), {copy_what}): {b.copy_bw:.0f} GB/s"
           + (" (CPU)" if args.cpu else ""))
 
     tasks: List[Task] = []
@@ -690,13 +780,21 @@ def main(argv: Optional[List[str]] = None) -> int:
         res.print_table(title)
     if res.notes:
         print("\nnotes:\n" + "\n".join(f"  - {n}" for n in res.notes))
+    meta = {"device": dev, "cpu": bool(args.cpu), "torch": torch.__version__,
+            "cuda": torch.version.cuda, "cupipe": cupipe.__version__, "date": date,
+            "timer": timer, "reps": reps, "copy_GBps": b.copy_bw, "copy_what": copy_what,
+            "dtype": args.dtype or "suite default", "ops": ops, "argv": argv_given,
+            "command": ("python -m cupipe.bench " + shlex.join(argv_given)).rstrip(),
+            "path_note": path_note}
     if args.out:
-        meta = {"device": dev, "cpu": bool(args.cpu), "torch": torch.__version__,
-                "cupipe": cupipe.__version__, "date": time.strftime("%Y-%m-%d"),
-                "timer": timer, "reps": reps, "copy_GBps": b.copy_bw,
-                "dtype": args.dtype or "suite default", "ops": ops, "argv": sys.argv[1:] if argv is None else argv}
         for p in _write_out(args.out, res, meta):
             print(f"wrote {p}")
+    if args.markdown:
+        md_dir = os.path.dirname(os.path.abspath(args.markdown))
+        os.makedirs(md_dir, exist_ok=True)
+        with open(args.markdown, "w", encoding="utf-8") as f:
+            f.write(markdown_section(res, meta, brief=args.markdown_brief))
+        print(f"wrote {args.markdown}")
     if res.failures:
         print(f"\n{len(res.failures)} measurement(s) failed or did not match their reference "
               "(not timed):")

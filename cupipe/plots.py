@@ -1,6 +1,6 @@
 """Plots of benchmark results (matplotlib, optional): bandwidth vs stages per mechanism, and
 cupipe vs PyTorch bars. Used by ``python -m cupipe.bench --out DIR`` and by
-``scripts/plot_bench.py`` (which re-plots a saved bench log).
+``tools/plot_bench.py`` (which re-plots a saved bench log).
 
 Rows are the dicts the bench records (``results.json``'s ``rows``); a table whose rows have
 ``mechanism``, ``stages`` and ``GBps`` becomes a bandwidth-vs-stages plot, one whose rows have
