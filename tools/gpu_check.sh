@@ -35,6 +35,10 @@ LOG=${OUT:-$PWD/gpu_check_out}
 mkdir -p "$LOG"
 export PYTHONUNBUFFERED=1
 export CUDA_HOME=${CUDA_HOME:-/usr/local/cuda}
+# Prebuilt kernel objects match only the architectures they were built for.
+if [ -z "${TORCH_CUDA_ARCH_LIST:-}" ] && [ -f .kobj/manifest.json ]; then
+  TORCH_CUDA_ARCH_LIST=$(python3 -c "import json; print(json.load(open('.kobj/manifest.json'))['arch_list'])")
+fi
 export TORCH_CUDA_ARCH_LIST=${TORCH_CUDA_ARCH_LIST:-9.0}
 export MAX_JOBS=${MAX_JOBS:-16}
 # The device image's default g++ (/opt/gcc) links libstdc++ statically into the extension, and

@@ -1,12 +1,17 @@
 #!/usr/bin/env bash
 # Usage: bash tools/multi_gpu_check.sh [build]      (2+ GPUs; logs go to $OUT or ./multi_gpu_out)
-# The multi-GPU check in one call: build in place (with `build`), the NCCL tests of
-# cupipe.distributed, and the heat example's weak scaling (same grid per GPU on 1 and N GPUs, with
-# and without overlap, halo width 1 and 4). Prints a table last.
+# The multi-GPU check in one call: build in place (with `build`; links .kobj/ when present), the
+# NCCL tests of cupipe.distributed, and the heat example's weak scaling (same grid per GPU on 1 and
+# N GPUs). Knobs: WEAK_OPTS (';'-separated option sets, default: halo 1 and 4, with and without
+# overlap), FREE_SMS (the --free-sms values tried with overlap, default "4 8 16"; empty: none).
 set -uo pipefail
 LOG=${OUT:-$PWD/multi_gpu_out}
 mkdir -p "$LOG"
 export PYTHONUNBUFFERED=1 CUDA_HOME=${CUDA_HOME:-/usr/local/cuda} MAX_JOBS=${MAX_JOBS:-16}
+# Prebuilt kernel objects match only the architectures they were built for.
+if [ -z "${TORCH_CUDA_ARCH_LIST:-}" ] && [ -f .kobj/manifest.json ]; then
+  TORCH_CUDA_ARCH_LIST=$(python3 -c "import json; print(json.load(open('.kobj/manifest.json'))['arch_list'])")
+fi
 export TORCH_CUDA_ARCH_LIST=${TORCH_CUDA_ARCH_LIST:-9.0}
 # NVLink multicast stays off (NVLS): the shared hosts do not support it.
 export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
@@ -18,7 +23,8 @@ note() { summary+=("$1"); echo ">>> $1"; }
 
 if [[ " $* " == *" build "* ]]; then
   t0=$(date +%s)
-  python3 -m pip install --no-build-isolation --no-deps -e . >"$LOG/build.log" 2>&1 \
+  kobj=""; [ -f .kobj/manifest.json ] && kobj=$PWD/.kobj
+  CUPIPE_KERNEL_OBJECTS=$kobj python3 -m pip install --no-build-isolation --no-deps -e . >"$LOG/build.log" 2>&1 \
     && note "build: ok in $(( $(date +%s) - t0 ))s" || { tail -30 "$LOG/build.log"; exit 1; }
 fi
 
@@ -32,14 +38,16 @@ timeout 120 torchrun --standalone --nproc-per-node=$NGPU examples/distributed_he
 note "torchrun heat example ($NGPU ranks, 2048^2, checked vs 1 process): rc=$? $(tail -1 "$LOG/heat_check.log")"
 N=${ROWS_PER_GPU:-16384}
 for n in 1 $NGPU; do
-  for opts in "" "--overlap" "--halo-width 4" "--halo-width 4 --overlap"; do
+  IFS=';' read -ra opt_sets <<<"${WEAK_OPTS:- ;--overlap;--halo-width 4;--halo-width 4 --overlap}"
+  for opts in "${opt_sets[@]}"; do
+    opts=$(echo $opts)
     timeout 120 torchrun --standalone --nproc-per-node=$n examples/distributed_heat.py --rows-per-rank $N \
       --cols $N --steps 50 --reps 5 --no-check $opts >"$LOG/weak_${n}_${opts// /_}.log" 2>&1
     note "weak scaling ${N}x${N} per GPU, $n GPU(s) ${opts:-(halo 1, no overlap)}: $(grep -i "per-step" "$LOG/weak_${n}_${opts// /_}.log" | tail -1)"
   done
 done
 # How many SMs the overlapped interior should leave to NCCL (cupipe.distributed.OVERLAP_FREE_SMS).
-for f in 4 8 16; do
+for f in ${FREE_SMS-4 8 16}; do
   timeout 120 torchrun --standalone --nproc-per-node=$NGPU examples/distributed_heat.py --rows-per-rank $N \
     --cols $N --steps 50 --reps 5 --no-check --overlap --free-sms $f >"$LOG/weak_${NGPU}_free_sms_$f.log" 2>&1
   note "weak scaling ${N}x${N} per GPU, $NGPU GPUs --overlap --free-sms $f: $(grep -i "per-step" "$LOG/weak_${NGPU}_free_sms_$f.log" | tail -1)"

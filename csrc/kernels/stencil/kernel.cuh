@@ -116,34 +116,43 @@ __global__ void __launch_bounds__(StencilFamilyTraits<F, T>::kThreads, StencilFa
 
   const ConsumerGeom cg{g.ny, g.nx, kh, kw, g.kw_pad, g.pitch, g.hdr_bytes, g.items, g.cols_log2};
   auto consume = [&](const char* stage, int64_t, engine::Team team) {
-    const uint32_t st = static_cast<uint32_t>(__cvta_generic_to_shared(stage));
-    const uint32_t ws = static_cast<uint32_t>(__cvta_generic_to_shared(w_s));
     if constexpr (Fam::kMmaRows > 0) {
       const MmaGeom mg{g.ny, g.nx, kh, kw, g.kw_pad, g.pitch, g.hdr_bytes, g.tile_h, g.cols_log2 - 5, g.mma_a};
+      const uint32_t ws = static_cast<uint32_t>(__cvta_generic_to_shared(w_s));
+      const uint32_t st = static_cast<uint32_t>(__cvta_generic_to_shared(stage));
       const uint32_t fs = ws + static_cast<uint32_t>(g.weight_bytes);
       consume_tile_mma_rows<T, Fam::kMmaRows, Fam::kMmaRoundRows, Terms>(st, fs, ws, mg, out, team.rank, team.size);
     } else if constexpr (F == StencilFamily::Wide9) {
       static_assert(std::is_same_v<T, float>, "the Wide9 kernel is the fp32 wide consumer's");
-      consume_tile_wide<9, 9, kNarrowWideTH, kNarrowWideTW>(st, ws, cg, out, team.rank, team.size);
+      consume_tile_wide<9, 9, kNarrowWideTH, kNarrowWideTW>(static_cast<uint32_t>(__cvta_generic_to_shared(stage)),
+                                                            static_cast<uint32_t>(__cvta_generic_to_shared(w_s)), cg,
+                                                            out, team.rank, team.size);
     } else if constexpr (Fam::kFixedK > 0) {
       static_assert(BoxBlocking<3>::TH == BoxBlocking<5>::TH, "narrow items split the Box item");
       ConsumerGeom ng = cg;
       ng.items = cg.items * (BoxBlocking<3>::TH / kNarrowTH);  // the same tile in items of kNarrowTH rows
       ng = in_item_tw<T>(ng);
-      consume_tile_fixed<T, kNarrowTH, Fam::kFixedK, Fam::kFixedK, kItemTW<T>>(st, ws, ng, out, team.rank, team.size);
+      consume_tile_fixed<T, kNarrowTH, Fam::kFixedK, Fam::kFixedK, kItemTW<T>>(
+          static_cast<uint32_t>(__cvta_generic_to_shared(stage)), static_cast<uint32_t>(__cvta_generic_to_shared(w_s)),
+          ng, out, team.rank, team.size);
     } else {
       if constexpr (sizeof(T) == 2 && kBox) {
         if (g.fixed == StencilFixed::Mma) {
           const MmaGeom mg{g.ny, g.nx, kh, kw, g.kw_pad, g.pitch, g.hdr_bytes, g.tile_h, g.cols_log2 - 5, g.mma_a};
-          consume_tile_mma<T, 4>(st, ws + static_cast<uint32_t>(g.weight_bytes), ws, mg, out, team.rank, team.size);
+          const uint32_t ws = static_cast<uint32_t>(__cvta_generic_to_shared(w_s));
+          consume_tile_mma<T, 4>(static_cast<uint32_t>(__cvta_generic_to_shared(stage)),
+                              ws + static_cast<uint32_t>(g.weight_bytes), ws, mg, out, team.rank, team.size);
           return;
         }
       }
       if (g.fixed != StencilFixed::None) {
-        consume_fixed<T, kBox>(g.fixed, st, ws, cg, out, team.rank, team.size);
+        consume_fixed<T, kBox>(g.fixed, static_cast<uint32_t>(__cvta_generic_to_shared(stage)),
+                               static_cast<uint32_t>(__cvta_generic_to_shared(w_s)), cg, out, team.rank, team.size);
       } else if constexpr (!kBox) {
         consume_tile<T, RowBlocking>(stage, w_s, cg, out, team.rank, team.size);
       } else {
+        const uint32_t st = static_cast<uint32_t>(__cvta_generic_to_shared(stage));
+        const uint32_t ws = static_cast<uint32_t>(__cvta_generic_to_shared(w_s));
         switch (g.blocking) {
           case StencilBlocking::Box1: consume_box_tile<T, 1>(st, ws, cg, out, team.rank, team.size); break;
           case StencilBlocking::Box3: consume_box_tile<T, 3>(st, ws, cg, out, team.rank, team.size); break;
