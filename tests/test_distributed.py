@@ -549,12 +549,13 @@ def test_distributed_nccl(world, family):
 def test_example_torchrun_two_ranks():
     """examples/distributed_heat.py under torchrun with 2 CPU ranks (gloo), checked against a
     single-process run by the example itself."""
-    port = _free_port()
-    env = dict(os.environ, OMP_NUM_THREADS="1", CUDA_VISIBLE_DEVICES="")
+    env = dict(os.environ, OMP_NUM_THREADS="1", CUDA_VISIBLE_DEVICES="",  # the cupipe under test
+               PYTHONPATH=os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")])))
     if os.path.exists("/sys/class/net/lo"):
         env.setdefault("GLOO_SOCKET_IFNAME", "lo")
-    cmd = [sys.executable, "-m", "torch.distributed.run", "--nnodes=1", "--nproc-per-node=2",
-           "--master-addr=127.0.0.1", f"--master-port={port}",
+    # --standalone lets torchrun bind its own free port: a port picked here could be taken by a
+    # test running beside this one before torchrun binds it.
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node=2",
            str(ROOT / "examples" / "distributed_heat.py"),
            "--rows", "96", "--cols", "64", "--steps", "20", "--warmup", "2", "--halo-width", "2",
            "--boundary", "reflect"]
