@@ -50,7 +50,7 @@ except ImportError as e:  # pragma: no cover
         "it against the installed torch: pip install --no-build-isolation --force-reinstall "
         "--no-deps -e ."
     ) from e
-if not hasattr(_C, "table_shape"):  # pragma: no cover - a module built from an older tree
+if not hasattr(_C, "layout_plan"):  # pragma: no cover - a module built from an older tree
     raise ImportError("cupipe's compiled module is older than its Python package; rebuild it: pip "
                       "install --no-build-isolation --force-reinstall --no-deps -e .")
 

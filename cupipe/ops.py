@@ -161,16 +161,18 @@ def _stream_copy_fake(x, *, mechanism="auto", stages=0, vec_bytes=0):
     return torch.empty(x.shape, dtype=x.dtype, device=x.device)
 
 
+# The stencils' results have x's layout when x is dense (the kernels write them in the order they
+# read x), as torch.empty_like gives it.
 @torch.library.register_fake("cupipe::stencil1d")
 def _stencil1d_fake(x, weights, *, dim=-1, boundary="zero", mechanism="auto", stages=0):
     torch._check(weights.dim() == 1, lambda: "cupipe.stencil1d: weights must be 1-D")
-    return torch.empty(x.shape, dtype=x.dtype, device=x.device)
+    return torch.empty_like(x)
 
 
 @torch.library.register_fake("cupipe::stencil2d")
 def _stencil2d_fake(x, weights, *, boundary="zero", mechanism="auto", stages=0):
     torch._check(weights.dim() == 2, lambda: "cupipe.stencil2d: weights must be 2-D")
-    return torch.empty(x.shape, dtype=x.dtype, device=x.device)
+    return torch.empty_like(x)
 
 
 def _wgrad_fake(x, grad, weights):

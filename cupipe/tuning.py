@@ -313,9 +313,8 @@ def _geometry(op: str, a: Dict[str, object]) -> Dict[str, object]:
     return {}
 
 
-def _table_shape(op: str, x: torch.Tensor, a: Dict[str, object]) -> Dict[str, object]:
-    """The shape keywords of ``_C.resolve_config`` for the bound arguments ``a``, derived in C++
-    as the op derives them (``_C.table_shape``)."""
+def _table_args(op: str, a: Dict[str, object]) -> Dict[str, object]:
+    """The keywords of ``_C.table_shape`` / ``_C.layout_plan`` for the bound arguments ``a``."""
     if op == "stencil1d":
         kw = {"weights": a["weights"], "dim": a["dim"], "boundary": a["boundary"]}
     elif op == "stencil2d":
@@ -324,7 +323,13 @@ def _table_shape(op: str, x: torch.Tensor, a: Dict[str, object]) -> Dict[str, ob
         kw = {"dim": a["dim"], "reduce_op": a["op"], "dtype": a["dtype"]}
     else:
         kw = {}
-    return _C.table_shape(op, x, **kw)
+    return kw
+
+
+def _table_shape(op: str, x: torch.Tensor, a: Dict[str, object]) -> Dict[str, object]:
+    """The shape keywords of ``_C.resolve_config`` for the bound arguments ``a``, derived in C++
+    as the op derives them (``_C.table_shape``)."""
+    return _C.table_shape(op, x, **_table_args(op, a))
 
 
 @dataclasses.dataclass
@@ -339,6 +344,7 @@ class Explanation:
     reason: str
     key: Optional[str] = None
     requested: Optional[Dict[str, object]] = None
+    layout: Optional[str] = None  # how the kernels read x's memory (the layout planner, csrc/ops/layout.h)
 
     def __str__(self) -> str:
         lines = [f"cupipe.{self.op} on {self.device}"]
@@ -351,6 +357,8 @@ class Explanation:
         if self.key:
             lines.append(f"  key: {self.key}")
         lines.append(textwrap.fill(f"  why: {self.reason}", width=100, subsequent_indent="       "))
+        if self.layout:
+            lines.append(textwrap.fill(f"  layout: {self.layout}", width=100, subsequent_indent="          "))
         return "\n".join(lines)
 
 
@@ -364,11 +372,12 @@ def explain(op: str, x: torch.Tensor, *args, **kwargs) -> Explanation:
     requested = {"mechanism": mech, "stages": stages}
     if op == "stream_copy":
         requested["vec_bytes"] = vec
+    layout = _C.layout_plan(op, x, **_table_args(op, a))
     if x.device.type != "cuda":
         _C.resolve_config(op, 0, mech, stages, vec)  # validates the knobs like the op does
         return Explanation(op, str(x.device), None, None, None, "cpu",
                            "the CPU path runs plain C++ loops: mechanism, stages and vec_bytes are "
-                           "validated and then ignored", requested=requested)
+                           "validated and then ignored", requested=requested, layout=layout)
     sm_info = _C.cuda_device_info(x.device.index if x.device.index is not None
                                   else torch.cuda.current_device())
     sm = code_sm(sm_info)
@@ -384,7 +393,7 @@ def explain(op: str, x: torch.Tensor, *args, **kwargs) -> Explanation:
         if stages == 0:
             why += f"; stages=0 resolved by the shipped table to {s}"
         return Explanation(op, dev, m, s, v if vec_out is not None else None, "explicit", why,
-                           key, requested)
+                           key, requested, layout)
     e = _entries().get(key)
     if e is not None:
         m, s, v = _from_entry(e, stages, vec)
@@ -394,7 +403,7 @@ def explain(op: str, x: torch.Tensor, *args, **kwargs) -> Explanation:
                f"({e.get('table_config', '?')}); calls through torch.ops.cupipe.* and code "
                f"compiled by torch.compile use the shipped table instead")
         return Explanation(op, dev, m, s, v if vec_out is not None else None,
-                           f"tuning cache ({cache_path()})", why, key, requested)
+                           f"tuning cache ({cache_path()})", why, key, requested, layout)
     why = table_why
     if stages > 0:
         why += f"; stages={stages} given explicitly"
@@ -402,7 +411,7 @@ def explain(op: str, x: torch.Tensor, *args, **kwargs) -> Explanation:
         why += f"; vec_bytes={vec} given explicitly"
     why += f"; no tuning cache entry for this key in {cache_path()}"
     return Explanation(op, dev, m, s, v if vec_out is not None else None,
-                       "shipped table (csrc/ops/tuning.cpp)", why, key, requested)
+                       "shipped table (csrc/ops/tuning.cpp)", why, key, requested, layout)
 
 
 def _rtol(dtype: torch.dtype) -> float:

@@ -37,7 +37,7 @@ def _ref2d(x, w, boundary):
 
 def _check1d(x, w, dim, boundary, what=""):
     y = cupipe.stencil1d(x, w, dim=dim, boundary=boundary)
-    assert y.is_contiguous()
+    assert y.stride() == torch.empty_like(x).stride()  # x's layout when dense, else contiguous
     atol, rtol = tol(x.dtype, w.shape[0])
     assert_close(y, _ref1d(x, w, dim, boundary), atol=atol, rtol=rtol,
                  what=f"stencil1d {what} shape={tuple(x.shape)} dim={dim} r={(w.shape[0]-1)//2} "
@@ -47,7 +47,7 @@ def _check1d(x, w, dim, boundary, what=""):
 
 def _check2d(x, w, boundary, what=""):
     y = cupipe.stencil2d(x, w, boundary=boundary)
-    assert y.is_contiguous()
+    assert y.stride() == torch.empty_like(x).stride()  # x's layout when dense, else contiguous
     atol, rtol = tol(x.dtype, w.numel())
     assert_close(y, _ref2d(x, w, boundary), atol=atol, rtol=rtol,
                  what=f"stencil2d {what} shape={tuple(x.shape)} w={tuple(w.shape)} {boundary} "
@@ -377,8 +377,9 @@ def test_stencil1d_noncontiguous(device, boundary):
             before = x.clone()
             y = _check1d(x, w, dim, boundary, what=name)
             assert torch.equal(x, before), "input was modified"
-            # same as on a contiguous copy, bit for bit
-            assert torch.equal(y, cupipe.stencil1d(x.contiguous(), w, dim=dim, boundary=boundary))
+            # as on a contiguous copy (read in memory order, another kernel family may run)
+            assert_close(y, cupipe.stencil1d(x.contiguous(), w, dim=dim, boundary=boundary), atol=1e-5,
+                         rtol=1e-5, what=f"{name} dim={dim} vs contiguous")
 
 
 @pytest.mark.parametrize("boundary", BOUNDARIES)
@@ -386,7 +387,8 @@ def test_stencil2d_noncontiguous(device, boundary):
     w = make_weights((3, 5), torch.float32, device)
     for name, x in _noncontig_variants(device):
         y = _check2d(x, w, boundary, what=name)
-        assert torch.equal(y, cupipe.stencil2d(x.contiguous(), w, boundary=boundary))
+        assert_close(y, cupipe.stencil2d(x.contiguous(), w, boundary=boundary), atol=1e-5, rtol=1e-5,
+                     what=f"{name} vs contiguous")
 
 
 def test_noncontiguous_weights(device):

@@ -338,7 +338,10 @@ def test_stencil_table_depends_on_the_radii_and_dtype(fake_gpu, monkeypatch):
     img = torch.empty(3, 10, 16)  # 64-byte rows
     assert shape("stencil2d", img, weights=torch.empty(3, 3))["rows16"]
     assert not shape("stencil2d", img.view(-1)[1:161].view(10, 16), weights=torch.empty(3, 3))["rows16"]
-    assert shape("stencil2d", img.transpose(1, 2), weights=torch.empty(3, 3))["rows16"] is False  # 40-byte rows
+    # a transposed plane is read in place, as the (10, 16) planes of its memory: 64-byte rows
+    assert shape("stencil2d", img.transpose(1, 2), weights=torch.empty(3, 5)) == {"ry": 2, "rx": 1, "esz": 4,
+                                                                                 "rows16": True}
+    assert shape("stencil2d", img[:, :, :10].transpose(1, 2), weights=torch.empty(3, 3))["rows16"] is False
     assert shape("stencil2d", img[:, :, :8].transpose(1, 2).transpose(1, 2), weights=torch.empty(3, 3))["rows16"]
     # checked as the op checks its arguments
     with pytest.raises(ValueError, match="odd length"):
@@ -393,13 +396,15 @@ def test_reduce_table_depends_on_the_reduced_view(fake_gpu, monkeypatch):
     assert rc("reduce", 90, "auto", 0, 0, outer=1, r=4096, inner=64, esz=4)[:2] == ("primitives", 2)
     assert rc("reduce", 90, "auto", 2, 0, outer=4096, r=4096, inner=1, esz=4)[:2] == ("primitives", 2)
 
-    shape = cupipe._C.table_shape  # the op's own canonical view (reduce_view in csrc/ops/args.cpp)
+    shape = cupipe._C.table_shape  # the first step of the op's layout plan (csrc/ops/layout.cpp)
     x = torch.empty(4, 5, 6)
     assert shape("reduce", x, dim=None) == {"outer": 1, "r": 120, "inner": 1, "esz": 4}
     assert shape("reduce", x, dim=[]) == {"outer": 1, "r": 120, "inner": 1, "esz": 4}
     assert shape("reduce", x, dim=1) == {"outer": 4, "r": 5, "inner": 6, "esz": 4}
     assert shape("reduce", x, dim=[-1, -2]) == {"outer": 4, "r": 30, "inner": 1, "esz": 4}
-    assert shape("reduce", x, dim=(0, 2)) == {"outer": 5, "r": 24, "inner": 1, "esz": 4}
+    assert shape("reduce", x, dim=(0, 2)) == {"outer": 20, "r": 6, "inner": 1, "esz": 4}  # dim 2, then 0
+    assert shape("reduce", x.permute(2, 0, 1), dim=0) == {"outer": 20, "r": 6, "inner": 1, "esz": 4}
+    assert shape("reduce", x.transpose(0, 2), dim=(1, 2)) == {"outer": 1, "r": 20, "inner": 6, "esz": 4}
     assert shape("reduce", torch.empty(4, 0, 6), dim=[0, 2]) == {"outer": 0, "r": 24, "inner": 1, "esz": 4}
     assert shape("reduce", torch.empty(()), dim=None) == {"outer": 1, "r": 1, "inner": 1, "esz": 4}
     assert shape("reduce", x.half(), dim=1, dtype=torch.float64)["esz"] == 8

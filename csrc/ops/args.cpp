@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <iterator>
+#include <limits>
 
 namespace cupipe {
 namespace ops {
@@ -127,7 +128,38 @@ bool rows16(const StencilGeometry& g, const void* data) {
 }
 
 bool rows16_of(const at::Tensor& x, const StencilGeometry& g) {
-  return g.nx * g.esz % 16 == 0 && (!x.is_contiguous() || x.storage_offset() * g.esz % 16 == 0);
+  return g.nx * g.esz % 16 == 0 && (!g.in_place || x.storage_offset() * g.esz % 16 == 0);
+}
+
+StencilGeometry stencil_memory_geometry(const at::Tensor& x, const StencilGeometry& logical,
+                                        std::optional<int64_t> dim, std::string* why) {
+  const std::vector<int64_t> sizes = x.sizes().vec(), strides = x.strides().vec();
+  const StencilLayoutPlan p =
+      dim ? plan_stencil1d_layout(sizes, strides, static_cast<int>(*dim), std::max(logical.ry, logical.rx))
+          : plan_stencil2d_layout(sizes, strides, logical.ry, logical.rx);
+  if (why) *why = p.why;
+  StencilGeometry g = logical;
+  g.batch = p.batch; g.ny = p.ny; g.nx = p.nx; g.ry = p.ry; g.rx = p.rx;
+  g.in_place = !p.copy;
+  g.transposed = p.transposed;
+  // x.contiguous() of a contiguous x is x itself: in place in all but name.
+  if (p.copy && x.is_contiguous()) g.in_place = true;
+  return g;
+}
+
+void StencilTensors::finish() {
+  if (!kout.is_same(out)) out.copy_(kout);
+}
+
+StencilTensors stencil_tensors(const at::Tensor& x, const at::Tensor& weights, const StencilGeometry& g) {
+  StencilTensors t;
+  t.x = g.in_place ? x : x.contiguous();
+  t.w = g.transposed ? weights.t() : weights;
+  t.out = at::empty_like(x);
+  // In place, out has x's strides (empty_like of a dense x), so the kernels write it in the order they
+  // read x; a copied x is read in logical order, and so is the buffer they write.
+  t.kout = g.in_place || t.out.is_contiguous() ? t.out : at::empty(x.sizes(), x.options());
+  return t;
 }
 
 StencilGeometry check_stencil1d(const at::Tensor& x, const at::Tensor& weights, int64_t& dim,
@@ -254,46 +286,45 @@ ReducePlan check_reduce(const at::Tensor& x, c10::string_view op, at::OptionalIn
   return plan;
 }
 
-ReduceView reduce_view(at::IntArrayRef sizes, const ReducePlan& plan) {
-  const int64_t nd = static_cast<int64_t>(sizes.size());
-  ReduceView v;
-  // The reduced dims as one run [first, last] of a contiguous x need no copy.
-  int64_t first = -1, last = -1;
-  bool one_run = true;
-  for (int64_t d = 0; d < nd; ++d) {
-    if (plan.reduced[static_cast<size_t>(d)]) {
-      if (first < 0) first = d;
-      else if (last != d - 1) one_run = false;
-      last = d;
-    }
-  }
-  if (first < 0) {  // nothing reduced (0-d input, or no dims): every element is its own output
-    for (int64_t s : sizes) v.outer *= s;
-  } else if (one_run) {
-    for (int64_t d = 0; d < first; ++d) v.outer *= sizes[d];
-    for (int64_t d = first; d <= last; ++d) v.r *= sizes[d];
-    for (int64_t d = last + 1; d < nd; ++d) v.inner *= sizes[d];
-  } else {  // scattered: moved innermost, reducing rows
-    v.outer = plan.numel_kept;
-    v.r = plan.numel_reduced;
-    v.permute = true;
-  }
-  return v;
-}
-
 int reduce_kernel_esz(const at::Tensor& x, const ReducePlan& plan) {
   return plan.acc_double ? 8 : static_cast<int>(x.element_size());
 }
 
-at::Tensor reduce_canonical_view(const at::Tensor& x, const ReducePlan& plan, int64_t& outer,
-                                 int64_t& r, int64_t& inner) {
-  const ReduceView v = reduce_view(x.sizes(), plan);
-  outer = v.outer; r = v.r; inner = v.inner;
-  if (!v.permute) return x.contiguous();
-  std::vector<int64_t> perm;
-  for (int64_t d = 0; d < x.dim(); ++d) if (!plan.reduced[static_cast<size_t>(d)]) perm.push_back(d);
-  for (int64_t d = 0; d < x.dim(); ++d) if (plan.reduced[static_cast<size_t>(d)]) perm.push_back(d);
-  return x.permute(perm).contiguous();
+ReduceLayoutPlan reduce_layout(const at::Tensor& x, const ReducePlan& plan) {
+  return plan_reduce_layout(x.sizes().vec(), x.strides().vec(), plan.reduced);
+}
+
+at::Tensor run_reduce(const at::Tensor& x, const ReducePlan& plan,
+                      const std::function<void(const at::Tensor&, at::Tensor&, const ReduceStep&)>& step) {
+  at::Tensor out = at::empty(plan.out_shape, x.options().dtype(plan.out_dtype));
+  if (out.numel() == 0) return out;
+  if (x.numel() == 0)  // reduced dims of size 0 (amax/amin raised in check_reduce): sum 0, mean nan
+    return out.fill_(plan.op == ReduceOp::Mean ? std::numeric_limits<double>::quiet_NaN() : 0.0);
+  const ReduceLayoutPlan lp = reduce_layout(x, plan);
+  const bool minmax = plan.op == ReduceOp::Amax || plan.op == ReduceOp::Amin;
+  const at::ScalarType between = minmax ? x.scalar_type() : plan.acc_double ? at::kDouble : at::kFloat;
+  at::Tensor in = lp.copy ? x.contiguous() : x;
+  for (size_t i = 0; i < lp.steps.size(); ++i) {
+    const ReduceStep& s = lp.steps[i];
+    const bool last = i + 1 == lp.steps.size();
+    at::Tensor dst = last && !lp.permuted_out ? out
+                     : at::empty({s.outer * s.inner}, x.options().dtype(last ? plan.out_dtype : between));
+    step(in, dst, s);
+    in = dst;
+  }
+  if (lp.permuted_out) {  // in holds the kept dims in memory order: permute them into out's order
+    const std::vector<int64_t> sizes = x.sizes().vec();
+    std::vector<int64_t> mem_sizes, sorted_dims(lp.out_dims.begin(), lp.out_dims.end()), perm;
+    for (int d : lp.out_dims) mem_sizes.push_back(sizes[static_cast<size_t>(d)]);
+    std::sort(sorted_dims.begin(), sorted_dims.end());
+    std::vector<int64_t> out_sizes;
+    for (int64_t d : sorted_dims) {
+      out_sizes.push_back(sizes[static_cast<size_t>(d)]);
+      perm.push_back(std::find(lp.out_dims.begin(), lp.out_dims.end(), static_cast<int>(d)) - lp.out_dims.begin());
+    }
+    out.view(out_sizes).copy_(in.view(mem_sizes).permute(perm));
+  }
+  return out;
 }
 
 }  // namespace ops

@@ -5,10 +5,13 @@
 
 #include <ATen/ATen.h>
 
+#include <functional>
+#include <optional>
 #include <string>
 #include <vector>
 
 #include "kernels/params.h"
+#include "ops/layout.h"
 
 namespace cupipe {
 namespace ops {
@@ -40,28 +43,47 @@ bool is_supported_float(at::ScalarType t);
 DType to_kernel_dtype(at::ScalarType t);
 void check_float_input(const char* op, const char* arg, const at::Tensor& t);
 
-// Stencil geometry: x viewed as a contiguous (batch, ny, nx) stack with a (2ry+1, 2rx+1) window.
+// Stencil geometry: a contiguous (batch, ny, nx) stack with a (2ry+1, 2rx+1) window. check_stencil*
+// give it in x's logical order (x.contiguous()); stencil_memory_geometry in x's memory order.
 struct StencilGeometry {
   int64_t batch = 1, ny = 1, nx = 1;
   int ry = 0, rx = 0;
   int esz = 4;  // bytes per element of x (the tuning table depends on it)
-  // Rows of whole 16-byte multiples from a 16-byte aligned pointer (as the kernels see x, after
-  // .contiguous()): the condition of tma's tensor-map tiles, which the table depends on.
+  // Rows of whole 16-byte multiples from a 16-byte aligned pointer (as the kernels see x): the
+  // condition of tma's tensor-map tiles, which the table depends on.
   bool rows16 = false;
+  bool in_place = false;    // the stack is x's own memory (else x.contiguous())
+  bool transposed = false;  // stencil2d: y is W and x is H; the weights go transposed
 };
 
-// Whether the kernels' tiles of x may be tensor-map boxes (StencilGeometry::rows16), for x's
-// contiguous data at `data`.
+// Whether the kernels' tiles of x may be tensor-map boxes (StencilGeometry::rows16), for the stack's
+// data at `data`.
 bool rows16(const StencilGeometry& g, const void* data);
 // The same without a data pointer (explain, fake tensors): a copy made by .contiguous() is a fresh
-// allocation, and storages start 16-byte aligned, so only a contiguous x's offset matters.
+// allocation, and storages start 16-byte aligned, so only an in-place x's offset matters.
 bool rows16_of(const at::Tensor& x, const StencilGeometry& g);
 
 // Validates x/weights/boundary for stencil1d and returns the geometry along `dim`
-// (normalised in place).
+// (normalised in place), in logical order.
 StencilGeometry check_stencil1d(const at::Tensor& x, const at::Tensor& weights, int64_t& dim,
                                 Boundary boundary);
 StencilGeometry check_stencil2d(const at::Tensor& x, const at::Tensor& weights, Boundary boundary);
+
+// The geometry the kernels run a checked call with (the layout planner, ops/layout.h): x's memory
+// in place where its layout has a (batch, ny, nx) view, else the logical geometry of x.contiguous().
+// `dim`: stencil1d's (normalised) dim; nullopt for stencil2d. `why`: the plan in words, for explain.
+StencilGeometry stencil_memory_geometry(const at::Tensor& x, const StencilGeometry& logical,
+                                        std::optional<int64_t> dim, std::string* why = nullptr);
+
+// A stencil call's tensors as the kernels see them, for the geometry stencil_memory_geometry gave.
+struct StencilTensors {
+  at::Tensor x;     // what the kernels read: x itself (in place) or x.contiguous()
+  at::Tensor w;     // the weights as given, transposed when the geometry is
+  at::Tensor out;   // the result: empty_like(x), so x's layout when x is dense (as torch.empty_like)
+  at::Tensor kout;  // what the kernels write: out, or a contiguous buffer when out's layout differs
+  void finish();    // kout into out, when they differ
+};
+StencilTensors stencil_tensors(const at::Tensor& x, const at::Tensor& weights, const StencilGeometry& g);
 
 // The upstream gradient of a stencil's weight-gradient op: x's shape, dtype and device.
 void check_stencil_grad(const char* op, const at::Tensor& x, const at::Tensor& grad);
@@ -83,20 +105,18 @@ struct ReducePlan {
 ReducePlan check_reduce(const at::Tensor& x, c10::string_view op, at::OptionalIntArrayRef dim,
                         bool keepdim, std::optional<at::ScalarType> dtype);
 
-// The (outer, r, inner) view the reduce kernels read, with the reduced dims in the middle;
-// `permute`: the reduced dims are scattered and move innermost (one copy).
-struct ReduceView {
-  int64_t outer = 1, r = 1, inner = 1;
-  bool permute = false;
-};
-ReduceView reduce_view(at::IntArrayRef sizes, const ReducePlan& plan);
-
 // Bytes per element the reduce kernels read: dtype=float64 converts a narrower x first.
 int reduce_kernel_esz(const at::Tensor& x, const ReducePlan& plan);
 
-// x rearranged (a copy only when needed) as reduce_view describes. Fills outer/r/inner.
-at::Tensor reduce_canonical_view(const at::Tensor& x, const ReducePlan& plan, int64_t& outer,
-                                 int64_t& r, int64_t& inner);
+// The layout plan of a checked reduction of x (ops/layout.h).
+ReduceLayoutPlan reduce_layout(const at::Tensor& x, const ReducePlan& plan);
+
+// Runs a checked reduction of x as its layout plan's steps and returns the result. `step(in, out,
+// s)` reduces the contiguous (s.outer, s.r, s.inner) values at in.data_ptr() (x's memory block,
+// or the previous step's output) over r into out, with plan.op, in in's and out's dtypes. Between
+// steps the values stay in the accumulation type (x's dtype for amax/amin).
+at::Tensor run_reduce(const at::Tensor& x, const ReducePlan& plan,
+                      const std::function<void(const at::Tensor&, at::Tensor&, const ReduceStep&)>& step);
 
 }  // namespace ops
 }  // namespace cupipe

@@ -62,18 +62,20 @@ void stencil_cpu_impl(const T* x, T* out, const Acc* w, const StencilGeometry& g
   });
 }
 
-at::Tensor stencil_cpu(const at::Tensor& x, const at::Tensor& weights, const StencilGeometry& g,
-                       Boundary boundary) {
-  const at::Tensor xc = x.contiguous();
-  const at::Tensor w = weights_for_kernel(x, weights);
-  at::Tensor out = at::empty(x.sizes(), x.options().memory_format(at::MemoryFormat::Contiguous));
-  if (out.numel() == 0) return out;
+at::Tensor stencil_cpu(const at::Tensor& x, const at::Tensor& weights, const StencilGeometry& logical,
+                       std::optional<int64_t> dim, Boundary boundary) {
+  if (x.numel() == 0) return at::empty_like(x);
+  // The layout planner's geometry, as on CUDA: the loops read x's memory in place where they can.
+  const StencilGeometry g = stencil_memory_geometry(x, logical, dim);
+  StencilTensors t = stencil_tensors(x, weights, g);
+  const at::Tensor w = weights_for_kernel(x, t.w);
   AT_DISPATCH_FLOATING_TYPES_AND2(at::kHalf, at::kBFloat16, x.scalar_type(), "stencil_cpu", [&] {
     using Acc = std::conditional_t<std::is_same_v<scalar_t, double>, double, float>;
-    stencil_cpu_impl<scalar_t, Acc>(xc.const_data_ptr<scalar_t>(), out.mutable_data_ptr<scalar_t>(),
+    stencil_cpu_impl<scalar_t, Acc>(t.x.const_data_ptr<scalar_t>(), t.kout.mutable_data_ptr<scalar_t>(),
                                     w.const_data_ptr<Acc>(), g, boundary);
   });
-  return out;
+  t.finish();
+  return t.out;
 }
 
 at::Tensor stencil1d_cpu(const at::Tensor& x, const at::Tensor& weights, int64_t dim,
@@ -82,7 +84,7 @@ at::Tensor stencil1d_cpu(const at::Tensor& x, const at::Tensor& weights, int64_t
   parse_mechanism("stencil1d", mechanism);
   check_stages("stencil1d", stages);
   const StencilGeometry g = check_stencil1d(x, weights, dim, b);
-  return stencil_cpu(x, weights, g, b);
+  return stencil_cpu(x, weights, g, dim, b);
 }
 
 at::Tensor stencil2d_cpu(const at::Tensor& x, const at::Tensor& weights, c10::string_view boundary,
@@ -91,7 +93,7 @@ at::Tensor stencil2d_cpu(const at::Tensor& x, const at::Tensor& weights, c10::st
   parse_mechanism("stencil2d", mechanism);
   check_stages("stencil2d", stages);
   const StencilGeometry g = check_stencil2d(x, weights, b);
-  return stencil_cpu(x, weights, g, b);
+  return stencil_cpu(x, weights, g, std::nullopt, b);
 }
 
 // Weight gradient: grad_w[a][c] = sum over outputs of grad * the input the tap read. Rows go in
@@ -223,21 +225,18 @@ at::Tensor reduce_cpu(const at::Tensor& x, c10::string_view op, at::OptionalIntA
   parse_mechanism("reduce", mechanism);
   check_stages("reduce", stages);
   const ReducePlan plan = check_reduce(x, op, dim, keepdim, dtype);
-  at::Tensor out = at::empty(plan.out_shape, x.options().dtype(plan.out_dtype));
-  if (out.numel() == 0) return out;
-  int64_t outer, r, inner;
-  const at::Tensor xc = reduce_canonical_view(x, plan, outer, r, inner);
-  AT_DISPATCH_FLOATING_TYPES_AND2(at::kHalf, at::kBFloat16, x.scalar_type(), "reduce_cpu", [&] {
-    using T = scalar_t;
-    AT_DISPATCH_FLOATING_TYPES_AND2(at::kHalf, at::kBFloat16, plan.out_dtype, "reduce_cpu_out", [&] {
-      using O = scalar_t;
-      if (plan.acc_double)
-        reduce_cpu_impl<T, double, O>(xc.const_data_ptr<T>(), out.mutable_data_ptr<O>(), outer, r, inner, plan.op);
-      else
-        reduce_cpu_impl<T, float, O>(xc.const_data_ptr<T>(), out.mutable_data_ptr<O>(), outer, r, inner, plan.op);
+  return run_reduce(x, plan, [&](const at::Tensor& in, at::Tensor& out, const ReduceStep& s) {
+    AT_DISPATCH_FLOATING_TYPES_AND2(at::kHalf, at::kBFloat16, in.scalar_type(), "reduce_cpu", [&] {
+      using T = scalar_t;
+      AT_DISPATCH_FLOATING_TYPES_AND2(at::kHalf, at::kBFloat16, out.scalar_type(), "reduce_cpu_out", [&] {
+        using O = scalar_t;
+        if (plan.acc_double)
+          reduce_cpu_impl<T, double, O>(in.const_data_ptr<T>(), out.mutable_data_ptr<O>(), s.outer, s.r, s.inner, plan.op);
+        else
+          reduce_cpu_impl<T, float, O>(in.const_data_ptr<T>(), out.mutable_data_ptr<O>(), s.outer, s.r, s.inner, plan.op);
+      });
     });
   });
-  return out;
 }
 
 }  // namespace

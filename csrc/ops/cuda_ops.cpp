@@ -81,24 +81,29 @@ at::Tensor stream_copy_ex_cuda(const at::Tensor& x, c10::string_view mechanism, 
   return stream_copy_impl("_stream_copy_ex", x, mechanism, stages, vec_bytes, tile_bytes, max_blocks);
 }
 
-// The kernel's parameters for one stencil call, but its output and grid; xc and w hold the
-// tensors p points into.
+// The kernel's parameters for one stencil call, but its output and grid; t holds the tensors p
+// points into.
 struct StencilCall {
-  at::Tensor xc, w;
+  StencilTensors t;
+  at::Tensor w;
   StencilParams p;
 };
 
-StencilCall stencil_call(const char* op, const at::Tensor& x, const at::Tensor& weights, const StencilGeometry& g,
-                         Boundary boundary, MechanismArg mech, int64_t stages, const DeviceInfo& dev) {
+// g: the checked call's logical geometry; dim: stencil1d's dim (nullopt: stencil2d).
+StencilCall stencil_call(const char* op, const at::Tensor& x, const at::Tensor& weights, const StencilGeometry& logical,
+                         std::optional<int64_t> dim, Boundary boundary, MechanismArg mech, int64_t stages,
+                         const DeviceInfo& dev) {
   StencilCall c;
-  c.xc = x.contiguous();
+  const StencilGeometry g = stencil_memory_geometry(x, logical, dim);
+  c.t = stencil_tensors(x, weights, g);
   // fp32, fp16, bf16 and fp64 weights go to the kernel as they are (it converts them while staging
   // them: no conversion kernel per call); other floating types (fp8) are converted first.
   const at::ScalarType wt = weights.scalar_type();
   const bool as_is = wt == at::kFloat || wt == at::kHalf || wt == at::kBFloat16 || wt == at::kDouble;
-  c.w = as_is ? weights.contiguous() : weights_for_kernel(x, weights);
+  c.w = as_is ? c.t.w.contiguous() : weights_for_kernel(x, c.t.w);
   StencilParams& p = c.p;
-  p.x = c.xc.data_ptr();
+  p.x = c.t.x.data_ptr();
+  p.out = c.t.kout.data_ptr();
   p.weights = c.w.data_ptr();
   p.weights_dtype = to_kernel_dtype(c.w.scalar_type());
   p.dtype = to_kernel_dtype(x.scalar_type());
@@ -117,18 +122,17 @@ StencilCall stencil_call(const char* op, const at::Tensor& x, const at::Tensor& 
 }
 
 at::Tensor stencil_cuda(const char* op, const at::Tensor& x, const at::Tensor& weights,
-                        const StencilGeometry& g, Boundary boundary, MechanismArg mech, int64_t stages,
-                        int64_t free_sms = 0, int64_t blocks = 0) {
+                        const StencilGeometry& g, std::optional<int64_t> dim, Boundary boundary, MechanismArg mech,
+                        int64_t stages, int64_t free_sms = 0, int64_t blocks = 0) {
   c10::cuda::CUDAGuard guard(x.device());
+  if (x.numel() == 0) return at::empty_like(x);
   const DeviceInfo dev = device_info(x.get_device());
-  at::Tensor out = at::empty(x.sizes(), x.options().memory_format(at::MemoryFormat::Contiguous));
-  if (out.numel() == 0) return out;
-  StencilCall c = stencil_call(op, x, weights, g, boundary, mech, stages, dev);
-  c.p.out = out.data_ptr();
+  StencilCall c = stencil_call(op, x, weights, g, dim, boundary, mech, stages, dev);
   c.p.free_sms = static_cast<int>(free_sms);
   c.p.blocks = blocks;
   run_launcher(op, [&] { launch_stencil(c.p); });
-  return out;
+  c.t.finish();
+  return c.t.out;
 }
 
 at::Tensor stencil1d_cuda(const at::Tensor& x, const at::Tensor& weights, int64_t dim,
@@ -137,7 +141,7 @@ at::Tensor stencil1d_cuda(const at::Tensor& x, const at::Tensor& weights, int64_
   const MechanismArg mech = parse_mechanism("stencil1d", mechanism);
   check_stages("stencil1d", stages);
   const StencilGeometry g = check_stencil1d(x, weights, dim, b);
-  return stencil_cuda("stencil1d", x, weights, g, b, mech, stages);
+  return stencil_cuda("stencil1d", x, weights, g, dim, b, mech, stages);
 }
 
 at::Tensor stencil2d_cuda(const at::Tensor& x, const at::Tensor& weights, c10::string_view boundary,
@@ -146,7 +150,7 @@ at::Tensor stencil2d_cuda(const at::Tensor& x, const at::Tensor& weights, c10::s
   const MechanismArg mech = parse_mechanism("stencil2d", mechanism);
   check_stages("stencil2d", stages);
   const StencilGeometry g = check_stencil2d(x, weights, b);
-  return stencil_cuda("stencil2d", x, weights, g, b, mech, stages);
+  return stencil_cuda("stencil2d", x, weights, g, std::nullopt, b, mech, stages);
 }
 
 void check_ex_grid_args(const char* op, int64_t free_sms, int64_t blocks) {
@@ -163,7 +167,7 @@ at::Tensor stencil1d_ex_cuda(const at::Tensor& x, const at::Tensor& weights, int
   const MechanismArg mech = parse_mechanism("stencil1d", mechanism);
   check_stages("stencil1d", stages);
   const StencilGeometry g = check_stencil1d(x, weights, dim, b);
-  return stencil_cuda("stencil1d", x, weights, g, b, mech, stages, free_sms, blocks);
+  return stencil_cuda("stencil1d", x, weights, g, dim, b, mech, stages, free_sms, blocks);
 }
 
 at::Tensor stencil2d_ex_cuda(const at::Tensor& x, const at::Tensor& weights, c10::string_view boundary,
@@ -174,7 +178,7 @@ at::Tensor stencil2d_ex_cuda(const at::Tensor& x, const at::Tensor& weights, c10
   const MechanismArg mech = parse_mechanism("stencil2d", mechanism);
   check_stages("stencil2d", stages);
   const StencilGeometry g = check_stencil2d(x, weights, b);
-  return stencil_cuda("stencil2d", x, weights, g, b, mech, stages, free_sms, blocks);
+  return stencil_cuda("stencil2d", x, weights, g, std::nullopt, b, mech, stages, free_sms, blocks);
 }
 
 at::Tensor stencil_weight_grad_cuda(const char* op, const at::Tensor& x, const at::Tensor& grad,
@@ -224,37 +228,34 @@ at::Tensor reduce_impl(const at::Tensor& x, c10::string_view op, at::OptionalInt
   const ReducePlan plan = check_reduce(x, op, dim, keepdim, dtype);
   c10::cuda::CUDAGuard guard(x.device());
   const DeviceInfo dev = device_info(x.get_device());
-  at::Tensor out = at::empty(plan.out_shape, x.options().dtype(plan.out_dtype));
-  if (out.numel() == 0) return out;
-  int64_t outer, r, inner;
   // The kernels accumulate in double only for double input; dtype=float64 on a narrower input
   // (like torch.sum(x, dtype=torch.float64)) converts the input first.
   const at::Tensor xin = plan.acc_double && x.scalar_type() != at::kDouble ? x.to(at::kDouble) : x;
-  const at::Tensor xc = reduce_canonical_view(xin, plan, outer, r, inner);
-  ReduceParams p;
-  p.x = xc.data_ptr();
-  p.out = out.data_ptr();
-  p.in_dtype = to_kernel_dtype(xin.scalar_type());
-  p.out_dtype = to_kernel_dtype(plan.out_dtype);
-  p.acc_double = plan.acc_double;
-  p.outer = outer; p.r = r; p.inner = inner;
-  p.op = plan.op;
-  const CopyConfig cfg = resolve_reduce(dev, mech, stages, outer, r, inner, reduce_kernel_esz(x, plan));
-  check_mechanism_supported("reduce", cfg.mechanism, dev);
-  p.mechanism = cfg.mechanism;
-  p.stages = cfg.stages;
-  p.tile_bytes = static_cast<int>(tile_bytes);
-  p.blocks = blocks;
-  p.stream = current_stream();
-  at::Tensor workspace;
-  const int64_t ws = reduce_workspace_bytes(p);
-  if (ws > 0) {
-    workspace = at::empty({ws}, x.options().dtype(at::kByte));
-    p.workspace = workspace.data_ptr();
-    p.workspace_bytes = ws;
-  }
-  run_launcher("reduce", [&] { launch_reduce(p); });
-  return out;
+  return run_reduce(xin, plan, [&](const at::Tensor& in, at::Tensor& out, const ReduceStep& s) {
+    ReduceParams p;
+    p.x = in.data_ptr();
+    p.out = out.data_ptr();
+    p.in_dtype = to_kernel_dtype(in.scalar_type());
+    p.out_dtype = to_kernel_dtype(out.scalar_type());
+    p.acc_double = plan.acc_double;
+    p.outer = s.outer; p.r = s.r; p.inner = s.inner;
+    p.op = plan.op;
+    const CopyConfig cfg = resolve_reduce(dev, mech, stages, s.outer, s.r, s.inner, static_cast<int>(in.element_size()));
+    check_mechanism_supported("reduce", cfg.mechanism, dev);
+    p.mechanism = cfg.mechanism;
+    p.stages = cfg.stages;
+    p.tile_bytes = static_cast<int>(tile_bytes);
+    p.blocks = blocks;
+    p.stream = current_stream();
+    at::Tensor workspace;
+    const int64_t ws = reduce_workspace_bytes(p);
+    if (ws > 0) {
+      workspace = at::empty({ws}, x.options().dtype(at::kByte));
+      p.workspace = workspace.data_ptr();
+      p.workspace_bytes = ws;
+    }
+    run_launcher("reduce", [&] { launch_reduce(p); });
+  });
 }
 
 at::Tensor reduce_cuda(const at::Tensor& x, c10::string_view op, at::OptionalIntArrayRef dim,
@@ -289,7 +290,8 @@ std::string stencil_family_cuda(const at::Tensor& x, const at::Tensor& weights, 
   const StencilGeometry g = dim ? check_stencil1d(x, weights, d, b) : check_stencil2d(x, weights, b);
   if (x.numel() == 0) return "";
   c10::cuda::CUDAGuard guard(x.device());
-  const StencilCall c = stencil_call(op, x, weights, g, b, mech, stages, device_info(x.get_device()));
+  const StencilCall c = stencil_call(op, x, weights, g, dim ? std::optional<int64_t>(d) : std::nullopt, b, mech,
+                                     stages, device_info(x.get_device()));
   return ::cupipe::stencil_family(c.p);
 }
 

@@ -95,18 +95,19 @@ pybind11::tuple explain_config(const std::string& op, int sm, const std::string&
                               cfg.vec_bytes, std::string(cfg.why));
 }
 
+// A Python dim argument: None, one int or a sequence of ints.
+std::optional<std::vector<int64_t>> dims_arg(const pybind11::object& dim) {
+  if (pybind11::isinstance<pybind11::int_>(dim)) return std::vector<int64_t>{dim.cast<int64_t>()};
+  if (dim.is_none()) return std::nullopt;
+  return dim.cast<std::vector<int64_t>>();
+}
+
 // The shape keywords of resolve_config for `op` called on x with these arguments, derived as the op
 // derives them (reduce's canonical view, the stencils' radii along the kernels' axes).
 pybind11::dict table_shape(const std::string& op, const at::Tensor& x, const std::optional<at::Tensor>& weights,
                            const pybind11::object& dim, const std::string& boundary,
                            const std::string& reduce_op, std::optional<at::ScalarType> dtype) {
-  std::optional<std::vector<int64_t>> dims;
-  if (pybind11::isinstance<pybind11::int_>(dim)) {
-    dims = std::vector<int64_t>{dim.cast<int64_t>()};
-  } else if (!dim.is_none()) {
-    dims = dim.cast<std::vector<int64_t>>();
-  }
-  const TableShape s = cupipe::ops::table_shape(op, x, weights, dims, boundary, reduce_op, dtype);
+  const TableShape s = cupipe::ops::table_shape(op, x, weights, dims_arg(dim), boundary, reduce_op, dtype);
   pybind11::dict d;
   if (op == "reduce") {
     d["outer"] = s.outer;
@@ -120,6 +121,12 @@ pybind11::dict table_shape(const std::string& op, const at::Tensor& x, const std
     d["rows16"] = s.rows16;
   }
   return d;
+}
+
+std::string layout_plan(const std::string& op, const at::Tensor& x, const std::optional<at::Tensor>& weights,
+                        const pybind11::object& dim, const std::string& boundary, const std::string& reduce_op,
+                        std::optional<at::ScalarType> dtype) {
+  return cupipe::ops::table_shape(op, x, weights, dims_arg(dim), boundary, reduce_op, dtype).layout;
 }
 
 pybind11::tuple names(const std::vector<std::string>& v) {
@@ -172,6 +179,10 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
         "the shape keywords of resolve_config for op(x, ...) (checked as the op checks them; reads only "
         "metadata): dim is stencil1d's dim or reduce's dims (None: all), boundary the stencils', reduce_op "
         "and dtype reduce's",
+        py::arg("op"), py::arg("x"), py::arg("weights") = py::none(), py::arg("dim") = py::none(),
+        py::arg("boundary") = "zero", py::arg("reduce_op") = "sum", py::arg("dtype") = py::none());
+  m.def("layout_plan", &layout_plan,
+        "how op(x, ...) reads x's memory (csrc/ops/layout.h), in words; table_shape's arguments",
         py::arg("op"), py::arg("x"), py::arg("weights") = py::none(), py::arg("dim") = py::none(),
         py::arg("boundary") = "zero", py::arg("reduce_op") = "sum", py::arg("dtype") = py::none());
   m.def(

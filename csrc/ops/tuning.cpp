@@ -170,9 +170,12 @@ TableShape table_shape(const std::string& op, const at::Tensor& x, const std::op
       TORCH_CHECK_VALUE(dim.has_value() && dim->size() == 1, "cupipe.stencil1d: dim must be one int");
       int64_t d = (*dim)[0];
       g = check_stencil1d(x, *weights, d, parse_boundary("stencil1d", boundary));
+      if (x.numel() > 0) g = stencil_memory_geometry(x, g, d, &s.layout);
     } else {
       g = check_stencil2d(x, *weights, parse_boundary("stencil2d", boundary));
+      if (x.numel() > 0) g = stencil_memory_geometry(x, g, std::nullopt, &s.layout);
     }
+    if (x.numel() == 0) s.layout = "x is empty: nothing runs";
     s.ry = g.ry;
     s.rx = g.rx;
     s.esz = g.esz;
@@ -180,12 +183,18 @@ TableShape table_shape(const std::string& op, const at::Tensor& x, const std::op
   } else if (op == "reduce") {
     const ReducePlan plan =
         check_reduce(x, reduce_op, dim ? at::OptionalIntArrayRef(*dim) : at::OptionalIntArrayRef(), false, dtype);
-    const ReduceView v = reduce_view(x.sizes(), plan);
+    // The first step's view: it reads x, the others its far smaller output.
+    const ReduceLayoutPlan lp = x.numel() > 0 ? reduce_layout(x, plan) : ReduceLayoutPlan{};
+    const ReduceStep v = x.numel() > 0 ? lp.steps.front() : ReduceStep{plan.numel_kept, plan.numel_reduced, 1};
+    s.layout = x.numel() > 0 ? lp.describe() : "x is empty: the result is filled (sum 0, mean nan)";
     s.outer = v.outer;
     s.r = v.r;
     s.inner = v.inner;
     s.esz = reduce_kernel_esz(x, plan);
-  } else if (op != "stream_copy") {
+  } else if (op == "stream_copy") {
+    s.layout = x.is_contiguous() ? "the kernels copy x's bytes in place"
+                                 : "x is not contiguous: the kernels copy x.contiguous()";
+  } else {
     unknown_op(op);
   }
   return s;

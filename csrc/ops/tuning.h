@@ -43,6 +43,7 @@ struct TableShape {
   int ry = 0, rx = 0;
   int esz = 4;
   bool rows16 = false;
+  std::string layout;  // the layout plan in words (ops/layout.h), for explain
 };
 
 // The TableShape of `op` called on x with these arguments, derived (and checked) as the op

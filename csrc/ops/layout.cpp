@@ -1,0 +1,194 @@
+#include "ops/layout.h"
+
+#include <algorithm>
+#include <numeric>
+#include <sstream>
+
+namespace cupipe {
+namespace ops {
+
+namespace {
+
+std::vector<int64_t> contiguous_strides(const std::vector<int64_t>& sizes) {
+  std::vector<int64_t> s(sizes.size(), 1);
+  for (int i = static_cast<int>(sizes.size()) - 2; i >= 0; --i)
+    s[static_cast<size_t>(i)] = s[static_cast<size_t>(i) + 1] * std::max<int64_t>(sizes[static_cast<size_t>(i) + 1], 1);
+  return s;
+}
+
+int64_t product(const std::vector<MemDim>& dims, size_t begin, size_t end) {
+  int64_t p = 1;
+  for (size_t i = begin; i < end; ++i) p *= dims[i].size;
+  return p;
+}
+
+// Appends d to the memory-order list, merged into the last dim when contiguous with it and of its mark.
+void push_merged(std::vector<MemDim>& dims, MemDim d) {
+  if (!dims.empty() && dims.back().mark == d.mark && dims.back().stride == d.size * d.stride) {
+    MemDim& b = dims.back();
+    b.size *= d.size;
+    b.stride = d.stride;
+    b.dims.insert(b.dims.end(), d.dims.begin(), d.dims.end());
+  } else {
+    dims.push_back(std::move(d));
+  }
+}
+
+// The list with dims[j] removed, as the contiguous output of a step that reduced it, re-merged.
+std::vector<MemDim> drop_dim(const std::vector<MemDim>& dims, size_t j) {
+  std::vector<MemDim> rest;
+  for (size_t i = 0; i < dims.size(); ++i)
+    if (i != j) rest.push_back(dims[i]);
+  int64_t stride = 1;
+  for (auto it = rest.rbegin(); it != rest.rend(); ++it) {
+    it->stride = stride;
+    stride *= it->size;
+  }
+  std::vector<MemDim> merged;
+  for (auto& d : rest) push_merged(merged, std::move(d));
+  return merged;
+}
+
+}  // namespace
+
+MemLayout memory_layout(const std::vector<int64_t>& sizes, const std::vector<int64_t>& strides,
+                        const std::vector<int>& marks) {
+  std::vector<int> order;
+  for (int d = 0; d < static_cast<int>(sizes.size()); ++d)
+    if (sizes[static_cast<size_t>(d)] != 1) order.push_back(d);
+  std::stable_sort(order.begin(), order.end(), [&](int a, int b) {
+    return strides[static_cast<size_t>(a)] > strides[static_cast<size_t>(b)];
+  });
+  MemLayout out;
+  out.dense = true;
+  int64_t expected = 1;  // the stride a gap-free block has at this dim, innermost first
+  for (auto it = order.rbegin(); it != order.rend(); ++it) {
+    const size_t d = static_cast<size_t>(*it);
+    if (strides[d] != expected) out.dense = false;
+    expected *= sizes[d];
+  }
+  for (int d : order) {
+    const size_t i = static_cast<size_t>(d);
+    push_merged(out.dims, MemDim{sizes[i], strides[i], marks[i], {d}});
+  }
+  return out;
+}
+
+ReduceLayoutPlan plan_reduce_layout(const std::vector<int64_t>& sizes, const std::vector<int64_t>& strides,
+                                    const std::vector<bool>& reduced) {
+  std::vector<int> marks(sizes.size());
+  for (size_t d = 0; d < sizes.size(); ++d) marks[d] = reduced[d] ? 1 : 0;
+  ReduceLayoutPlan plan;
+  MemLayout L = memory_layout(sizes, strides, marks);
+  if (!L.dense) {
+    plan.copy = true;
+    L = memory_layout(sizes, contiguous_strides(sizes), marks);
+  }
+  std::vector<MemDim> dims = L.dims;
+  for (;;) {  // the innermost run of reduced dims first: its step reads the block in order
+    size_t j = dims.size();
+    for (size_t i = 0; i < dims.size(); ++i)
+      if (dims[i].mark == 1) j = i;
+    if (j == dims.size()) break;
+    plan.steps.push_back(ReduceStep{product(dims, 0, j), dims[j].size, product(dims, j + 1, dims.size())});
+    dims = drop_dim(dims, j);
+  }
+  if (plan.steps.empty()) plan.steps.push_back(ReduceStep{product(dims, 0, dims.size()), 1, 1});
+  for (const MemDim& d : dims) plan.out_dims.insert(plan.out_dims.end(), d.dims.begin(), d.dims.end());
+  plan.permuted_out = !std::is_sorted(plan.out_dims.begin(), plan.out_dims.end());
+  return plan;
+}
+
+std::string ReduceLayoutPlan::describe() const {
+  std::ostringstream s;
+  s << (copy ? "x is not dense (gaps, overlaps or zero strides): the kernels read a contiguous copy"
+             : "the kernels read x's memory in place, in memory order");
+  for (size_t i = 0; i < steps.size(); ++i) {
+    const ReduceStep& t = steps[i];
+    s << (i == 0 ? "; " : ", then ") << (t.r == 1 ? "copy" : t.inner == 1 ? "rows" : "columns")
+      << " (outer, r, inner) = (" << t.outer << ", " << t.r << ", " << t.inner << ")";
+  }
+  if (steps.size() > 1) s << " (one step per run of reduced dims in memory, each reading the last one's output)";
+  if (permuted_out) s << "; the kept dims lie in another order in memory: the result is permuted into place (a copy of the output)";
+  return s.str();
+}
+
+namespace {
+
+StencilLayoutPlan logical_stencil(const std::vector<int64_t>& sizes, int first, int last, int ry, int rx,
+                                  std::string why) {
+  // Logical (batch, ny, nx) of x.contiguous(): dims [first, last] filtered, the rest outer or inner.
+  StencilLayoutPlan p;
+  p.copy = true;
+  p.why = std::move(why);
+  int64_t outer = 1, inner = 1;
+  for (int d = 0; d < first; ++d) outer *= sizes[static_cast<size_t>(d)];
+  for (int d = last + 1; d < static_cast<int>(sizes.size()); ++d) inner *= sizes[static_cast<size_t>(d)];
+  if (first == last) {  // stencil1d
+    const int64_t n = sizes[static_cast<size_t>(first)];
+    if (inner == 1) { p.batch = 1; p.ny = outer; p.nx = n; p.ry = 0; p.rx = ry; }
+    else { p.batch = outer; p.ny = n; p.nx = inner; p.ry = ry; p.rx = 0; }
+  } else {
+    p.batch = outer; p.ny = sizes[static_cast<size_t>(first)]; p.nx = sizes[static_cast<size_t>(last)];
+    p.ry = ry; p.rx = rx;
+  }
+  return p;
+}
+
+constexpr const char* kNotDense =
+    "x is not dense (gaps, overlaps or zero strides): the kernels read a contiguous copy";
+
+}  // namespace
+
+StencilLayoutPlan plan_stencil1d_layout(const std::vector<int64_t>& sizes, const std::vector<int64_t>& strides,
+                                        int dim, int r) {
+  std::vector<int> marks(sizes.size(), 0);
+  marks[static_cast<size_t>(dim)] = 1;
+  const MemLayout L = memory_layout(sizes, strides, marks);
+  if (sizes[static_cast<size_t>(dim)] == 1)
+    return logical_stencil(sizes, dim, dim, r, 0, "the filtered dim has size 1: x read in logical order");
+  if (!L.dense) return logical_stencil(sizes, dim, dim, r, 0, kNotDense);
+  size_t j = 0;
+  while (L.dims[j].mark != 1) ++j;
+  StencilLayoutPlan p;
+  const int64_t outer = product(L.dims, 0, j), n = L.dims[j].size, inner = product(L.dims, j + 1, L.dims.size());
+  if (inner == 1) { p.batch = 1; p.ny = outer; p.nx = n; p.ry = 0; p.rx = r; }
+  else { p.batch = outer; p.ny = n; p.nx = inner; p.ry = r; p.rx = 0; }
+  std::ostringstream s;
+  s << "the kernels read x's memory in place: (outer, n, inner) = (" << outer << ", " << n << ", " << inner
+    << ") in memory order, " << (inner == 1 ? "rows filtered along x" : "planes filtered along y");
+  p.why = s.str();
+  return p;
+}
+
+StencilLayoutPlan plan_stencil2d_layout(const std::vector<int64_t>& sizes, const std::vector<int64_t>& strides,
+                                        int ry, int rx) {
+  const int nd = static_cast<int>(sizes.size());
+  const int h = nd - 2, w = nd - 1;
+  if (sizes[static_cast<size_t>(h)] == 1 || sizes[static_cast<size_t>(w)] == 1)
+    return logical_stencil(sizes, h, w, ry, rx, "a plane dim has size 1: x read in logical order");
+  std::vector<int> marks(sizes.size(), 0);
+  marks[static_cast<size_t>(h)] = 1;
+  marks[static_cast<size_t>(w)] = 2;
+  const MemLayout L = memory_layout(sizes, strides, marks);
+  if (!L.dense) return logical_stencil(sizes, h, w, ry, rx, kNotDense);
+  const size_t n = L.dims.size();
+  if (L.dims[n - 1].mark == 0 || L.dims[n - 2].mark == 0)
+    return logical_stencil(sizes, h, w, ry, rx,
+                           "a batch dim lies between the plane's dims in memory (as in channels_last): the "
+                           "kernels read a contiguous copy, and the result is copied into x's layout");
+  StencilLayoutPlan p;
+  p.transposed = L.dims[n - 1].mark == 1;
+  p.batch = product(L.dims, 0, n - 2);
+  p.ny = L.dims[n - 2].size;
+  p.nx = L.dims[n - 1].size;
+  p.ry = p.transposed ? rx : ry;
+  p.rx = p.transposed ? ry : rx;
+  p.why = p.transposed ? "the kernels read x's memory in place: the plane lies transposed (W outside H), so "
+                         "they filter it with the weights transposed"
+                       : "the kernels read x's memory in place";
+  return p;
+}
+
+}  // namespace ops
+}  // namespace cupipe

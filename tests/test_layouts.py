@@ -1,0 +1,219 @@
+"""The layout planner (csrc/ops/layout.cpp): every op reads a dense input's memory in place, in
+memory order, whatever its logical dim order (transposed, permuted, channels_last), and reads a
+contiguous copy only of inputs with gaps, overlaps or zero strides. Results against eager PyTorch
+on random inputs (CPU always, CUDA with poisoned outputs), the plans through cupipe.explain's
+words (``_C.layout_plan``), and the stencils' results in x's layout (as torch.empty_like)."""
+import itertools
+
+import pytest
+import torch
+
+import cupipe
+from conftest import (HAS_CUDA, assert_close, make_input, make_weights, poison_allocator, reduce_ref,
+                      stencil1d_ref, stencil2d_ref, tol)
+
+REDUCE_OPS = ["sum", "mean", "amax", "amin"]
+IN_PLACE = "read x's memory in place"
+COPY = "contiguous copy"
+
+
+def _plan(op, x, **kw):
+    return cupipe._C.layout_plan(op, x, **kw)
+
+
+def _red_tol(op, dtype, n):
+    if op in ("amax", "amin"):
+        return 0.0, 0.0
+    atol, rtol = tol(dtype, 1)
+    if dtype == torch.float32:
+        atol = max(atol, 4 * n * 1e-7)
+    return atol, rtol
+
+
+def _poison(device, x):
+    poison_allocator(4 * x.numel() * x.element_size() + 4096, device)
+
+
+# ----------------------------------------------------------------------------- plans (metadata only)
+
+def test_reduce_plans_read_dense_layouts_in_place():
+    x = torch.empty(6, 7, 8)
+    # a transposed input reduced over its contiguous dim: rows of its memory
+    t = torch.empty(6, 8).t()  # logical (8, 6), memory (6, 8)
+    p = _plan("reduce", t, dim=0)  # dim 0 has stride 1
+    assert IN_PLACE in p and "rows (outer, r, inner) = (6, 8, 1)" in p and "permuted" not in p
+    p = _plan("reduce", t, dim=1)
+    assert IN_PLACE in p and "columns (outer, r, inner) = (1, 6, 8)" in p
+    # channels_last global average pooling: (N, H*W, C) columns, one step, no copy
+    cl = torch.empty(2, 16, 5, 7).contiguous(memory_format=torch.channels_last)
+    p = _plan("reduce", cl, dim=(2, 3), reduce_op="mean")
+    assert IN_PLACE in p and "columns (outer, r, inner) = (2, 35, 16)" in p and "then" not in p
+    # a permutation whose kept dims lie in another order: one step, the output permuted into place
+    p = _plan("reduce", x.permute(2, 0, 1), dim=1)
+    assert IN_PLACE in p and "permuted into place" in p
+    # two runs of reduced dims: two steps, the innermost first
+    p = _plan("reduce", x, dim=(0, 2))
+    assert "rows (outer, r, inner) = (42, 8, 1), then columns (outer, r, inner) = (1, 6, 7)" in p
+    # gaps (a step slice) or zero strides (expand): a contiguous copy
+    assert COPY in _plan("reduce", x[:, ::2], dim=1)
+    assert COPY in _plan("reduce", torch.empty(1, 8).expand(5, 8), dim=0)
+    # size-1 dims do not matter
+    assert IN_PLACE in _plan("reduce", torch.empty(4, 1, 6).transpose(0, 2), dim=0)
+
+
+def test_stencil_plans_read_dense_layouts_in_place():
+    w, w1 = torch.empty(3, 5), torch.empty(5)
+    img = torch.empty(3, 10, 16)
+    assert _plan("stencil2d", img, weights=w).endswith(IN_PLACE)
+    assert "transposed" in _plan("stencil2d", img.transpose(1, 2), weights=w)
+    assert _plan("stencil2d", torch.empty(2, 3, 10, 16).permute(1, 0, 2, 3), weights=w).endswith(IN_PLACE)
+    assert "between the plane's dims" in _plan("stencil2d", img.permute(1, 0, 2), weights=w)  # H (3) outside a batch dim
+    cl = torch.empty(2, 4, 10, 16).contiguous(memory_format=torch.channels_last)
+    assert "channels_last" in _plan("stencil2d", cl, weights=w) and COPY in _plan("stencil2d", cl, weights=w)
+    assert COPY in _plan("stencil2d", img[:, ::2], weights=w)
+    x = torch.empty(4, 6, 8).permute(2, 0, 1)  # logical (8, 4, 6)
+    for d in range(3):
+        assert IN_PLACE in _plan("stencil1d", x, weights=w1, dim=d)
+    # memory (4, 6, 8): dim 0 (size 8) is the contiguous one: rows filtered along x
+    assert "(outer, n, inner) = (24, 8, 1)" in _plan("stencil1d", x, weights=w1, dim=0)
+    assert "(outer, n, inner) = (4, 6, 8)" in _plan("stencil1d", x, weights=w1, dim=2)
+
+
+def test_explain_prints_the_layout():
+    e = cupipe.explain("reduce", torch.empty(8, 6).t(), "sum", 0)
+    assert "rows (outer, r, inner) = (8, 6, 1)" in e.layout and "layout:" in str(e)
+
+
+# ----------------------------------------------------------------------------- reductions
+
+def _reduce_layouts(device, dtype):
+    b = make_input((6, 5, 7, 4), dtype, device, seed=60)
+    m = make_input((12, 18), dtype, device, seed=61)
+    return [
+        ("contiguous", b),
+        ("transposed", m.t()),
+        ("permuted", b.permute(2, 0, 3, 1)),
+        ("permuted-2", b.permute(3, 1, 0, 2)),
+        ("channels_last", b.contiguous(memory_format=torch.channels_last)),
+        ("sliced", b[1:5, :, 2:6]),
+        ("stepped", b[:, ::2, :, 1::2]),
+        ("expanded", make_input((1, 5, 1, 4), dtype, device, seed=62).expand(3, 5, 6, 4)),
+        ("offset", make_input((1000,), dtype, device, seed=63)[7:7 + 6 * 5 * 7].view(6, 5, 7)),
+    ]
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float64], ids=["f32", "bf16", "f64"])
+@pytest.mark.parametrize("op", REDUCE_OPS)
+def test_reduce_every_layout_every_dim_set(device, op, dtype):
+    """Every subset of dims of every layout, keepdim both ways, against torch."""
+    for name, x in _reduce_layouts(device, dtype):
+        before = x.clone()
+        for k in range(x.dim() + 1):
+            for dims in itertools.combinations(range(x.dim()), k):
+                dim = list(dims) if dims else None
+                for keepdim in (False, True):
+                    _poison(device, x)
+                    y = cupipe.reduce(x, op, dim, keepdim)
+                    ref = reduce_ref(x, op, dim, keepdim)
+                    n = x.numel() if not dims else int(torch.tensor([x.shape[d] for d in dims]).prod())
+                    atol, rtol = _red_tol(op, dtype, n)
+                    assert y.is_contiguous() and y.shape == ref.shape
+                    assert_close(y, ref, atol=atol, rtol=rtol, what=f"{name} {op} dim={dim} keepdim={keepdim}")
+        assert torch.equal(x, before)
+
+
+@pytest.mark.parametrize("op", REDUCE_OPS)
+def test_reduce_layouts_dtype_argument(device, op):
+    """dtype=float32 / float64 of a bf16 permuted input: the steps between keep the accumulation type."""
+    x = make_input((9, 4, 11), torch.bfloat16, device, seed=64).permute(1, 2, 0)
+    for dtype in ((torch.float32, torch.float64) if op in ("sum", "mean") else (None,)):
+        for dim in ([0, 2], [1], [0, 1, 2]):
+            y = cupipe.reduce(x, op, dim, dtype=dtype)
+            ref = reduce_ref(x, op, dim, dtype=dtype)
+            assert y.dtype == ref.dtype
+            assert_close(y, ref, atol=1e-5, rtol=1e-5, what=f"{op} dim={dim} dtype={dtype}")
+
+
+def test_reduce_layout_nan_propagates(device):
+    """A NaN reaches its own output through both steps of a two-step plan, and no other."""
+    x = make_input((7, 5, 6), torch.float32, device, seed=65).permute(1, 2, 0)  # logical (5, 6, 7)
+    x[2, 3, 4] = float("nan")
+    assert "then" in _plan("reduce", x, dim=[1, 2])
+    for op in REDUCE_OPS:
+        y = cupipe.reduce(x, op, [1, 2])
+        assert torch.isnan(y[2]) and not torch.isnan(y[torch.arange(5, device=device) != 2]).any(), op
+
+
+# ----------------------------------------------------------------------------- stencils
+
+def _stencil_layouts(device, dtype):
+    b = make_input((3, 4, 17, 12), dtype, device, seed=70)
+    return [
+        ("contiguous", b),
+        ("transposed", b.transpose(2, 3)),
+        ("batch-permuted", b.permute(1, 0, 2, 3)),
+        ("transposed-permuted", b.permute(3, 1, 0, 2)),
+        ("channels_last", b.contiguous(memory_format=torch.channels_last)),
+        ("cropped", b[:, 1:3, 2:15, 1:11]),
+        ("stepped", b[:, :, ::2]),
+        ("expanded", make_input((1, 1, 17, 12), dtype, device, seed=71).expand(2, 3, 17, 12)),
+    ]
+
+
+@pytest.mark.parametrize("boundary", ["zero", "replicate", "circular", "reflect"])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=["f32", "bf16"])
+def test_stencil2d_every_layout(device, boundary, dtype):
+    w = make_weights((3, 5), torch.float32, device, seed=72)
+    for name, x in _stencil_layouts(device, dtype):
+        _poison(device, x)
+        y = cupipe.stencil2d(x, w, boundary=boundary)
+        ref = stencil2d_ref(x, w, boundary)
+        assert y.stride() == torch.empty_like(x).stride(), name  # x's layout when dense
+        atol, rtol = tol(dtype, 15)
+        assert_close(y, ref, atol=atol, rtol=rtol, what=f"stencil2d {name} {boundary}")
+
+
+@pytest.mark.parametrize("boundary", ["zero", "replicate", "circular", "reflect"])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=["f32", "bf16"])
+def test_stencil1d_every_layout_every_dim(device, boundary, dtype):
+    w = make_weights((5,), torch.float32, device, seed=73)
+    for name, x in _stencil_layouts(device, dtype):
+        for d in range(x.dim()):
+            if boundary == "reflect" and x.shape[d] <= 2:
+                continue
+            _poison(device, x)
+            y = cupipe.stencil1d(x, w, dim=d, boundary=boundary)
+            ref = stencil1d_ref(x, w, d, boundary)
+            assert y.stride() == torch.empty_like(x).stride(), name
+            atol, rtol = tol(dtype, 5)
+            assert_close(y, ref, atol=atol, rtol=rtol, what=f"stencil1d {name} dim={d} {boundary}")
+
+
+def test_stencil_layout_gradients(device):
+    """Autograd through a transposed and a channels_last input matches the contiguous input's."""
+    w = make_weights((3, 3), torch.float64, device, seed=74).requires_grad_()
+    for make in (lambda t: t.transpose(-1, -2), lambda t: t.contiguous(memory_format=torch.channels_last)):
+        base = make_input((2, 3, 9, 8), torch.float64, device, seed=75)
+        x = make(base).detach().requires_grad_()
+        xc = x.detach().contiguous().requires_grad_()
+        for b in ("zero", "reflect"):
+            g1 = torch.autograd.grad(cupipe.stencil2d(x, w, boundary=b).square().sum(), (x, w))
+            g2 = torch.autograd.grad(cupipe.stencil2d(xc, w, boundary=b).square().sum(), (xc, w))
+            for a, e in zip(g1, g2):
+                assert_close(a, e, atol=1e-10, rtol=1e-10, what=f"grad {b}")
+
+
+@pytest.mark.skipif(not HAS_CUDA, reason="needs a GPU and a CUDA build")
+def test_layouts_every_mechanism():
+    mechs = [m for m in cupipe.MECHANISMS if m != "auto" and (m != "tma" or cupipe.tma_available())]
+    x = make_input((40, 24, 36), torch.float32, "cuda", seed=76)
+    w = make_weights((3, 3), torch.float32, "cuda", seed=77)
+    for m in mechs:
+        for stages in (1, 3):
+            t = x.transpose(1, 2)
+            assert_close(cupipe.stencil2d(t, w, mechanism=m, stages=stages), stencil2d_ref(t, w),
+                         atol=1e-5 * 9, rtol=1e-5 * 9, what=f"stencil2d transposed {m}/{stages}")
+            p = x.permute(2, 0, 1)
+            for dim in ([1], [0, 2], [1, 2]):
+                assert_close(cupipe.reduce(p, "sum", dim, mechanism=m, stages=stages), reduce_ref(p, "sum", dim),
+                             atol=1e-4, rtol=1e-5, what=f"reduce permuted dim={dim} {m}/{stages}")
