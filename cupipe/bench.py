@@ -11,6 +11,7 @@ checked against a reference before it is timed; a wrong one is reported, not tim
     python -m cupipe.bench --sweep --suite none  # only the mechanism x stages x vec_bytes grid
     python -m cupipe.bench --quick --out DIR   # fewer reps / configs; JSON, CSV and PNG plots in DIR
     python -m cupipe.bench --cpu --quick       # tiny sizes on the CPU kernels (a smoke test)
+    python -m cupipe.bench --suite layout --out DIR  # the layout sweep, plotted to DIR/layout_sweep.png
     python -m cupipe.bench --out DIR --markdown DIR/bench.md --markdown-brief
                                                # a BENCHMARKS.md section: the tables as markdown
 """
@@ -18,6 +19,7 @@ from __future__ import annotations
 
 import argparse
 import csv
+import itertools
 import json
 import math
 import os
@@ -431,15 +433,15 @@ def _slicing_stencil1d(x, w, r):
 
 
 def _suite_case(b: Bench, op: str, workload: str, make, ours, eager, eager_name: str, comp, ref,
-                nbytes_of, atol_of=lambda inp: None, same_copy=None) -> Task:
+                nbytes_of, atol_of=lambda inp: None, same_copy=None, table: Optional[str] = None) -> Task:
     """One row of the performance suite: check `ours` against `ref`, then time ours, eager and
     compiled. make() -> inputs; ours/eager/ref take the inputs and return a thunk; comp (or None)
     computes from the inputs, passed as its argument, as in a user's `torch.compile(f)(x)` (the
     static shapes are what matters, see Bench.compile). same_copy (or None) takes the inputs and returns the tensor whose
     ``y.copy_(x)`` the row's bandwidth is also compared with (vs_copy_same: the stencils' targets
     are stated against copy_ of their own input; those bytes move a little slower than the 2^28
-    fp32 copy of vs_copy)."""
-    tbl = f"suite: {op}{b.tag}"
+    fp32 copy of vs_copy). table: the row's table (default ``suite: <op>``)."""
+    tbl = table or f"suite: {op}{b.tag}"
 
     def run():
         inp = b.inputs(("suite", workload), make)
@@ -547,6 +549,118 @@ def tasks_suite(b: Bench, ops: List[str]) -> List[Task]:
         b.res.notes.append("torch.compile baselines skipped" +
                            (" on the CPU path (inductor's C++ build would dominate a smoke test)"
                             if b.cpu else " (--no-compile)"))
+    return tasks
+
+
+# ----------------------------------------------------------------------------- layout sweep
+
+LAYOUT_OUTER, LAYOUT_R, LAYOUT_INNER = (1, 7, 64, 1000), (3, 100, 1000, 100000), (1, 3, 16, 64, 100, 1024)
+
+
+def _conv1d_along(x, w, dim):
+    """Eager stencil1d: the dim moved last and flattened into a batch of signals for F.conv1d."""
+    t = x.movedim(dim, -1)
+    y = F.conv1d(t.reshape(-1, 1, t.shape[-1]), w.to(x.dtype)[None, None], padding=(w.shape[0] - 1) // 2)
+    return y.view(t.shape).movedim(-1, dim)
+
+
+def _slicing_stencil1d_along(x, w, dim):
+    return _slicing_stencil1d(x.movedim(dim, -1), w, (w.shape[0] - 1) // 2).movedim(-1, dim)
+
+
+def _conv2d_planes(x, w):
+    """Eager stencil2d: channels_last x as a depthwise convolution (read in place by cuDNN), any
+    other layout as a batch of single-channel planes."""
+    pad = ((w.shape[0] - 1) // 2, (w.shape[1] - 1) // 2)
+    wt = w.to(x.dtype)
+    if x.dim() == 4 and x.is_contiguous(memory_format=torch.channels_last) and not x.is_contiguous():
+        return F.conv2d(x, wt.expand(x.shape[1], 1, *w.shape), padding=pad, groups=x.shape[1])
+    return F.conv2d(x.reshape(-1, 1, *x.shape[-2:]), wt[None, None], padding=pad).view(x.shape)
+
+
+def tasks_layout(b: Bench) -> List[Task]:
+    """The layout sweep (docs/design.md, section 7): reductions over (outer, r, inner) grids,
+    through transposed and permuted views, over several dims and as channels_last global average
+    pooling; stencils along first, middle and last dims and on transposed, channels_last and
+    cropped planes. fp32 and bf16 (fp32 only with --quick; --dtype picks one). Each row against
+    eager and torch.compile of the same computation on the same (non-contiguous) input."""
+    tasks: List[Task] = []
+    dtypes = [b.dtype] if b.dtype else ([torch.float32] if b.quick else [torch.float32, torch.bfloat16])
+    big = 64e6 if not b.cpu else 1e5          # bytes: the sweep's large tensors
+    cap = (1 << 31) if not b.cpu else (1 << 22)
+
+    def add(op, workload, make, ours, eager, eager_name, comp, cdt, r=0):
+        """One row; r: the number of values each reduced output sums (its check's atol)."""
+        ref = (lambda i: (lambda: eager((i[0].float(), *i[1:]))().float()))  # fp32 in and out
+        passes = 1 if op == "reduce" else 2  # a reduction's output is negligible; a stencil's is not
+        tasks.append(_suite_case(b, op, f"{workload} {SHORT[cdt]}", make, ours, eager, eager_name, comp, ref,
+                                 lambda i: passes * i[0].numel() * i[0].element_size(),
+                                 atol_of=lambda i: 1e-3 * math.sqrt(r) if r else None,
+                                 table=f"layout: {op}{b.tag}"))
+
+    def one_dtype(dt):  # a function, so that the cases' closures each keep their own dt
+        esz = torch.empty((), dtype=dt).element_size()
+        grid = [(o, r, n) for o, r, n in itertools.product(LAYOUT_OUTER, LAYOUT_R, LAYOUT_INNER)
+                if o * r * n * esz <= cap]
+        if b.quick or b.cpu:
+            grid = [g for g in grid if g[0] * g[1] * g[2] * esz >= big] or grid[-4:]
+        for o, r, n in grid:
+            views = [("", lambda o=o, r=r, n=n: b.randn(o, r, n, dtype=dt))]
+            if o * r * n * esz >= big:  # large points also through transposed and permuted views
+                views += [(" transposed", lambda o=o, r=r, n=n: b.randn(o, n, r, dtype=dt).transpose(1, 2)),
+                          (" permuted", lambda o=o, r=r, n=n: b.randn(r, o, n, dtype=dt).permute(1, 0, 2))]
+            for vname, mk in views:
+                add("reduce", f"sum (outer, r, inner)=({o}, {r}, {n}) dim 1{vname}", lambda mk=mk: (mk(),),
+                    lambda i: (lambda: cupipe.reduce(i[0], "sum", 1)), lambda i: (lambda: i[0].sum(1)),
+                    "x.sum(1)", lambda i: i[0].sum(1), dt, r=r)
+        several = [((64, 256, 64, 256), (1, 3)), ((256, 256, 256), (0, 2)), ((4096, 64, 64), (1, 2))]
+        gap = [(64, 256, 56, 56), (256, 64, 32, 32), (32, 1024, 14, 14)]
+        if b.cpu:
+            several, gap = [((8, 16, 8, 16), (1, 3)), ((16, 16, 16), (0, 2))], [(4, 16, 8, 8)]
+        for shape, dims in several:
+            add("reduce", f"sum {shape} dims {dims}", lambda shape=shape: (b.randn(*shape, dtype=dt),),
+                lambda i, dims=dims: (lambda: cupipe.reduce(i[0], "sum", dims)),
+                lambda i, dims=dims: (lambda: i[0].sum(dims)), "x.sum(dims)", lambda i, dims=dims: i[0].sum(dims), dt,
+                r=math.prod(shape[d] for d in dims))
+        for shape in gap:
+            mk = lambda shape=shape: (b.randn(*shape, dtype=dt).contiguous(memory_format=torch.channels_last),)
+            add("reduce", f"mean {shape} channels_last dims (2, 3)", mk,
+                lambda i: (lambda: cupipe.reduce(i[0], "mean", (2, 3))), lambda i: (lambda: i[0].mean((2, 3))),
+                "x.mean((2, 3))", lambda i: i[0].mean((2, 3)), dt, r=1)
+        total = (1 << 26) if not b.cpu else (1 << 14)
+        w5 = lambda: torch.randn(5, device=b.device)
+        for n_in in (1, 3, 64, 4096):
+            length = 4096 if not b.cpu else 64
+            outer = max(total // (length * n_in), 1)
+            for where, shape, dim in (("first", (length, outer * n_in), 0), ("middle", (outer, length, n_in), 1),
+                                      ("last", (outer * n_in, length), 1)):
+                if where != "middle" and n_in != 1:
+                    continue
+                add("stencil1d", f"stencil1d r=2 {where} dim of {shape}",
+                    lambda shape=shape: (b.randn(*shape, dtype=dt), w5()),
+                    lambda i, dim=dim: (lambda: cupipe.stencil1d(i[0], i[1], dim=dim)),
+                    lambda i, dim=dim: (lambda: _conv1d_along(i[0], i[1], dim)), "F.conv1d",
+                    lambda i, dim=dim: _slicing_stencil1d_along(i[0], i[1], dim), dt)
+        w3 = lambda: torch.randn(3, 3, device=b.device)
+        planes = (32, 256, 2048, 8192) if not b.cpu else (8, 32)
+        for hw in planes:
+            batch = max(total // (hw * hw), 1)
+            cases = [("contiguous", lambda hw=hw, batch=batch: b.randn(batch, hw, hw, dtype=dt)),
+                     ("transposed", lambda hw=hw, batch=batch: b.randn(batch, hw, hw, dtype=dt).transpose(1, 2)),
+                     ("cropped", lambda hw=hw, batch=batch: b.randn(batch, hw + 8, hw + 8, dtype=dt)[:, 4:-4, 4:-4])]
+            for c in ((3, 16, 64, 256) if not b.cpu else (3, 16)):
+                if hw * hw * c > 4 * total:  # no batch of one image fits the sweep's size
+                    continue
+                nb = max(total // (hw * hw * c), 1)
+                cases.append((f"channels_last C={c}", lambda hw=hw, c=c, nb=nb: b.randn(
+                    nb, c, hw, hw, dtype=dt).contiguous(memory_format=torch.channels_last)))
+            for name, mk in cases:
+                add("stencil2d", f"stencil2d 3x3 {hw}x{hw} {name}", lambda mk=mk: (mk(), w3()),
+                    lambda i: (lambda: cupipe.stencil2d(i[0], i[1])), lambda i: (lambda: _conv2d_planes(i[0], i[1])),
+                    "F.conv2d", lambda i: _slicing_stencil2d(i[0], i[1], 1, 1), dt)
+
+    for dt in dtypes:
+        one_dtype(dt)
     return tasks
 
 
@@ -692,10 +806,11 @@ def main(argv: Optional[List[str]] = None) -> int:
     ap = argparse.ArgumentParser(prog="cupipe-bench", description=__doc__.splitlines()[0],
                                  formatter_class=argparse.RawDescriptionHelpFormatter,
                                  epilog=__doc__.split("\n\n", 2)[2].rstrip())
-    ap.add_argument("--suite", choices=["engine", "ops", "all", "none"], default="all",
+    ap.add_argument("--suite", choices=["engine", "ops", "all", "layout", "none"], default="all",
                     help="engine: stream_copy mechanism x stages, copy width, latency study; "
-                         "ops: the performance suite (docs/design.md); none: only what --sweep "
-                         "adds")
+                         "ops: the performance suite (docs/design.md); all: both; layout: the "
+                         "layout sweep (non-contiguous, permuted, channels_last inputs; long); "
+                         "none: only what --sweep adds")
     ap.add_argument("--ops", default=",".join(OPS),
                     help="comma-separated subset of " + ",".join(OPS) + " (default: all)")
     ap.add_argument("--dtype", choices=list(DTYPES), default=None,
@@ -758,6 +873,8 @@ def main(argv: Optional[List[str]] = None) -> int:
         tasks += tasks_engine(b)
     if args.suite in ("ops", "all"):
         tasks += tasks_suite(b, ops)
+    if args.suite == "layout":
+        tasks += tasks_layout(b)
     if args.sweep:
         tasks += tasks_sweep(b, ops)
     prog = Progress(len(tasks), enabled=not args.no_progress)

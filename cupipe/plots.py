@@ -166,6 +166,30 @@ def plot_vs_torch(rows: List[dict], path: Optional[str], title: str, *,
     return _finish(fig, note, path, show)
 
 
+def plot_layout_sweep(rows: List[dict], path: Optional[str], title: str, *, note: str = "",
+                      show: bool = False):
+    """One bar per sweep row: cupipe's speedup over the faster of eager and torch.compile (log
+    scale; the 0.95 target and parity marked), rows grouped by op, sorted within the group."""
+    plt = _plt()
+    rows = [r for r in rows if _num(r.get("speedup_vs_best")) > 0]
+    rows.sort(key=lambda r: (str(r.get("op", "")), _num(r.get("speedup_vs_best"))))
+    vals = [_num(r["speedup_vs_best"]) for r in rows]
+    colors = {"reduce": "tab:blue", "stencil1d": "tab:orange", "stencil2d": "tab:green"}
+    fig, ax = plt.subplots(figsize=(10, 1.6 + 0.17 * max(len(rows), 1)), layout="constrained")
+    ax.barh(range(len(rows)), vals, color=[colors.get(str(r.get("op")), "tab:gray") for r in rows])
+    ax.axvline(1.0, color="black", lw=1)
+    ax.axvline(0.95, color="tab:red", ls="--", lw=1, label="0.95 (target)")
+    ax.set_xscale("log")
+    ax.set_yticks(range(len(rows)))
+    ax.set_yticklabels([str(r.get("workload")) for r in rows], fontsize=6)
+    ax.invert_yaxis()
+    ax.set_xlabel("cupipe speedup over the faster of eager and torch.compile (log) - higher is better")
+    ax.set_title(title, fontsize=11)
+    ax.legend(loc="lower right", fontsize=8)
+    ax.grid(True, axis="x", alpha=0.3, which="both")
+    return _finish(fig, note, path, show)
+
+
 def _tables(rows: Iterable[dict]) -> Dict[str, List[dict]]:
     out: Dict[str, List[dict]] = {}
     for r in rows:
@@ -200,7 +224,15 @@ def plot_results(rows: List[dict], meta: dict, outdir: str) -> List[str]:
             plot_stages(panels, p, f"{table}\n{dev}", copy_GBps=copy,
                         ylabel=f"effective bandwidth ({unit})", note=note)
             paths.append(p)
+        if table.startswith("layout:"):
+            continue
         bars += [r for r in trs if "workload" in r and "eager_ms" in r]
+    sweep = [r for r in rows if str(r.get("table", "")).startswith("layout:") and "speedup_vs_best" in r]
+    if sweep:
+        p = os.path.join(outdir, "layout_sweep.png")
+        plot_layout_sweep(sweep, p, f"layout sweep: cupipe vs the faster of eager and torch.compile - {dev}",
+                          note=note)
+        paths.append(p)
     if bars:
         p = os.path.join(outdir, "cupipe_vs_pytorch.png")
         plot_vs_torch(bars, p, f"cupipe vs PyTorch - {dev}", copy_GBps=copy, unit=unit, note=note)

@@ -15,7 +15,7 @@ import sys
 import pytest
 
 import cupipe
-from cupipe import bench
+from cupipe import bench, plots
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 HAS_MPL = importlib.util.find_spec("matplotlib") is not None
@@ -281,3 +281,21 @@ def test_compiled_baselines_are_static_per_case_and_take_the_inputs(monkeypatch)
     calls = [e[1] for e in events if isinstance(e, tuple) and e[0] == "call"]
     assert calls and all(len(a) == 1 and isinstance(a[0], torch.Tensor) for a in calls)
     assert all(r["compiled_ms"] > 0 for r in res.rows), res.rows
+
+
+def test_layout_sweep_runs_checks_and_plots(tmp_path):
+    """--suite layout on the CPU: every row checked against eager (none fails), reductions,
+    stencil1d and stencil2d tables, fp32 only with --quick, and its own plot."""
+    out = tmp_path / "res"
+    assert bench.main(["--cpu", "--quick", "--suite", "layout", "--no-progress", "--out", str(out)]) == 0
+    rows = json.loads((out / "results.json").read_text())["rows"]
+    tables = {r["table"] for r in rows}
+    assert tables == {"layout: reduce [CPU]", "layout: stencil1d [CPU]", "layout: stencil2d [CPU]"}
+    assert all(not r.get("error") and r["ms"] > 0 for r in rows)
+    names = " ".join(r["workload"] for r in rows)
+    for what in ("transposed", "permuted", "channels_last", "cropped", "middle dim", "dims (1, 3)"):
+        assert what in names, what
+    assert "bf16" not in names
+    if plots.have_matplotlib():
+        assert (out / "layout_sweep.png").stat().st_size > 0
+        assert not (out / "cupipe_vs_pytorch.png").exists()  # the sweep keeps out of the headline plot
