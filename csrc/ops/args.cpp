@@ -137,7 +137,7 @@ StencilGeometry stencil_memory_geometry(const at::Tensor& x, const StencilGeomet
   const StencilLayoutPlan p =
       dim ? plan_stencil1d_layout(sizes, strides, static_cast<int>(*dim), std::max(logical.ry, logical.rx))
           : plan_stencil2d_layout(sizes, strides, logical.ry, logical.rx);
-  if (why) *why = p.why;
+  if (why) *why = p.describe();
   StencilGeometry g = logical;
   g.batch = p.batch; g.ny = p.ny; g.nx = p.nx; g.ry = p.ry; g.rx = p.rx;
   g.in_place = !p.copy;
@@ -156,9 +156,11 @@ StencilTensors stencil_tensors(const at::Tensor& x, const at::Tensor& weights, c
   t.x = g.in_place ? x : x.contiguous();
   t.w = g.transposed ? weights.t() : weights;
   t.out = at::empty_like(x);
-  // In place, out has x's strides (empty_like of a dense x), so the kernels write it in the order they
-  // read x; a copied x is read in logical order, and so is the buffer they write.
-  t.kout = g.in_place || t.out.is_contiguous() ? t.out : at::empty(x.sizes(), x.options());
+  // The kernels write in the order they read: x's strides in place (which empty_like gives a dense
+  // x), logical order for a copy. A result of any other layout gets a buffer copied into it.
+  const bool same = g.in_place ? t.out.strides() == x.strides() : t.out.is_contiguous();
+  t.kout = same ? t.out : g.in_place ? at::empty_strided(x.sizes(), x.strides(), x.options())
+                                     : at::empty(x.sizes(), x.options());
   return t;
 }
 

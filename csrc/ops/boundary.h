@@ -1,6 +1,6 @@
 // Boundary index maps of the CPU kernels. map_index returns the source index for a (possibly
 // out-of-range) index i of a dim of size n, or -1 where the zero boundary reads a 0. The CUDA
-// stencil's loader has the same map on the device (map_outside in csrc/kernels/stencil.cuh);
+// stencil's loader has the same map on the device (map_outside in csrc/kernels/stencil/tile_loader.cuh);
 // one host/device definition for both is the next step, once a GPU run can check it.
 #pragma once
 

@@ -1,7 +1,6 @@
 #include "ops/layout.h"
 
 #include <algorithm>
-#include <numeric>
 #include <sstream>
 
 namespace cupipe {
@@ -116,11 +115,11 @@ std::string ReduceLayoutPlan::describe() const {
 namespace {
 
 StencilLayoutPlan logical_stencil(const std::vector<int64_t>& sizes, int first, int last, int ry, int rx,
-                                  std::string why) {
+                                  const char* why) {
   // Logical (batch, ny, nx) of x.contiguous(): dims [first, last] filtered, the rest outer or inner.
   StencilLayoutPlan p;
   p.copy = true;
-  p.why = std::move(why);
+  p.why = why;
   int64_t outer = 1, inner = 1;
   for (int d = 0; d < first; ++d) outer *= sizes[static_cast<size_t>(d)];
   for (int d = last + 1; d < static_cast<int>(sizes.size()); ++d) inner *= sizes[static_cast<size_t>(d)];
@@ -140,13 +139,20 @@ constexpr const char* kNotDense =
 
 }  // namespace
 
+std::string StencilLayoutPlan::describe() const {
+  std::ostringstream s;
+  s << why << "; (batch, ny, nx) = (" << batch << ", " << ny << ", " << nx << "), window (" << 2 * ry + 1
+    << ", " << 2 * rx + 1 << ")";
+  return s.str();
+}
+
 StencilLayoutPlan plan_stencil1d_layout(const std::vector<int64_t>& sizes, const std::vector<int64_t>& strides,
                                         int dim, int r) {
+  if (sizes[static_cast<size_t>(dim)] == 1)
+    return logical_stencil(sizes, dim, dim, r, 0, "the filtered dim has size 1: x read in logical order");
   std::vector<int> marks(sizes.size(), 0);
   marks[static_cast<size_t>(dim)] = 1;
   const MemLayout L = memory_layout(sizes, strides, marks);
-  if (sizes[static_cast<size_t>(dim)] == 1)
-    return logical_stencil(sizes, dim, dim, r, 0, "the filtered dim has size 1: x read in logical order");
   if (!L.dense) return logical_stencil(sizes, dim, dim, r, 0, kNotDense);
   size_t j = 0;
   while (L.dims[j].mark != 1) ++j;
@@ -154,10 +160,8 @@ StencilLayoutPlan plan_stencil1d_layout(const std::vector<int64_t>& sizes, const
   const int64_t outer = product(L.dims, 0, j), n = L.dims[j].size, inner = product(L.dims, j + 1, L.dims.size());
   if (inner == 1) { p.batch = 1; p.ny = outer; p.nx = n; p.ry = 0; p.rx = r; }
   else { p.batch = outer; p.ny = n; p.nx = inner; p.ry = r; p.rx = 0; }
-  std::ostringstream s;
-  s << "the kernels read x's memory in place: (outer, n, inner) = (" << outer << ", " << n << ", " << inner
-    << ") in memory order, " << (inner == 1 ? "rows filtered along x" : "planes filtered along y");
-  p.why = s.str();
+  p.why = inner == 1 ? "the kernels read x's memory in place: rows along the filtered dim"
+                     : "the kernels read x's memory in place: planes (dims outside, the filtered dim, dims inside)";
   return p;
 }
 

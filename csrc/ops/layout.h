@@ -57,7 +57,8 @@ struct StencilLayoutPlan {
   bool transposed = false;
   int64_t batch = 1, ny = 1, nx = 1;
   int ry = 0, rx = 0;
-  std::string why;  // for explain
+  const char* why = "";  // for explain (static text: planning runs on every call)
+  std::string describe() const;  // why, with the view's extents
 };
 StencilLayoutPlan plan_stencil1d_layout(const std::vector<int64_t>& sizes, const std::vector<int64_t>& strides,
                                         int dim, int r);
