@@ -1,6 +1,6 @@
 // The column reductions (inner > 1): ColsPlan, the geometry the launcher works out for them, and
-// reduce_cols_kernel, a block per chunk of contiguous columns of one outer slice and part of r,
-// its tiles moved as 2-D boxes.
+// reduce_cols_kernel, persistent blocks over chunks of contiguous columns (or parts of r), their
+// tiles moved as contiguous copies (rows that fit the block) or 2-D boxes.
 #pragma once
 
 #include <cstdint>
@@ -13,36 +13,48 @@
 namespace cupipe {
 namespace kernels {
 
-// A block owns one chunk of contiguous columns of one `outer` slice and a part of r; a tile is
-// tile_rows rows of the chunk, moved as one copy_rows box. A chunk is row_threads x vecs 16-byte
-// column vectors wide: row_threads (32 to 256, a power of two) as the row needs, and when a row
-// is wider than the block, up to col_max_vecs vectors per thread (vector u of thread t is the
-// chunk's vector t + u * row_threads: a warp's reads stay consecutive). Consumer thread t owns
-// the vectors of t % row_threads in the rows t / row_threads, + groups, ... of each tile; the
-// groups' sums combine in smem in group order (several groups only when vecs == 1). Wide chunks
-// keep each row's run contiguous in DRAM: up to 16 KiB, where 32-lane chunks read 512 bytes per
-// row, too short a run to read at full rate (docs/design.md).
+// A work item is one chunk of contiguous columns of one `outer` slice; a tile is tile_rows rows of
+// it. With r in one part (parts == 1) the grid is persistent: block b takes items b, b + grid, ...
+// and streams all their tiles through one ring, storing an item's outputs after its last tile, so
+// short items (r of a few tiles, narrow rows) keep the ring full across items. With r split into
+// parts, a block takes one (item, part) and writes partials.
+//
+// Two tile layouts:
+// - dense: the chunk is the whole row (rows of at most one vector per consumer thread, or one
+//   element per thread when rows are not whole 16-byte vectors), so a tile's rows lie back to back
+//   in memory and move as one contiguous copy, placed at its source's offset modulo 128. Consumer
+//   thread t owns column unit t % row_threads (a 16-byte vector, or one element) of the rows
+//   t / row_threads, + groups, ...: narrow rows (3 to a few hundred elements) read at full rate.
+// - boxed: a chunk is row_threads x vecs 16-byte column vectors (row_threads 32 to 256, a power of
+//   two; up to col_max_vecs vectors per thread for rows wider than the block: vector u of thread t
+//   is the chunk's vector t + u * row_threads, so a warp's reads stay consecutive), moved as one
+//   copy_rows box. Wide chunks keep each row's run contiguous in DRAM: up to 16 KiB, where 32-lane
+//   chunks read 512 bytes per row, too short a run to read at full rate (docs/design.md).
+// Several row groups' sums combine in smem in group order (vecs == 1).
 // Vectors per thread and row at most: 16 accumulators (fp32: 4 vectors of 4; 2-byte types: 2 of 8).
 constexpr int col_max_vecs(int esz) { return esz == 2 ? 2 : 4; }
 
 struct ColsPlan {
   int64_t outer, r, inner;
   int64_t col_chunks;  // ceil(inner / chunk_cols)
-  int chunk_cols;      // columns per chunk: row_threads * vecs * 16 / esz
-  int row_threads;     // consumer threads across a tile row
+  int chunk_cols;      // columns per chunk: dense, inner; boxed, row_threads * vecs * 16 / esz
+  int row_threads;     // consumer threads across a tile row (dense: any count up to the consumers)
   int vecs;            // 16-byte vectors per thread and row, 1..col_max_vecs(esz)
   int groups;          // consumer threads / row_threads: row groups (threads past them idle)
   int64_t parts;       // parts of r
   int64_t part_rows;   // rows per part (a multiple of tile_rows)
-  int64_t part_tiles;  // tiles per part but the last (host-side divisions: see RowsPlan)
-  int64_t last_tiles;  // tiles of the last part
-  FastDiv parts_div, chunks_div;  // blockIdx.x -> (outer, chunk, part)
-  int row_threads_log2;
-  int tile_rows;       // rows per tile (tile bytes / chunk bytes)
-  int pitch;           // smem bytes per tile row
-  int base;            // smem offset of a tile's first row (congruent layout: x's offset modulo 128)
-  int stage_bytes;     // tile_rows * pitch, + 128 when base is nonzero (stages stay 128-aligned)
+  int64_t part_tiles;  // tiles per part but the last, at least 1 (host-side divisions: see RowsPlan)
+  int64_t last_tiles;  // tiles of the last part, at least 1
+  FastDiv parts_div, chunks_div;  // parts > 1: blockIdx.x -> (item, part); item -> (outer, chunk)
+  FastDiv tiles_div;   // parts == 1: a block's tile -> (its item, the item's tile)
+  TileShare items;     // parts == 1: items per block (block b's items b, b + grid, ...)
+  int64_t grid;        // blocks of the launch
+  int tile_rows;       // rows per tile
+  int pitch;           // smem bytes per tile row (dense: the row's bytes)
+  int base;            // boxed: smem offset of a tile's first row (congruent layout: x's offset modulo 128)
+  int stage_bytes;     // tile bytes with slack, a multiple of 128
   bool aligned;        // rows 16-byte aligned (x aligned and inner * esz % 16 == 0): vector reads
+  bool dense;          // tiles are contiguous copies (see above)
 };
 
 // At least 3 resident blocks per SM: lets ptxas keep the column accumulators in registers.
@@ -62,56 +74,121 @@ __global__ void __launch_bounds__(kReduceThreads, 3)
   const Combine<A> comb{op};
   allow_dependent_launch();  // the partials pass, when there is one, may start waiting
 
-  uint32_t b, part_u, o_u, chunk_u;
-  pl.parts_div.divmod(blockIdx.x, b, part_u);
-  pl.chunks_div.divmod(b, o_u, chunk_u);
-  const int64_t part = part_u, chunk = chunk_u, o = o_u;
-  const int64_t c0 = chunk * pl.chunk_cols;
-  const int ncols = static_cast<int>(min(static_cast<int64_t>(pl.chunk_cols), pl.inner - c0));
+  // The block's items and part.
+  int64_t first_item, item_step, part, my_items, item_tiles;
+  if (pl.parts > 1) {
+    uint32_t item_u, part_u;
+    pl.parts_div.divmod(blockIdx.x, item_u, part_u);
+    first_item = item_u, item_step = 1, part = part_u, my_items = 1;
+    item_tiles = part + 1 == pl.parts ? pl.last_tiles : pl.part_tiles;
+  } else {
+    first_item = blockIdx.x, item_step = gridDim.x, part = 0, my_items = pl.items.of(blockIdx.x);
+    item_tiles = pl.part_tiles;
+  }
   const int64_t r_begin = part * pl.part_rows;
-  const int64_t r_end = min(r_begin + pl.part_rows, pl.r);
-  const int64_t nrows = r_end > r_begin ? r_end - r_begin : 0;
-  const int64_t ntiles = part + 1 == pl.parts ? pl.last_tiles : pl.part_tiles;
-  const T* base = x + (o * pl.r + r_begin) * pl.inner + c0;
+  const int64_t nrows = max(int64_t(0), min(r_begin + pl.part_rows, pl.r) - r_begin);
   const int64_t src_pitch = pl.inner * esz;
-  auto shift_of = [](const T* p) { return static_cast<int>(reinterpret_cast<uintptr_t>(p) & 15u); };
-  auto rows_in = [&](int64_t k) {
-    return static_cast<int>(min(static_cast<int64_t>(pl.tile_rows), nrows - k * pl.tile_rows));
+  // Tile k of the block: its item's slice, the item's tile kt, the tile's first row in memory.
+  struct TileAt {
+    int64_t o, c0, kt;
+    int ncols, rows;
+    const T* src;
   };
+  auto tile_at = [&](int64_t k) {
+    TileAt t;
+    uint32_t it = 0, kt = static_cast<uint32_t>(k);
+    if (pl.parts == 1) pl.tiles_div.divmod(static_cast<uint32_t>(k), it, kt);
+    uint32_t o_u, chunk_u;
+    pl.chunks_div.divmod(static_cast<uint32_t>(first_item + it * item_step), o_u, chunk_u);
+    t.o = o_u, t.kt = kt, t.c0 = static_cast<int64_t>(chunk_u) * pl.chunk_cols;
+    t.ncols = static_cast<int>(min(static_cast<int64_t>(pl.chunk_cols), pl.inner - t.c0));
+    t.rows = static_cast<int>(max(int64_t(0), min(static_cast<int64_t>(pl.tile_rows), nrows - t.kt * pl.tile_rows)));
+    t.src = x + (t.o * pl.r + r_begin + t.kt * pl.tile_rows) * pl.inner + t.c0;
+    return t;
+  };
+  auto shift_of = [](const T* p) { return static_cast<int>(reinterpret_cast<uintptr_t>(p) & 15u); };
+  // Dense tiles sit at their source's offset modulo 128 (the stage has 128 bytes of slack).
+  auto dense_base = [](const T* p) { return static_cast<int>(reinterpret_cast<uintptr_t>(p) & 127u); };
 
   const engine::Team team0{Ring::consumer_rank(), Ring::num_consumers()};
-  const int vec = team0.rank & (pl.row_threads - 1), grp = team0.rank >> pl.row_threads_log2;
-  auto col_of = [&](int u) { return (vec + u * pl.row_threads) * VE; };  // first column of vector u
-  const bool active = grp < pl.groups && col_of(0) < ncols;
+  const int vec = team0.rank % pl.row_threads, grp = team0.rank / pl.row_threads;
+  // First column of the thread's unit u: dense unaligned rows have units of one element.
+  const int unit = pl.dense && !pl.aligned ? 1 : VE;
+  auto col_of = [&](int u) { return (vec + u * pl.row_threads) * unit; };
   A acc[kColMaxVecs][VE];
+  auto reset = [&]() {
 #pragma unroll
-  for (int u = 0; u < kColMaxVecs; ++u)
+    for (int u = 0; u < kColMaxVecs; ++u)
 #pragma unroll
-    for (int j = 0; j < VE; ++j) acc[u][j] = comb.init();
+      for (int j = 0; j < VE; ++j) acc[u][j] = comb.init();
+  };
+  reset();
 
   auto load = [&](const auto& w, int64_t k) {
-    const int rows = rows_in(k);
-    const T* src = base + k * pl.tile_rows * pl.inner;
-    if (pl.aligned) {
-      w.copy_rows(pl.base, pl.pitch, src, src_pitch, static_cast<int64_t>(ncols) * esz, rows,
+    const TileAt t = tile_at(k);
+    if (t.rows == 0) return;
+    if (pl.dense) {
+      w.copy(dense_base(t.src), t.src, static_cast<int64_t>(t.rows) * src_pitch, engine::TailMode::MayOverwrite);
+    } else if (pl.aligned) {
+      w.copy_rows(pl.base, pl.pitch, t.src, src_pitch, static_cast<int64_t>(t.ncols) * esz, t.rows,
                   engine::TailMode::MayOverwrite);
     } else {  // rows disagree modulo 16: each row lands at its own shift
-      for (int i = 0; i < rows; ++i) {
-        const T* s = src + i * pl.inner;
-        w.copy(static_cast<int64_t>(i) * pl.pitch + shift_of(s), s, static_cast<int64_t>(ncols) * esz,
+      for (int i = 0; i < t.rows; ++i) {
+        const T* s = t.src + i * pl.inner;
+        w.copy(static_cast<int64_t>(i) * pl.pitch + shift_of(s), s, static_cast<int64_t>(t.ncols) * esz,
                engine::TailMode::MayOverwrite);
       }
     }
   };
+  // The item's totals: several groups (vecs == 1) combine in smem in group order; group 0 stores
+  // them (or the part's partials) and every thread starts the next item afresh.
+  auto flush = [&](const TileAt& t) {
+    const bool mine = grp < pl.groups && col_of(0) < t.ncols;
+    if (pl.groups > 1) {
+      const int col = col_of(0);
+      if (mine) {
+#pragma unroll
+        for (int j = 0; j < VE; ++j)
+          if (j < unit) scratch[grp * pl.chunk_cols + col + j] = acc[0][j];
+      }
+      engine::team_sync(team0);
+      if (mine && grp == 0) {
+        // j unrolled (acc stays in registers), the group loop rolled (cold code).
+#pragma unroll
+        for (int j = 0; j < VE; ++j) {
+          if (j >= unit) break;
+          A total = comb.init();
+#pragma unroll 1
+          for (int g = 0; g < pl.groups; ++g) total = comb(total, scratch[g * pl.chunk_cols + col + j]);
+          acc[0][j] = total;
+        }
+      }
+      engine::team_sync(team0);  // scratch is free for the next item's totals
+    }
+    if (mine && grp == 0) {
+#pragma unroll
+      for (int u = 0; u < kColMaxVecs; ++u) {
+        if (u >= pl.vecs) break;
+#pragma unroll
+        for (int j = 0; j < VE; ++j) {
+          if (j >= unit || col_of(u) + j >= t.ncols) continue;
+          const int64_t oi = t.o * pl.inner + t.c0 + col_of(u) + j;
+          if (pl.parts == 1) store_out(out, od, oi, finalize(op, acc[u][j], pl.r));
+          else partials[part * pl.outer * pl.inner + oi] = acc[u][j];
+        }
+      }
+    }
+    reset();
+  };
   auto consume = [&](const char* stage, int64_t k, engine::Team) {
-    if (!active) return;
-    const int rows = rows_in(k);
-    const T* src = base + k * pl.tile_rows * pl.inner;
-    // Whole vectors: every vector of this thread lies inside the chunk's columns.
-    if (pl.aligned && col_of(pl.vecs - 1) + VE <= ncols) {  // (aligned rows: no shifts, the tile at base)
+    const TileAt t = tile_at(k);
+    const bool active = grp < pl.groups && col_of(0) < t.ncols;
+    if (active && pl.aligned && col_of(pl.vecs - 1) + VE <= t.ncols) {
+      // Whole vectors: every vector of this thread lies inside the chunk's columns.
+      const int b0 = pl.dense ? dense_base(t.src) : pl.base;
       with_static_combine<A>(op, [&](auto sc) {
-        for (int i = grp; i < rows; i += pl.groups) {
-          const char* row = stage + pl.base + static_cast<int64_t>(i) * pl.pitch;
+        for (int i = grp; i < t.rows; i += pl.groups) {
+          const char* row = stage + b0 + static_cast<int64_t>(i) * pl.pitch;
 #pragma unroll
           for (int u = 0; u < kColMaxVecs; ++u) {
             if (u >= pl.vecs) break;
@@ -122,55 +199,26 @@ __global__ void __launch_bounds__(kReduceThreads, 3)
           }
         }
       });
-    } else {
-      for (int i = grp; i < rows; i += pl.groups) {
-        const int shift = pl.aligned ? pl.base : shift_of(src + i * pl.inner);
+    } else if (active) {
+      for (int i = grp; i < t.rows; i += pl.groups) {
+        const int shift = pl.dense ? dense_base(t.src) : pl.aligned ? pl.base : shift_of(t.src + i * pl.inner);
         const T* srow = reinterpret_cast<const T*>(stage + static_cast<int64_t>(i) * pl.pitch + shift);
+        if (unit == 1) {  // dense unaligned rows: one element per thread and row
+          acc[0][0] = comb(acc[0][0], to_acc<A>(srow[col_of(0)]));
+          continue;
+        }
 #pragma unroll
         for (int u = 0; u < kColMaxVecs; ++u) {
           if (u >= pl.vecs) break;
 #pragma unroll
           for (int j = 0; j < VE; ++j)
-            if (col_of(u) + j < ncols) acc[u][j] = comb(acc[u][j], to_acc<A>(srow[col_of(u) + j]));
+            if (col_of(u) + j < t.ncols) acc[u][j] = comb(acc[u][j], to_acc<A>(srow[col_of(u) + j]));
         }
       }
     }
+    if (t.kt + 1 == item_tiles) flush(t);
   };
-  engine::run_ring(ring, ntiles, load, consume);
-
-  if (!Ring::is_consumer()) return;
-  // One group: each thread holds its columns' totals. Several (vecs == 1): combine them in group
-  // order.
-  if (pl.groups > 1) {
-    const int col = col_of(0);
-    if (grp < pl.groups) {
-#pragma unroll
-      for (int j = 0; j < VE; ++j) scratch[grp * pl.chunk_cols + col + j] = acc[0][j];
-    }
-    engine::team_sync(team0);
-    if (grp != 0) return;
-    // j unrolled (acc stays in registers), the group loop rolled (cold code).
-#pragma unroll
-    for (int j = 0; j < VE; ++j) {
-      A total = comb.init();
-#pragma unroll 1
-      for (int g = 0; g < pl.groups; ++g) total = comb(total, scratch[g * pl.chunk_cols + col + j]);
-      acc[0][j] = total;
-    }
-  } else if (grp != 0) {
-    return;
-  }
-#pragma unroll
-  for (int u = 0; u < kColMaxVecs; ++u) {
-    if (u >= pl.vecs) break;
-#pragma unroll
-    for (int j = 0; j < VE; ++j) {
-      if (col_of(u) + j >= ncols) continue;
-      const int64_t oi = o * pl.inner + c0 + col_of(u) + j;
-      if (pl.parts == 1) store_out(out, od, oi, finalize(op, acc[u][j], pl.r));
-      else partials[part * pl.outer * pl.inner + oi] = acc[u][j];
-    }
-  }
+  engine::run_ring(ring, my_items * item_tiles, load, consume);
 }
 
 }  // namespace kernels

@@ -160,50 +160,70 @@ inline ColsPlan make_cols_plan(const ReduceParams& p, const DeviceInfo& dev, int
   pl.outer = p.outer;
   pl.r = p.r;
   pl.inner = p.inner;
-  // The narrowest power-of-two chunk of at least 32 vectors that spans the row, up to as many
-  // vectors as there are consumer threads, then up to col_max_vecs vectors per thread.
   const int consumers = engine::consumer_threads(p.mechanism, kReduceThreads);
+  const int64_t row_bytes = p.inner * esz;
   const int64_t row_vecs = ceil_div(p.inner, 16 / esz);
-  int rt = 32;
-  while (rt * 2 <= consumers && rt < row_vecs) rt *= 2;
-  pl.row_threads = rt;
-  pl.groups = consumers / rt;
-  // Rows wider than the block's threads: several vectors per thread (one row group).
-  const int vec_cap = max_vecs > 0 ? std::min(max_vecs, col_max_vecs(esz)) : col_max_vecs(esz);
-  pl.vecs = pl.groups == 1 ? static_cast<int>(std::min<int64_t>(vec_cap, ceil_div(row_vecs, rt))) : 1;
-  const int chunk_bytes = rt * pl.vecs * 16;
-  pl.chunk_cols = chunk_bytes / esz;
-  pl.col_chunks = ceil_div(p.inner, pl.chunk_cols);
-  pl.tile_rows = std::max(1, cols_tile_bytes(p, dev) / chunk_bytes);
-  const int64_t work = p.outer * pl.col_chunks;
+  pl.aligned = (reinterpret_cast<uintptr_t>(p.x) & 15u) == 0 && row_bytes % 16 == 0;
+  // Dense: a row is at most one unit (vector, or element when rows are not whole vectors) per
+  // consumer thread, so the chunk is the row and a tile one contiguous copy.
+  pl.dense = pl.aligned ? row_vecs <= consumers : p.inner <= consumers;
+  if (pl.dense) {
+    pl.row_threads = static_cast<int>(pl.aligned ? row_vecs : p.inner);
+    pl.groups = consumers / pl.row_threads;
+    pl.vecs = 1;
+    pl.chunk_cols = static_cast<int>(p.inner);
+    pl.col_chunks = 1;
+    pl.pitch = static_cast<int>(row_bytes);
+    pl.base = 0;
+    // 128 bytes of slack for the tile's offset modulo 128, 16 for a zero-filled tail chunk.
+    pl.tile_rows = static_cast<int>(std::max<int64_t>(1, cols_tile_bytes(p, dev) / row_bytes));
+    pl.stage_bytes = static_cast<int>(ceil_div(pl.tile_rows * row_bytes + 128 + 16, 128) * 128);
+  } else {
+    // The narrowest power-of-two chunk of at least 32 vectors that spans the row, up to as many
+    // vectors as there are consumer threads, then up to col_max_vecs vectors per thread.
+    int rt = 32;
+    while (rt * 2 <= consumers && rt < row_vecs) rt *= 2;
+    pl.row_threads = rt;
+    pl.groups = consumers / rt;
+    // Rows wider than the block's threads: several vectors per thread (one row group).
+    const int vec_cap = max_vecs > 0 ? std::min(max_vecs, col_max_vecs(esz)) : col_max_vecs(esz);
+    pl.vecs = pl.groups == 1 ? static_cast<int>(std::min<int64_t>(vec_cap, ceil_div(row_vecs, rt))) : 1;
+    const int chunk_bytes = rt * pl.vecs * 16;
+    pl.chunk_cols = chunk_bytes / esz;
+    pl.col_chunks = ceil_div(p.inner, pl.chunk_cols);
+    pl.tile_rows = std::max(1, cols_tile_bytes(p, dev) / chunk_bytes);
+    if (pl.aligned && row_bytes % 128 == 0) {
+      // Congruent layout: every row of a tile lands at its source's offset modulo 128 (rows a
+      // multiple of 128 bytes apart in both, the tile at x's offset modulo 128: a chunk starts a
+      // multiple of 512 bytes into its row). Rows with no tail need no slack. A pitch of chunk + 32
+      // (rows 1-3 of a 4-row tile 32, 64 and 96 bytes off their sources' lines) made each async copy
+      // of a misplaced row two L2 requests per line (docs/design.md).
+      pl.pitch = chunk_bytes;
+      pl.base = static_cast<int>(reinterpret_cast<uintptr_t>(p.x) & 127u);
+    } else {
+      // 32 bytes of slack: up to 15 for a row's shift, 16 for the zero-filled tail chunk.
+      pl.pitch = chunk_bytes + 32;
+      pl.base = 0;
+    }
+    pl.stage_bytes = pl.tile_rows * pl.pitch + (pl.base != 0 ? 128 : 0);
+  }
+  const int64_t items = p.outer * pl.col_chunks;
   // Rounded down: a part more than the resident blocks hold would start a second, nearly empty
   // wave (448 blocks for 396 resident in the (32768, 8192) sum).
-  int64_t parts = target_blocks / work;
+  int64_t parts = target_blocks / std::max<int64_t>(items, 1);
   parts = std::min(parts, std::max<int64_t>(1, ceil_div(p.r, 4 * pl.tile_rows)));
   parts = std::max<int64_t>(parts, 1);
   pl.part_rows = std::max<int64_t>(1, ceil_div(ceil_div(p.r, parts), pl.tile_rows)) * pl.tile_rows;
   pl.parts = std::max<int64_t>(1, ceil_div(p.r, pl.part_rows));
   pl.part_tiles = pl.part_rows / pl.tile_rows;
-  pl.last_tiles = ceil_div(std::max<int64_t>(0, p.r - (pl.parts - 1) * pl.part_rows), pl.tile_rows);
+  pl.last_tiles = std::max<int64_t>(1, ceil_div(std::max<int64_t>(0, p.r - (pl.parts - 1) * pl.part_rows), pl.tile_rows));
+  if (pl.parts == 1) pl.part_tiles = pl.last_tiles;  // r of one part: every item's tiles
   pl.parts_div = FastDiv(static_cast<uint32_t>(std::min<int64_t>(pl.parts, 0x7fffffff)));  // (grids < 2^31)
   pl.chunks_div = FastDiv(static_cast<uint32_t>(std::clamp<int64_t>(pl.col_chunks, 1, 0x7fffffff)));
-  pl.row_threads_log2 = 0;
-  while ((1 << pl.row_threads_log2) < pl.row_threads) ++pl.row_threads_log2;
-  pl.aligned = (reinterpret_cast<uintptr_t>(p.x) & 15u) == 0 && (p.inner * esz) % 16 == 0;
-  if (pl.aligned && (p.inner * esz) % 128 == 0) {
-    // Congruent layout: every row of a tile lands at its source's offset modulo 128 (rows a
-    // multiple of 128 bytes apart in both, the tile at x's offset modulo 128: a chunk starts a
-    // multiple of 512 bytes into its row). Rows with no tail need no slack. A pitch of chunk + 32
-    // (rows 1-3 of a 4-row tile 32, 64 and 96 bytes off their sources' lines) made each async copy
-    // of a misplaced row two L2 requests per line (docs/design.md).
-    pl.pitch = chunk_bytes;
-    pl.base = static_cast<int>(reinterpret_cast<uintptr_t>(p.x) & 127u);
-  } else {
-    // 32 bytes of slack: up to 15 for a row's shift, 16 for the zero-filled tail chunk.
-    pl.pitch = chunk_bytes + 32;
-    pl.base = 0;
-  }
-  pl.stage_bytes = pl.tile_rows * pl.pitch + (pl.base != 0 ? 128 : 0);
+  pl.tiles_div = FastDiv(static_cast<uint32_t>(std::clamp<int64_t>(pl.part_tiles, 1, 0x7fffffff)));
+  // One part: persistent blocks, a wave of them at most, each streaming its items' tiles.
+  pl.grid = pl.parts > 1 ? items * pl.parts : std::clamp<int64_t>(items, 1, std::max<int64_t>(target_blocks, 1));
+  pl.items = TileShare(items, pl.grid);
   return pl;
 }
 
@@ -270,9 +290,9 @@ void launch_reduce_typed(const ReduceParams& p) {
     prepare_smem(kernel, smem, "reduce");
     const int64_t resident = static_cast<int64_t>(dev.num_sms) * blocks_per_sm(kernel, kReduceThreads, smem);
     const ColsPlan pl = make_cols_plan(p, dev, esz, target_blocks(p, resident));
-    const int64_t grid = p.outer * pl.col_chunks * pl.parts;
-    if (grid > 0x7fffffff) throw std::runtime_error("reduce: too many column blocks for one launch");
-    kernel<<<static_cast<unsigned>(std::max<int64_t>(grid, 1)), kReduceThreads, smem, stream>>>(
+    if (pl.grid > 0x7fffffff || p.outer * pl.col_chunks > 0x7fffffff)
+      throw std::runtime_error("reduce: too many column blocks for one launch");
+    kernel<<<static_cast<unsigned>(pl.grid), kReduceThreads, smem, stream>>>(
         static_cast<const T*>(p.x), p.out, p.out_dtype, partials, pl, p.op);
     CUPIPE_LAUNCH_CHECK();
     parts = pl.parts; stride_out = 1; stride_part = nout;
