@@ -70,13 +70,23 @@ def test_stencil_plans_read_dense_layouts_in_place():
     assert "between the plane's dims" in _plan("stencil2d", img.permute(1, 0, 2), weights=w)  # H (3) outside a batch dim
     cl = torch.empty(2, 4, 10, 16).contiguous(memory_format=torch.channels_last)
     assert "channels_last" in _plan("stencil2d", cl, weights=w) and COPY in _plan("stencil2d", cl, weights=w)
-    assert COPY in _plan("stencil2d", img[:, ::2], weights=w)
-    x = torch.empty(4, 6, 8).permute(2, 0, 1)  # logical (8, 4, 6)
+    # crops and row steps: the planes read in place, their rows a pitch apart; a column step is copied
+    p = _plan("stencil2d", img[:, 1:-1, 2:-2], weights=w)
+    assert IN_PLACE in p and "(batch, ny, nx) = (3, 8, 12)" in p and "row stride 16, plane stride 160" in p
+    assert "row stride 32" in _plan("stencil2d", img[:, ::2], weights=w)
+    assert "transposed" in _plan("stencil2d", img[:, 1:-1, 2:-2].transpose(1, 2), weights=w)
+    assert COPY in _plan("stencil2d", img[..., ::2], weights=w)
+    assert "row stride 16" in _plan("stencil1d", img[:, :, 1:-1], weights=w1, dim=2)
+    x = torch.empty(4, 6, 32).permute(2, 0, 1)  # logical (32, 4, 6)
     for d in range(3):
         assert IN_PLACE in _plan("stencil1d", x, weights=w1, dim=d)
-    # memory (4, 6, 8): dim 0 (size 8) is the contiguous one: 24 rows filtered along x
-    assert "(batch, ny, nx) = (1, 24, 8), window (1, 5)" in _plan("stencil1d", x, weights=w1, dim=0)
-    assert "(batch, ny, nx) = (4, 6, 8), window (5, 1)" in _plan("stencil1d", x, weights=w1, dim=2)
+    # memory (4, 6, 32): dim 0 (size 32) is the contiguous one: 24 rows filtered along x
+    assert "(batch, ny, nx) = (1, 24, 32), window (1, 5)" in _plan("stencil1d", x, weights=w1, dim=0)
+    assert "(batch, ny, nx) = (4, 6, 32), window (5, 1)" in _plan("stencil1d", x, weights=w1, dim=2)
+    # planes of 8 fp32 (32 bytes) across are too narrow: rows of a copy with the dim moved innermost
+    p = _plan("stencil1d", torch.empty(4, 6, 8), weights=w1, dim=1)
+    assert "moved innermost" in p and "(batch, ny, nx) = (1, 32, 6), window (1, 5)" in p
+    assert "moved innermost" not in _plan("stencil1d", torch.empty(4, 6, 8, dtype=torch.float64), weights=w1, dim=1)
     # transposed: the kernels' y is W (10), x is H (16); a (3, 5) window turns (5, 3)
     assert "(batch, ny, nx) = (3, 10, 16), window (5, 3)" in _plan("stencil2d", img.transpose(1, 2), weights=w)
 
@@ -136,6 +146,27 @@ def test_reduce_layouts_dtype_argument(device, op):
             assert_close(y, ref, atol=1e-5, rtol=1e-5, what=f"{op} dim={dim} dtype={dtype}")
 
 
+# (outer, r, inner) of the column kernels' classes: narrow rows (a few elements, rows not whole
+# 16-byte vectors), rows of up to a vector per thread, rows wider than the block; short r with many
+# outer slices (persistent blocks over items), long r with few (parts of r).
+COLUMN_SHAPES = [(3, 1000, 3), (5, 257, 16), (2, 3001, 5), (700, 9, 24), (1, 40000, 3), (9, 50, 100),
+                 (4, 40, 1028), (300, 3, 7), (2, 5, 2), (1, 3, 4100)]
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float64], ids=["f32", "bf16", "f64"])
+@pytest.mark.parametrize("op", REDUCE_OPS)
+def test_reduce_columns_narrow_short_and_wide(device, op, dtype):
+    """Middle-dim reductions of every column class, aligned and at an odd element offset."""
+    for o, r, n in COLUMN_SHAPES:
+        buf = make_input((o * r * n + 1,), dtype, device, seed=o + r + n)
+        for off in (0, 1):
+            x = buf[off:off + o * r * n].view(o, r, n)
+            _poison(device, x)
+            y = cupipe.reduce(x, op, 1)
+            atol, rtol = _red_tol(op, dtype, r)
+            assert_close(y, reduce_ref(x, op, [1]), atol=atol, rtol=rtol, what=f"{op} {(o, r, n)} offset {off}")
+
+
 def test_reduce_layout_nan_propagates(device):
     """A NaN reaches its own output through both steps of a two-step plan, and no other."""
     x = make_input((7, 5, 6), torch.float32, device, seed=65).permute(1, 2, 0)  # logical (5, 6, 7)
@@ -157,6 +188,8 @@ def _stencil_layouts(device, dtype):
         ("transposed-permuted", b.permute(3, 1, 0, 2)),
         ("channels_last", b.contiguous(memory_format=torch.channels_last)),
         ("cropped", b[:, 1:3, 2:15, 1:11]),
+        ("cropped-planes", b[..., 2:15, 1:11]),
+        ("cropped-transposed", b[..., 2:15, 1:11].transpose(2, 3)),
         ("stepped", b[:, :, ::2]),
         ("expanded", make_input((1, 1, 17, 12), dtype, device, seed=71).expand(2, 3, 17, 12)),
     ]
@@ -215,7 +248,14 @@ def test_layouts_every_mechanism():
             t = x.transpose(1, 2)
             assert_close(cupipe.stencil2d(t, w, mechanism=m, stages=stages), stencil2d_ref(t, w),
                          atol=1e-5 * 9, rtol=1e-5 * 9, what=f"stencil2d transposed {m}/{stages}")
+            c = x[:, 1:-1, 3:-1]
+            assert_close(cupipe.stencil2d(c, w, mechanism=m, stages=stages), stencil2d_ref(c, w),
+                         atol=1e-5 * 9, rtol=1e-5 * 9, what=f"stencil2d cropped {m}/{stages}")
             p = x.permute(2, 0, 1)
             for dim in ([1], [0, 2], [1, 2]):
                 assert_close(cupipe.reduce(p, "sum", dim, mechanism=m, stages=stages), reduce_ref(p, "sum", dim),
                              atol=1e-4, rtol=1e-5, what=f"reduce permuted dim={dim} {m}/{stages}")
+            for o, r, n in COLUMN_SHAPES:
+                xc = make_input((o, r, n), torch.float32, "cuda", seed=78)
+                assert_close(cupipe.reduce(xc, "sum", 1, mechanism=m, stages=stages), reduce_ref(xc, "sum", [1]),
+                             atol=1e-5 * r ** 0.5 + 1e-5, rtol=1e-5, what=f"reduce {(o, r, n)} {m}/{stages}")

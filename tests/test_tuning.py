@@ -331,8 +331,10 @@ def test_stencil_table_depends_on_the_radii_and_dtype(fake_gpu, monkeypatch):
     # stencil1d: rows16 of the (batch, ny, nx) view the kernels read (24-byte rows along the last dim)
     assert shape("stencil1d", x, weights=w9, dim=-1) == {"ry": 0, "rx": 4, "esz": 4, "rows16": False}
     assert shape("stencil1d", x, weights=w9, dim=2) == {"ry": 0, "rx": 4, "esz": 4, "rows16": False}
-    assert shape("stencil1d", x, weights=w9, dim=1) == {"ry": 4, "rx": 0, "esz": 4, "rows16": False}
-    assert shape("stencil1d", torch.empty(4, 5, 8), weights=w9, dim=1)["rows16"]   # 32-byte rows
+    # along dim 1, planes of 6 fp32 across are too narrow: rows of a copy with the dim moved innermost
+    assert shape("stencil1d", x, weights=w9, dim=1) == {"ry": 0, "rx": 4, "esz": 4, "rows16": False}
+    assert shape("stencil1d", torch.empty(4, 5, 16), weights=w9, dim=1) == {"ry": 4, "rx": 0, "esz": 4,
+                                                                           "rows16": True}  # 64-byte rows
     assert shape("stencil2d", x.half(), weights=torch.empty(3, 5)) == {"ry": 1, "rx": 2, "esz": 2,
                                                                        "rows16": False}
     img = torch.empty(3, 10, 16)  # 64-byte rows
@@ -343,6 +345,9 @@ def test_stencil_table_depends_on_the_radii_and_dtype(fake_gpu, monkeypatch):
                                                                                  "rows16": True}
     assert shape("stencil2d", img[:, :, :10].transpose(1, 2), weights=torch.empty(3, 3))["rows16"] is False
     assert shape("stencil2d", img[:, :, :8].transpose(1, 2).transpose(1, 2), weights=torch.empty(3, 3))["rows16"]
+    # a crop is read in place: its rows and their 64-byte pitch both whole 16-byte multiples
+    assert shape("stencil2d", img[:, 1:-1, 4:12], weights=torch.empty(3, 3))["rows16"]
+    assert not shape("stencil2d", img[:, 1:-1, 4:11], weights=torch.empty(3, 3))["rows16"]
     # checked as the op checks its arguments
     with pytest.raises(ValueError, match="odd length"):
         shape("stencil1d", x, weights=torch.empty(4), dim=-1)

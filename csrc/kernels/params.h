@@ -46,7 +46,7 @@ struct StreamCopyParams {
   Stream stream = nullptr;
 };
 
-// A 2-D stencil over a batch of contiguous (ny, nx) planes with a (2ry+1) x (2rx+1) window.
+// A 2-D stencil over a batch of (ny, nx) planes with a (2ry+1) x (2rx+1) window.
 // stencil1d maps onto it: along the last dim as ry = 0, along another dim as rx = 0.
 // out[b, i, j] = sum_{a, c} w[a, c] * x[b, map_y(i + a - ry), map_x(j + c - rx)], where map_*
 // applies `boundary` (zero: out-of-range reads are 0).
@@ -63,6 +63,9 @@ struct StencilParams {
   // tensor-core kernels then multiply one weight term (they find that out themselves too).
   bool weights_exact = false;
   int64_t batch = 0, ny = 0, nx = 0;
+  // x's row and plane strides in elements when its planes are pitched (a crop or a step of a larger
+  // tensor); 0: dense (nx and ny * nx). out is always dense.
+  int64_t x_row = 0, x_plane = 0;
   int ry = 0, rx = 0;
   Boundary boundary = Boundary::Zero;
   engine::Mechanism mechanism = engine::Mechanism::Sync;

@@ -53,12 +53,13 @@ constexpr int tensor_map_unit(int /*esz*/) { return 8; }
 // as zeros. Box coordinates along x count units, not elements. `promotion`: how much the L2 fetches
 // from DRAM around a missed sector of a box (the caller's measured choice: stencil_l2_promotion).
 inline CUtensorMap make_plane_map(const void* base, DType dt, int esz, int64_t batch, int64_t ny, int64_t nx,
-                                  int box_bytes, int box_h, CUtensorMapL2promotion promotion) {
+                                  int64_t row_stride, int64_t plane_stride, int box_bytes, int box_h,
+                                  CUtensorMapL2promotion promotion) {
   CUtensorMap m{};
   const int unit = tensor_map_unit(esz);
   const cuuint64_t dims[3] = {static_cast<cuuint64_t>(nx * esz / unit), static_cast<cuuint64_t>(ny),
                               static_cast<cuuint64_t>(batch)};
-  const cuuint64_t strides[2] = {static_cast<cuuint64_t>(nx * esz), static_cast<cuuint64_t>(ny * nx * esz)};
+  const cuuint64_t strides[2] = {static_cast<cuuint64_t>(row_stride * esz), static_cast<cuuint64_t>(plane_stride * esz)};
   const cuuint32_t box[3] = {static_cast<cuuint32_t>(box_bytes / unit), static_cast<cuuint32_t>(box_h), 1};
   const cuuint32_t elem_strides[3] = {1, 1, 1};
   const CUtensorMapDataType type = unit == esz ? tensor_map_dtype(dt) : CU_TENSOR_MAP_DATA_TYPE_UINT64;

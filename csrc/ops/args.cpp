@@ -123,44 +123,79 @@ void check_reflect(const char* op, Boundary b, int64_t size, int64_t r, const ch
 
 }  // namespace
 
+namespace {
+// Every row of the stack (and, pitched, every row's and plane's stride) a whole 16-byte multiple.
+bool strides16(const StencilGeometry& g) {
+  return g.nx * g.esz % 16 == 0 && g.xs_row * g.esz % 16 == 0 && g.xs_plane * g.esz % 16 == 0;
+}
+}  // namespace
+
 bool rows16(const StencilGeometry& g, const void* data) {
-  return g.nx * g.esz % 16 == 0 && reinterpret_cast<uintptr_t>(data) % 16 == 0;
+  return strides16(g) && reinterpret_cast<uintptr_t>(data) % 16 == 0;
 }
 
 bool rows16_of(const at::Tensor& x, const StencilGeometry& g) {
-  return g.nx * g.esz % 16 == 0 && (!g.in_place || x.storage_offset() * g.esz % 16 == 0);
+  return strides16(g) && (!g.in_place || x.storage_offset() * g.esz % 16 == 0);
 }
 
 StencilGeometry stencil_memory_geometry(const at::Tensor& x, const StencilGeometry& logical,
                                         std::optional<int64_t> dim, std::string* why) {
   const std::vector<int64_t> sizes = x.sizes().vec(), strides = x.strides().vec();
   const StencilLayoutPlan p =
-      dim ? plan_stencil1d_layout(sizes, strides, static_cast<int>(*dim), std::max(logical.ry, logical.rx))
+      dim ? plan_stencil1d_layout(sizes, strides, static_cast<int>(*dim), std::max(logical.ry, logical.rx),
+                                  static_cast<int>(x.element_size()))
           : plan_stencil2d_layout(sizes, strides, logical.ry, logical.rx);
   if (why) *why = p.describe();
   StencilGeometry g = logical;
   g.batch = p.batch; g.ny = p.ny; g.nx = p.nx; g.ry = p.ry; g.rx = p.rx;
   g.in_place = !p.copy;
   g.transposed = p.transposed;
+  g.xs_row = p.xs_row;
+  g.xs_plane = p.xs_plane;
+  if (p.to_rows) g.to_rows_dim = *dim;
   // x.contiguous() of a contiguous x is x itself: in place in all but name.
-  if (p.copy && x.is_contiguous()) g.in_place = true;
+  if (p.copy && !p.to_rows && x.is_contiguous()) g.in_place = true;
   return g;
 }
 
 void StencilTensors::finish() {
-  if (!kout.is_same(out)) out.copy_(kout);
+  if (to_rows_dim >= 0) out.copy_(kout.movedim(-1, to_rows_dim));
+  else if (!kout.is_same(out)) out.copy_(kout);
 }
 
 StencilTensors stencil_tensors(const at::Tensor& x, const at::Tensor& weights, const StencilGeometry& g) {
   StencilTensors t;
-  t.x = g.in_place ? x : x.contiguous();
   t.w = g.transposed ? weights.t() : weights;
   t.out = at::empty_like(x);
-  // The kernels write in the order they read: x's strides in place (which empty_like gives a dense
-  // x), logical order for a copy. A result of any other layout gets a buffer copied into it.
-  const bool same = g.in_place ? t.out.strides() == x.strides() : t.out.is_contiguous();
-  t.kout = same ? t.out : g.in_place ? at::empty_strided(x.sizes(), x.strides(), x.options())
-                                     : at::empty(x.sizes(), x.options());
+  if (g.to_rows_dim >= 0) {
+    t.to_rows_dim = g.to_rows_dim;
+    t.x = x.movedim(g.to_rows_dim, -1).contiguous();
+    t.kout = at::empty_like(t.x, at::MemoryFormat::Contiguous);
+    return t;
+  }
+  t.x = g.in_place ? x : x.contiguous();
+  // The kernels write a dense block in the order they read: x's own strides for a dense x, the
+  // dense strides of x's memory order for a pitched one, logical order (contiguous) for a copy. A result of any
+  // other layout gets a buffer copied into it.
+  std::vector<int64_t> written;
+  if (g.in_place && g.xs_row == 0) {
+    written = x.strides().vec();
+  } else {
+    std::vector<int64_t> order(static_cast<size_t>(x.dim()));
+    for (int64_t d = 0; d < x.dim(); ++d) order[static_cast<size_t>(d)] = d;
+    if (g.in_place)
+      std::stable_sort(order.begin(), order.end(), [&](int64_t a, int64_t b) { return x.stride(a) > x.stride(b); });
+    written.assign(order.size(), 1);
+    int64_t stride = 1;
+    for (auto it = order.rbegin(); it != order.rend(); ++it) {
+      written[static_cast<size_t>(*it)] = stride;
+      stride *= x.size(*it);
+    }
+  }
+  bool same = true;
+  for (int64_t d = 0; d < x.dim(); ++d)
+    if (x.size(d) > 1 && t.out.stride(d) != written[static_cast<size_t>(d)]) same = false;
+  t.kout = same ? t.out : at::empty_strided(x.sizes(), written, x.options());
   return t;
 }
 

@@ -37,18 +37,19 @@ at::Tensor stream_copy_cpu(const at::Tensor& x, c10::string_view mechanism, int6
 template <typename T, typename Acc>
 void stencil_cpu_impl(const T* x, T* out, const Acc* w, const StencilGeometry& g, Boundary b) {
   const int64_t ny = g.ny, nx = g.nx;
+  const int64_t xs_row = g.xs_row ? g.xs_row : nx, xs_plane = g.xs_row ? g.xs_plane : ny * nx;  // (pitched x)
   const int kw = 2 * g.rx + 1;
   at::parallel_for(0, g.batch * ny, 16, [&](int64_t row0, int64_t row1) {
     for (int64_t row = row0; row < row1; ++row) {
       const int64_t bi = row / ny, i = row % ny;
-      const T* plane = x + bi * ny * nx;
+      const T* plane = x + bi * xs_plane;
       T* orow = out + row * nx;
       for (int64_t j = 0; j < nx; ++j) {
         Acc acc = 0;
         for (int a = -g.ry; a <= g.ry; ++a) {
           const int64_t yi = map_index(i + a, ny, b);
           if (yi < 0) continue;
-          const T* xrow = plane + yi * nx;
+          const T* xrow = plane + yi * xs_row;
           const Acc* wrow = w + static_cast<int64_t>(a + g.ry) * kw;
           for (int c = -g.rx; c <= g.rx; ++c) {
             const int64_t xj = map_index(j + c, nx, b);

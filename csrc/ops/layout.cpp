@@ -137,23 +137,58 @@ StencilLayoutPlan logical_stencil(const std::vector<int64_t>& sizes, int first, 
 constexpr const char* kNotDense =
     "x is not dense (gaps, overlaps or zero strides): the kernels read a contiguous copy";
 
+// A non-dense x whose memory still holds the kernels' planes as pitched rows: the innermost memory
+// dim (stride 1) is the plane's x, the next its y (any positive stride), and the rest merge into
+// one batch dim of positive stride. `inner_mark`, `outer_mark`: the marks x and y must have.
+bool pitched_planes(const MemLayout& L, int inner_mark, int outer_mark, StencilLayoutPlan& p) {
+  const size_t n = L.dims.size();
+  if (n < 2 || n > 3) return false;
+  const MemDim &dx = L.dims[n - 1], &dy = L.dims[n - 2];
+  if (dx.mark != inner_mark || dy.mark != outer_mark || dx.stride != 1 || dy.stride <= 0) return false;
+  if (n == 3 && (L.dims[0].mark != 0 || L.dims[0].stride <= 0)) return false;
+  p.copy = false;
+  p.batch = n == 3 ? L.dims[0].size : 1;
+  p.ny = dy.size;
+  p.nx = dx.size;
+  p.xs_row = dy.stride;
+  p.xs_plane = n == 3 ? L.dims[0].stride : dy.stride * dy.size;
+  return true;
+}
+
 }  // namespace
 
 std::string StencilLayoutPlan::describe() const {
   std::ostringstream s;
   s << why << "; (batch, ny, nx) = (" << batch << ", " << ny << ", " << nx << "), window (" << 2 * ry + 1
     << ", " << 2 * rx + 1 << ")";
+  if (xs_row != 0) s << ", row stride " << xs_row << ", plane stride " << xs_plane;
   return s.str();
 }
 
-StencilLayoutPlan plan_stencil1d_layout(const std::vector<int64_t>& sizes, const std::vector<int64_t>& strides,
+namespace {
+
+StencilLayoutPlan plan_stencil1d_planes(const std::vector<int64_t>& sizes, const std::vector<int64_t>& strides,
                                         int dim, int r) {
   if (sizes[static_cast<size_t>(dim)] == 1)
     return logical_stencil(sizes, dim, dim, r, 0, "the filtered dim has size 1: x read in logical order");
   std::vector<int> marks(sizes.size(), 0);
   marks[static_cast<size_t>(dim)] = 1;
   const MemLayout L = memory_layout(sizes, strides, marks);
-  if (!L.dense) return logical_stencil(sizes, dim, dim, r, 0, kNotDense);
+  if (!L.dense) {
+    StencilLayoutPlan p;
+    p.rx = r;
+    if (pitched_planes(L, 1, 0, p)) {  // rows along the filtered dim, a pitch apart
+      p.why = "the kernels read x's memory in place: rows along the filtered dim, a pitch apart";
+      return p;
+    }
+    p = StencilLayoutPlan{};
+    p.ry = r;
+    if (pitched_planes(L, 0, 1, p)) {
+      p.why = "the kernels read x's memory in place: planes (the filtered dim, the dims inside), pitched";
+      return p;
+    }
+    return logical_stencil(sizes, dim, dim, r, 0, kNotDense);
+  }
   size_t j = 0;
   while (L.dims[j].mark != 1) ++j;
   StencilLayoutPlan p;
@@ -163,6 +198,23 @@ StencilLayoutPlan plan_stencil1d_layout(const std::vector<int64_t>& sizes, const
   p.why = inner == 1 ? "the kernels read x's memory in place: rows along the filtered dim"
                      : "the kernels read x's memory in place: planes (dims outside, the filtered dim, dims inside)";
   return p;
+}
+
+}  // namespace
+
+StencilLayoutPlan plan_stencil1d_layout(const std::vector<int64_t>& sizes, const std::vector<int64_t>& strides,
+                                        int dim, int r, int esz) {
+  StencilLayoutPlan p = plan_stencil1d_planes(sizes, strides, dim, r);
+  if (p.ry == 0 || p.nx * esz >= kMinPlaneRowBytes) return p;
+  StencilLayoutPlan rows;
+  rows.copy = rows.to_rows = true;
+  rows.batch = 1;
+  rows.nx = sizes[static_cast<size_t>(dim)];
+  rows.ny = p.batch * p.ny * p.nx / rows.nx;
+  rows.rx = r;
+  rows.why = "the filtered dim's inner extent is too narrow for planes: the kernels read a copy of x with the "
+             "filtered dim moved innermost, as rows, and the result is moved back";
+  return rows;
 }
 
 StencilLayoutPlan plan_stencil2d_layout(const std::vector<int64_t>& sizes, const std::vector<int64_t>& strides,
@@ -175,7 +227,22 @@ StencilLayoutPlan plan_stencil2d_layout(const std::vector<int64_t>& sizes, const
   marks[static_cast<size_t>(h)] = 1;
   marks[static_cast<size_t>(w)] = 2;
   const MemLayout L = memory_layout(sizes, strides, marks);
-  if (!L.dense) return logical_stencil(sizes, h, w, ry, rx, kNotDense);
+  if (!L.dense) {
+    StencilLayoutPlan p;
+    p.ry = ry; p.rx = rx;
+    if (pitched_planes(L, 2, 1, p)) {
+      p.why = "the kernels read x's memory in place: planes whose rows lie a pitch apart";
+      return p;
+    }
+    p.ry = rx; p.rx = ry;
+    if (pitched_planes(L, 1, 2, p)) {
+      p.transposed = true;
+      p.why = "the kernels read x's memory in place: planes whose rows lie a pitch apart, transposed (W outside "
+              "H), filtered with the weights transposed";
+      return p;
+    }
+    return logical_stencil(sizes, h, w, ry, rx, kNotDense);
+  }
   const size_t n = L.dims.size();
   if (L.dims[n - 1].mark == 0 || L.dims[n - 2].mark == 0)
     return logical_stencil(sizes, h, w, ry, rx,

@@ -55,13 +55,22 @@ ReduceLayoutPlan plan_reduce_layout(const std::vector<int64_t>& sizes, const std
 struct StencilLayoutPlan {
   bool copy = false;
   bool transposed = false;
+  // stencil1d whose planes would be too narrow for the plane kernels (the filtered dim's inner
+  // extent under kMinPlaneRowBytes): x is copied with the filtered dim moved innermost, filtered
+  // as rows, and the result moved back (copy is then true as well).
+  bool to_rows = false;
   int64_t batch = 1, ny = 1, nx = 1;
+  // Element strides of the kernels' rows and planes in x's memory; 0: dense (nx, ny * nx). A plane
+  // x reads in place though x is not dense (a crop, a step over rows or planes) has them.
+  int64_t xs_row = 0, xs_plane = 0;
   int ry = 0, rx = 0;
   const char* why = "";  // for explain (static text: planning runs on every call)
   std::string describe() const;  // why, with the view's extents
 };
+// Plane rows narrower than this (bytes) leave the plane kernels' tiles mostly empty.
+constexpr int64_t kMinPlaneRowBytes = 64;
 StencilLayoutPlan plan_stencil1d_layout(const std::vector<int64_t>& sizes, const std::vector<int64_t>& strides,
-                                        int dim, int r);
+                                        int dim, int r, int esz);
 StencilLayoutPlan plan_stencil2d_layout(const std::vector<int64_t>& sizes, const std::vector<int64_t>& strides,
                                         int ry, int rx);
 

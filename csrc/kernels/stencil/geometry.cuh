@@ -75,6 +75,7 @@ struct TileHeader {
 
 struct StencilGeom {
   int64_t batch, ny, nx;
+  int64_t xs_row, xs_plane;  // x's row and plane strides in elements (nx and ny * nx when dense)
   int ry, rx;
   StencilBlocking blocking;
   StencilFixed fixed;      // None unless the launcher finds a fixed consumer for the input
@@ -96,6 +97,12 @@ struct StencilGeom {
   int64_t frag_bytes;      // Mma: the tensor-core consumer's weight fragments, after the weights
   DType wdt;               // of the weights in global memory (StencilParams::weights_dtype)
 };
+
+// Rows of x and of out whole 16-byte multiples, and x's row and plane strides too: every window
+// row of every plane then has the same shift (the fixed consumers' and tensor maps' condition).
+inline bool rows_of_16(const StencilGeom& g, int esz) {
+  return g.nx * esz % 16 == 0 && g.xs_row * esz % 16 == 0 && g.xs_plane * esz % 16 == 0;
+}
 
 // The tile counts and their divisors, from the tile shape and the column phase.
 inline void set_tile_grid(StencilGeom& g) {
@@ -125,6 +132,8 @@ inline StencilGeom make_stencil_geom(const StencilParams& p, int esz, int acc_si
                                      int64_t smem_budget, int align = 16, int box_cols = kBoxCols) {
   StencilGeom g;
   g.batch = p.batch; g.ny = p.ny; g.nx = p.nx; g.ry = p.ry; g.rx = p.rx;
+  g.xs_row = p.x_row > 0 ? p.x_row : p.nx;
+  g.xs_plane = p.x_row > 0 ? p.x_plane : p.ny * p.nx;
   g.wdt = p.weights_dtype;
   g.fixed = StencilFixed::None;
   g.tensor_tiles = false;

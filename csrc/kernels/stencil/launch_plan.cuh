@@ -19,7 +19,7 @@ namespace kernels {
 inline StencilFixed choose_fixed(const StencilGeom& g, const void* x, int esz) {
   // The consumers' vectors are 16 bytes (kVecBytes, and the 2-byte types' items of kTwoByteTW
   // outputs where the Row and Narrow3 kernels take them; those need tiles of whole items).
-  if (g.nx * esz % 16 != 0 || reinterpret_cast<uintptr_t>(x) % 16 != 0) return StencilFixed::None;
+  if (!rows_of_16(g, esz) || reinterpret_cast<uintptr_t>(x) % 16 != 0) return StencilFixed::None;
   if (esz == 2 && g.tile_w % kTwoByteTW != 0) return StencilFixed::None;
   const int kh = 2 * g.ry + 1, kw = 2 * g.rx + 1;
   if (g.blocking == StencilBlocking::Row) {
@@ -87,7 +87,7 @@ inline void choose_mma(StencilGeom& g, const StencilParams& p, const DeviceInfo&
   if (env != nullptr && env[0] == '0') return;
   const int kh = 2 * g.ry + 1, kw = 2 * g.rx + 1, esz = 2;
   if (dev.code_sm < 80 || g.blocking == StencilBlocking::Row || kh * kw < min_taps || kw < 3 || kw > 9 ||
-      kh > kMmaMaxKh || g.nx * esz % 16 != 0 || g.tile_w % kMmaUnit != 0 ||
+      kh > kMmaMaxKh || !rows_of_16(g, esz) || g.tile_w % kMmaUnit != 0 ||
       reinterpret_cast<uintptr_t>(p.out) % 4 != 0 || reinterpret_cast<uintptr_t>(p.x) % esz != 0)
     return;
   const int64_t frag = mma_fragment_bytes(kh, 2);  // kMmaTerms
@@ -179,7 +179,7 @@ StencilPlan plan_stencil(const StencilParams& p, const DeviceInfo& dev) {
   // tma moves a 2-D tile as one tensor-map box when the map can describe the input: rows of
   // whole 16-byte multiples from a 16-byte aligned pointer, boxes of at most 256 x 256.
   constexpr int64_t kMaxCoord = 0x7fffffff;
-  g.tensor_tiles = kTma && dev.code_sm >= 90 && g.blocking != StencilBlocking::Row && p.nx * esz % 16 == 0 &&
+  g.tensor_tiles = kTma && dev.code_sm >= 90 && g.blocking != StencilBlocking::Row && rows_of_16(g, esz) &&
                    reinterpret_cast<uintptr_t>(p.x) % 16 == 0 && g.pitch / tensor_map_unit(esz) <= 256 &&
                    g.win_h <= 256 && p.nx <= kMaxCoord && p.ny <= kMaxCoord && p.batch <= kMaxCoord;
   if constexpr (esz == 2) {
@@ -200,8 +200,8 @@ void launch_stencil_mechanism(const StencilParams& p) {
       StencilGeom& g = plan.g;
       CUtensorMap tmap{};
       if (g.tensor_tiles)
-        tmap = make_plane_map(p.x, p.dtype, static_cast<int>(sizeof(T)), p.batch, p.ny, p.nx, g.pitch, g.win_h,
-                              stencil_l2_promotion(dev));
+        tmap = make_plane_map(p.x, p.dtype, static_cast<int>(sizeof(T)), p.batch, p.ny, p.nx, g.xs_row, g.xs_plane,
+                              g.pitch, g.win_h, stencil_l2_promotion(dev));
       const int threads = stencil_family_threads(plan.family);
       auto launch = [&](auto kernel) {
         const size_t smem = static_cast<size_t>(S) * g.stage_bytes + g.weight_bytes + g.frag_bytes;

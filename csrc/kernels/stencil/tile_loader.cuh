@@ -1,7 +1,8 @@
 // The stencil's tile loader: one tile's padded input window into a stage, already resolved
 // through the boundary. Each window row is fetched from its mapped source row (rows of the zero
 // boundary are zero-filled), the in-range part of a row moves as one async segment, and the few
-// halo columns outside the plane are plain stores. When nx * sizeof(T) % 16 == 0 all rows of a
+// halo columns outside the plane are plain stores. x's rows lie xs_row elements apart (nx, or a
+// pitch when x is a crop of a larger tensor). When xs_row * sizeof(T) % 16 == 0 all rows of a
 // plane share one shift and the rows inside the plane move as one copy_rows box (tma: one
 // tensor-map box); otherwise row by row. The header, zero rows and halo columns are stored by the
 // ring's store team and published with the stage, so consumers never see the boundary.
@@ -71,7 +72,7 @@ struct TileWindow {
 
 // What the stage fill needs of the geometry, by value (for the out-of-line fill_stage).
 struct FillGeom {
-  int64_t ny, nx;
+  int64_t ny, nx, xs_row;
   int win_h, win_w, pitch, hdr_bytes;
   Boundary boundary;
 };
@@ -86,13 +87,13 @@ __device__ __noinline__ void fill_stage(uint32_t stage_smem, const T* plane, Til
   char* stage = static_cast<char*>(__cvta_shared_to_generic(stage_smem));
   auto row = [&](int i, int64_t src_row) {  // window row i, filled from source row src_row
     return reinterpret_cast<T*>(stage + g.hdr_bytes + static_cast<int64_t>(i) * g.pitch +
-                                row_shift(plane, src_row, g.nx, w.xw));
+                                row_shift(plane, src_row, g.xs_row, w.xw));
   };
   if (rank == 0) *reinterpret_cast<TileHeader*>(stage) = w.t;
   int* shifts = reinterpret_cast<int*>(stage + sizeof(TileHeader));
   for (int i = rank; i < g.win_h; i += size) {
     const int64_t src = map_index_dev(w.yw + i, g.ny, g.boundary);
-    shifts[i] = row_shift(plane, src < 0 ? w.yw + i : src, g.nx, w.xw);  // a zero row: any shift will do
+    shifts[i] = row_shift(plane, src < 0 ? w.yw + i : src, g.xs_row, w.xw);  // a zero row: any shift will do
   }
   const int n_inside = w.i_hi - w.i_lo;
   if (g.boundary == Boundary::Zero) {
@@ -110,7 +111,7 @@ __device__ __noinline__ void fill_stage(uint32_t stage_smem, const T* plane, Til
     if (src < 0) continue;  // a zero row, zero-filled above
     const int c = h < n_left ? h : g.win_w - n_right + (h - n_left);
     const int64_t mc = map_index_dev(w.xw + c, g.nx, g.boundary);
-    row(i, src)[c] = mc < 0 ? from_acc<T>(A(0)) : plane[src * g.nx + mc];
+    row(i, src)[c] = mc < 0 ? from_acc<T>(A(0)) : plane[src * g.xs_row + mc];
   }
 }
 
@@ -134,7 +135,7 @@ __device__ __forceinline__ void load_stencil_tile(const W& w, const T* x, const 
       if (threadIdx.x >= 32) return;
       const TileHeader t = tile_origin(tile, g);
       const int64_t yw = t.y0 - g.ry, xw = t.x0 - g.rx;
-      const int shift = row_shift(x + t.b * g.ny * g.nx, yw, g.nx, xw);
+      const int shift = row_shift(x + t.b * g.xs_plane, yw, g.xs_row, xw);
       w.copy_tensor_3d(g.hdr_bytes, tmap, map_x(xw, shift), static_cast<int>(yw),
                        static_cast<int>(t.b), static_cast<uint32_t>(g.win_h) * static_cast<uint32_t>(g.pitch));
       if (threadIdx.x == 0) *reinterpret_cast<TileHeader*>(w.stage) = t;
@@ -143,8 +144,8 @@ __device__ __forceinline__ void load_stencil_tile(const W& w, const T* x, const 
       return;
     }
   }
-  // Rows of a multiple of 16 bytes: every row of a plane has the same shift.
-  const bool uniform_rows = g.nx * esz % 16 == 0;
+  // Rows a multiple of 16 bytes apart: every row of a plane has the same shift.
+  const bool uniform_rows = g.xs_row * esz % 16 == 0;
   TileWindow tw;
   tw.t = tile_origin(tile, g);
   tw.yw = tw.t.y0 - g.ry;
@@ -153,7 +154,7 @@ __device__ __forceinline__ void load_stencil_tile(const W& w, const T* x, const 
   tw.c_hi = min(tw.xw + g.win_w, g.nx);
   tw.i_lo = static_cast<int>(min(max(-tw.yw, int64_t(0)), int64_t(g.win_h)));
   tw.i_hi = static_cast<int>(min(max(g.ny - tw.yw, int64_t(tw.i_lo)), int64_t(g.win_h)));
-  const T* plane = x + tw.t.b * g.ny * g.nx;
+  const T* plane = x + tw.t.b * g.xs_plane;
   if constexpr (W::kTensorCopies) {
     // One tensor-map box per tile: window rows pitch / esz elements wide from the 16-byte
     // boundary at or before column xw, so that each row lands at its usual shift; rows and
@@ -161,7 +162,7 @@ __device__ __forceinline__ void load_stencil_tile(const W& w, const T* x, const 
     // interior tiles only). No per-thread address arithmetic, one instruction for the tile.
     const bool interior = tw.i_lo == 0 && tw.i_hi == g.win_h && tw.c_lo == tw.xw && tw.c_hi == tw.xw + g.win_w;
     if (g.tensor_tiles && (interior || (!OneWarpBox && boundary == Boundary::Zero))) {
-      const int shift = row_shift(plane, tw.yw, g.nx, tw.xw);  // every row's (nx * esz % 16 == 0)
+      const int shift = row_shift(plane, tw.yw, g.xs_row, tw.xw);  // every row's (rows_of_16)
       w.copy_tensor_3d(g.hdr_bytes, tmap, map_x(tw.xw, shift), static_cast<int>(tw.yw),
                        static_cast<int>(tw.t.b), static_cast<uint32_t>(g.win_h) * static_cast<uint32_t>(g.pitch));
       const engine::Team st = w.store_team();
@@ -176,18 +177,18 @@ __device__ __forceinline__ void load_stencil_tile(const W& w, const T* x, const 
   // Halo columns stored directly right of the segment must not be zero-filled over.
   const auto tail = tw.xw + g.win_w > g.nx ? engine::TailMode::Exact : engine::TailMode::MayOverwrite;
   auto seg_at = [&](int i, int64_t src_row) {  // the segment of window row i, from source row src_row
-    return g.hdr_bytes + static_cast<int64_t>(i) * g.pitch + row_shift(plane, src_row, g.nx, tw.xw) + seg_off;
+    return g.hdr_bytes + static_cast<int64_t>(i) * g.pitch + row_shift(plane, src_row, g.xs_row, tw.xw) + seg_off;
   };
   // The rows inside the plane move as one box when they share a shift; every other row with
   // a source row (boundary rows, and all rows of planes whose rows disagree mod 16) alone.
   const int box_lo = tw.i_lo, box_n = uniform_rows ? tw.i_hi - tw.i_lo : 0;
   if (box_n > 0)
-    w.copy_rows(seg_at(box_lo, tw.yw + box_lo), g.pitch, plane + (tw.yw + box_lo) * g.nx + tw.c_lo, g.nx * esz,
+    w.copy_rows(seg_at(box_lo, tw.yw + box_lo), g.pitch, plane + (tw.yw + box_lo) * g.xs_row + tw.c_lo, g.xs_row * esz,
                 seg_bytes, box_n, tail);
   for (int j = 0; j < g.win_h - box_n; ++j) {
     const int i = j < box_lo ? j : j + box_n;
     const int64_t src = map_index_dev(tw.yw + i, g.ny, boundary);
-    if (src >= 0) w.copy(seg_at(i, src), plane + src * g.nx + tw.c_lo, seg_bytes, tail);
+    if (src >= 0) w.copy(seg_at(i, src), plane + src * g.xs_row + tw.c_lo, seg_bytes, tail);
   }
   const engine::Team st = w.store_team();
   if (st.rank < 0) return;
@@ -195,12 +196,12 @@ __device__ __forceinline__ void load_stencil_tile(const W& w, const T* x, const 
     // An interior tile (most of them): no boundary rows, no halo columns, one shift for every
     // row. Only the header and the shifts, without fill_stage's call and its boundary cases.
     if (st.rank == 0) *reinterpret_cast<TileHeader*>(w.stage) = tw.t;
-    const int shift = row_shift(plane, tw.yw, g.nx, tw.xw);
+    const int shift = row_shift(plane, tw.yw, g.xs_row, tw.xw);
     int* shifts = reinterpret_cast<int*>(w.stage + sizeof(TileHeader));
     for (int i = st.rank; i < g.win_h; i += st.size) shifts[i] = shift;
     return;
   }
-  const FillGeom fg{g.ny, g.nx, g.win_h, g.win_w, g.pitch, g.hdr_bytes, boundary};
+  const FillGeom fg{g.ny, g.nx, g.xs_row, g.win_h, g.win_w, g.pitch, g.hdr_bytes, boundary};
   fill_stage<T>(static_cast<uint32_t>(__cvta_generic_to_shared(w.stage)), plane, tw, fg, st.rank, st.size);
 }
 
