@@ -39,7 +39,7 @@ MECHS = ["sync", "pipeline", "pipeline_thread", "primitives", "cg", "barrier", "
 OPS = ["stream_copy", "stencil1d", "stencil2d", "reduce"]
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
 SHORT = {torch.float32: "fp32", torch.bfloat16: "bf16", torch.float16: "fp16"}
-HIDDEN = {"table", "op", "bytes", "error"}   # recorded, not printed as columns
+HIDDEN = {"table", "op", "bytes", "error", "cls"}   # recorded, not printed as columns
 ORDER = ["workload", "mechanism", "stages", "vec", "resolved", "ms", "GBps", "vs_copy", "vs_copy_same", "vs_auto",
          "eager", "eager_ms", "vs_eager", "compiled_ms", "vs_compiled", "speedup_vs_best"]
 
@@ -433,15 +433,18 @@ def _slicing_stencil1d(x, w, r):
 
 
 def _suite_case(b: Bench, op: str, workload: str, make, ours, eager, eager_name: str, comp, ref,
-                nbytes_of, atol_of=lambda inp: None, same_copy=None, table: Optional[str] = None) -> Task:
+                nbytes_of, atol_of=lambda inp: None, same_copy=None, table: Optional[str] = None,
+                cls: Optional[str] = None) -> Task:
     """One row of the performance suite: check `ours` against `ref`, then time ours, eager and
     compiled. make() -> inputs; ours/eager/ref take the inputs and return a thunk; comp (or None)
     computes from the inputs, passed as its argument, as in a user's `torch.compile(f)(x)` (the
     static shapes are what matters, see Bench.compile). same_copy (or None) takes the inputs and returns the tensor whose
     ``y.copy_(x)`` the row's bandwidth is also compared with (vs_copy_same: the stencils' targets
     are stated against copy_ of their own input; those bytes move a little slower than the 2^28
-    fp32 copy of vs_copy). table: the row's table (default ``suite: <op>``)."""
+    fp32 copy of vs_copy). table: the row's table (default ``suite: <op>``); cls: the row's class
+    in a summary (layout_summary)."""
     tbl = table or f"suite: {op}{b.tag}"
+    extra_keys = {"cls": cls} if cls else {}
 
     def run():
         inp = b.inputs(("suite", workload), make)
@@ -464,7 +467,7 @@ def _suite_case(b: Bench, op: str, workload: str, make, ours, eager, eager_name:
         b.res.add(table=tbl, op=op, workload=workload, ms=t_ours, GBps=bw, vs_copy=bw / b.copy_bw, **extra,
                   eager=eager_name, eager_ms=t_eager, vs_eager=t_eager / t_ours,
                   compiled_ms=t_comp, vs_compiled=t_comp / t_ours, speedup_vs_best=best / t_ours,
-                  bytes=nbytes)
+                  bytes=nbytes, **extra_keys)
     return Task(f"{op}: {workload}", run)
 
 
@@ -589,14 +592,18 @@ def tasks_layout(b: Bench) -> List[Task]:
     big = 64e6 if not b.cpu else 1e5          # bytes: the sweep's large tensors
     cap = (1 << 31) if not b.cpu else (1 << 22)
 
-    def add(op, workload, make, ours, eager, eager_name, comp, cdt, r=0):
-        """One row; r: the number of values each reduced output sums (its check's atol)."""
+    def add(op, workload, make, ours, eager, eager_name, comp, cdt, r=0, cls=""):
+        """One row; r: the number of values each reduced output sums (its check's atol); cls: its
+        class in the summary."""
         ref = (lambda i: (lambda: eager((i[0].float(), *i[1:]))().float()))  # fp32 in and out
         passes = 1 if op == "reduce" else 2  # a reduction's output is negligible; a stencil's is not
+        tbl = f"layout: {op}{b.tag}"
+        if tbl not in b.res.detail:
+            b.res.detail.append(tbl)  # --markdown-brief keeps the summary only
         tasks.append(_suite_case(b, op, f"{workload} {SHORT[cdt]}", make, ours, eager, eager_name, comp, ref,
                                  lambda i: passes * i[0].numel() * i[0].element_size(),
                                  atol_of=lambda i: 1e-3 * math.sqrt(r) if r else None,
-                                 table=f"layout: {op}{b.tag}"))
+                                 table=tbl, cls=f"{op} {cls} {SHORT[cdt]}"))
 
     def one_dtype(dt):  # a function, so that the cases' closures each keep their own dt
         esz = torch.empty((), dtype=dt).element_size()
@@ -606,13 +613,15 @@ def tasks_layout(b: Bench) -> List[Task]:
             grid = [g for g in grid if g[0] * g[1] * g[2] * esz >= big] or grid[-4:]
         for o, r, n in grid:
             views = [("", lambda o=o, r=r, n=n: b.randn(o, r, n, dtype=dt))]
+            width = "rows (inner 1)" if n == 1 else "inner 3-16" if n <= 16 else "inner 64-100" if n <= 100 else "inner 1024"
             if o * r * n * esz >= big:  # large points also through transposed and permuted views
                 views += [(" transposed", lambda o=o, r=r, n=n: b.randn(o, n, r, dtype=dt).transpose(1, 2)),
                           (" permuted", lambda o=o, r=r, n=n: b.randn(r, o, n, dtype=dt).permute(1, 0, 2))]
             for vname, mk in views:
                 add("reduce", f"sum (outer, r, inner)=({o}, {r}, {n}) dim 1{vname}", lambda mk=mk: (mk(),),
                     lambda i: (lambda: cupipe.reduce(i[0], "sum", 1)), lambda i: (lambda: i[0].sum(1)),
-                    "x.sum(1)", lambda i: i[0].sum(1), dt, r=r)
+                    "x.sum(1)", lambda i: i[0].sum(1), dt, r=r,
+                    cls=f"{vname.strip()} view" if vname else f"middle dim, {width}")
         several = [((64, 256, 64, 256), (1, 3)), ((256, 256, 256), (0, 2)), ((4096, 64, 64), (1, 2))]
         gap = [(64, 256, 56, 56), (256, 64, 32, 32), (32, 1024, 14, 14)]
         if b.cpu:
@@ -621,12 +630,12 @@ def tasks_layout(b: Bench) -> List[Task]:
             add("reduce", f"sum {shape} dims {dims}", lambda shape=shape: (b.randn(*shape, dtype=dt),),
                 lambda i, dims=dims: (lambda: cupipe.reduce(i[0], "sum", dims)),
                 lambda i, dims=dims: (lambda: i[0].sum(dims)), "x.sum(dims)", lambda i, dims=dims: i[0].sum(dims), dt,
-                r=math.prod(shape[d] for d in dims))
+                r=math.prod(shape[d] for d in dims), cls="several dims")
         for shape in gap:
             mk = lambda shape=shape: (b.randn(*shape, dtype=dt).contiguous(memory_format=torch.channels_last),)
             add("reduce", f"mean {shape} channels_last dims (2, 3)", mk,
                 lambda i: (lambda: cupipe.reduce(i[0], "mean", (2, 3))), lambda i: (lambda: i[0].mean((2, 3))),
-                "x.mean((2, 3))", lambda i: i[0].mean((2, 3)), dt, r=1)
+                "x.mean((2, 3))", lambda i: i[0].mean((2, 3)), dt, r=1, cls="channels_last pooling")
         total = (1 << 26) if not b.cpu else (1 << 14)
         w5 = lambda: torch.randn(5, device=b.device)
         for n_in in (1, 3, 64, 4096):
@@ -640,7 +649,8 @@ def tasks_layout(b: Bench) -> List[Task]:
                     lambda shape=shape: (b.randn(*shape, dtype=dt), w5()),
                     lambda i, dim=dim: (lambda: cupipe.stencil1d(i[0], i[1], dim=dim)),
                     lambda i, dim=dim: (lambda: _conv1d_along(i[0], i[1], dim)), "F.conv1d",
-                    lambda i, dim=dim: _slicing_stencil1d_along(i[0], i[1], dim), dt)
+                    lambda i, dim=dim: _slicing_stencil1d_along(i[0], i[1], dim), dt,
+                    cls=f"{where} dim" + (f", inner {n_in}" if where == "middle" else ""))
         w3 = lambda: torch.randn(3, 3, device=b.device)
         planes = (32, 256, 2048, 8192) if not b.cpu else (8, 32)
         for hw in planes:
@@ -657,11 +667,32 @@ def tasks_layout(b: Bench) -> List[Task]:
             for name, mk in cases:
                 add("stencil2d", f"stencil2d 3x3 {hw}x{hw} {name}", lambda mk=mk: (mk(), w3()),
                     lambda i: (lambda: cupipe.stencil2d(i[0], i[1])), lambda i: (lambda: _conv2d_planes(i[0], i[1])),
-                    "F.conv2d", lambda i: _slicing_stencil2d(i[0], i[1], 1, 1), dt)
+                    "F.conv2d", lambda i: _slicing_stencil2d(i[0], i[1], 1, 1), dt, cls=name.split(" C=")[0])
 
     for dt in dtypes:
         one_dtype(dt)
+    tasks.append(Task("layout: summary", lambda: layout_summary(b.res, f"layout: summary{b.tag}")))
     return tasks
+
+
+def layout_summary(res: Results, title: str):
+    """The sweep by class: its rows' speedups over the faster of eager and torch.compile (fewest,
+    geometric mean, most) and bandwidths against copy_; then each op's geometric mean (the issue's
+    targets: every row >= 0.95, stencils' mean >= 1.2, reductions' >= 1.0)."""
+    num = lambda v: float(v) if isinstance(v, (int, float)) else float("nan")  # noqa: E731
+    rows = [r for r in res.rows if str(r.get("table", "")).startswith("layout:") and r.get("cls")
+            and num(r.get("speedup_vs_best")) > 0]
+    groups: Dict[str, List[dict]] = {}
+    for r in rows:
+        groups.setdefault(str(r["cls"]), []).append(r)
+    for op in sorted({str(r["op"]) for r in rows}):
+        groups[f"{op}: all"] = [r for r in rows if r["op"] == op]
+    for cls, rs in groups.items():
+        sp = [num(r["speedup_vs_best"]) for r in rs]
+        vc = [num(r.get("vs_copy")) for r in rs]
+        res.add(table=title, workload=cls, rows=len(rs), min=min(sp),
+                geomean=math.exp(sum(math.log(v) for v in sp) / len(sp)), max=max(sp),
+                vs_copy_min=min(vc), vs_copy_max=max(vc), below_0_95=sum(v < 0.95 for v in sp))
 
 
 # ----------------------------------------------------------------------------- sweep

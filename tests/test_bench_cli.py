@@ -290,8 +290,20 @@ def test_layout_sweep_runs_checks_and_plots(tmp_path):
     assert bench.main(["--cpu", "--quick", "--suite", "layout", "--no-progress", "--out", str(out)]) == 0
     rows = json.loads((out / "results.json").read_text())["rows"]
     tables = {r["table"] for r in rows}
-    assert tables == {"layout: reduce [CPU]", "layout: stencil1d [CPU]", "layout: stencil2d [CPU]"}
+    assert tables == {"layout: reduce [CPU]", "layout: stencil1d [CPU]", "layout: stencil2d [CPU]",
+                      "layout: summary [CPU]"}
+    summary = {r["workload"]: r for r in rows if r["table"] == "layout: summary [CPU]"}
+    rows = [r for r in rows if r["table"] != "layout: summary [CPU]"]
     assert all(not r.get("error") and r["ms"] > 0 for r in rows)
+    # the summary: a class per row group, each op's rows once more in "<op>: all"
+    for op in ("reduce", "stencil1d", "stencil2d"):
+        mine = [r for r in rows if r["op"] == op]
+        s = summary[f"{op}: all"]
+        assert s["rows"] == len(mine) and s["min"] <= s["geomean"] <= s["max"]
+        assert s["min"] == min(r["speedup_vs_best"] for r in mine)
+        assert s["below_0_95"] == sum(r["speedup_vs_best"] < 0.95 for r in mine)
+    assert sum(s["rows"] for k, s in summary.items() if not k.endswith(": all")) == len(rows)
+    assert "reduce several dims fp32" in summary and "stencil2d cropped fp32" in summary
     names = " ".join(r["workload"] for r in rows)
     for what in ("transposed", "permuted", "channels_last", "cropped", "middle dim", "dims (1, 3)"):
         assert what in names, what
