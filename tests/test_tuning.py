@@ -333,8 +333,8 @@ def test_stencil_table_depends_on_the_radii_and_dtype(fake_gpu, monkeypatch):
     assert shape("stencil1d", x, weights=w9, dim=2) == {"ry": 0, "rx": 4, "esz": 4, "rows16": False}
     # along dim 1, planes of 6 fp32 across are too narrow: rows of a copy with the dim moved innermost
     assert shape("stencil1d", x, weights=w9, dim=1) == {"ry": 0, "rx": 4, "esz": 4, "rows16": False}
-    assert shape("stencil1d", torch.empty(4, 5, 16), weights=w9, dim=1) == {"ry": 4, "rx": 0, "esz": 4,
-                                                                           "rows16": True}  # 64-byte rows
+    assert shape("stencil1d", torch.empty(4, 5, 32), weights=w9, dim=1) == {"ry": 4, "rx": 0, "esz": 4,
+                                                                           "rows16": True}  # 128-byte rows
     assert shape("stencil2d", x.half(), weights=torch.empty(3, 5)) == {"ry": 1, "rx": 2, "esz": 2,
                                                                        "rows16": False}
     img = torch.empty(3, 10, 16)  # 64-byte rows
@@ -376,8 +376,8 @@ def test_stencil_table_depends_on_the_radii_and_dtype(fake_gpu, monkeypatch):
 @needs_table
 def test_reduce_table_depends_on_the_reduced_view(fake_gpu, monkeypatch):
     """Reductions along the innermost dim resolve to tma/1 on sm_90 (primitives/2 before it), rows
-    of 4-32 KiB to primitives/1, columns to primitives/2, on sm_90 columns of 4 KiB or more (a
-    multiple of 128 bytes) to tma/3 (measured); explicit arguments win;
+    of 4-32 KiB to primitives/1, columns to primitives/2, on sm_90 columns under 4 KiB to tma/1
+    and of 4 KiB or more (a multiple of 128 bytes) to tma/3 (measured); explicit arguments win;
     explain derives the (outer, r, inner) view and the element size like the op does."""
     rc = cupipe._C.resolve_config
     assert rc("reduce", 90, "auto", 0, 0, outer=1, r=1 << 28, inner=1)[:2] == ("tma", 1)
@@ -385,7 +385,9 @@ def test_reduce_table_depends_on_the_reduced_view(fake_gpu, monkeypatch):
     assert rc("reduce", 90, "auto", 0, 0, outer=4194304, r=64, inner=1)[:2] == ("tma", 1)
     assert rc("reduce", 90, "auto", 0, 0, outer=1, r=32768, inner=8192)[:2] == ("tma", 3)
     assert rc("reduce", 80, "auto", 0, 0, outer=1, r=32768, inner=8192)[:2] == ("primitives", 2)
-    assert rc("reduce", 90, "auto", 0, 0, outer=1, r=32768, inner=1000)[:2] == ("primitives", 2)  # 4000 B rows
+    assert rc("reduce", 90, "auto", 0, 0, outer=1, r=32768, inner=1000)[:2] == ("tma", 1)  # 4000 B rows: narrow
+    assert rc("reduce", 90, "auto", 0, 0, outer=1000, r=1000, inner=3)[:2] == ("tma", 1)
+    assert rc("reduce", 80, "auto", 0, 0, outer=1000, r=1000, inner=3)[:2] == ("primitives", 2)
     assert rc("reduce", 90, "auto", 0, 0, outer=1, r=32768, inner=1030, esz=4)[:2] == ("primitives", 2)  # % 128
     assert rc("reduce", 90, "auto", 0, 0, outer=4, r=512, inner=2048, esz=2)[:2] == ("tma", 3)
     assert rc("reduce", 80, "auto", 0, 0, outer=1, r=1 << 28, inner=1)[:2] == ("primitives", 2)
@@ -398,7 +400,7 @@ def test_reduce_table_depends_on_the_reduced_view(fake_gpu, monkeypatch):
     assert rc("reduce", 90, "auto", 0, 0, outer=4096, r=4096, inner=1, esz=2)[:2] == ("primitives", 1)
     assert rc("reduce", 90, "auto", 0, 0, outer=4096, r=1024, inner=1, esz=4)[:2] == ("tma", 1)
     assert rc("reduce", 90, "auto", 0, 0, outer=4096, r=16384, inner=1, esz=4)[:2] == ("tma", 1)
-    assert rc("reduce", 90, "auto", 0, 0, outer=1, r=4096, inner=64, esz=4)[:2] == ("primitives", 2)
+    assert rc("reduce", 90, "auto", 0, 0, outer=1, r=4096, inner=64, esz=4)[:2] == ("tma", 1)
     assert rc("reduce", 90, "auto", 2, 0, outer=4096, r=4096, inner=1, esz=4)[:2] == ("primitives", 2)
 
     shape = cupipe._C.table_shape  # the first step of the op's layout plan (csrc/ops/layout.cpp)
@@ -426,6 +428,8 @@ def test_reduce_table_depends_on_the_reduced_view(fake_gpu, monkeypatch):
     assert (e.mechanism, e.stages) == ("tma", 1) and "innermost dim on sm_90" in e.reason
     assert "one 32 KiB stage" in e.reason
     e = cupipe.explain("reduce", torch.empty(64, 512, device="cuda"), "sum", 0)  # rows of 2 KiB
+    assert (e.mechanism, e.stages) == ("tma", 1) and "columns" in e.reason and "under 4 KiB" in e.reason
+    e = cupipe.explain("reduce", torch.empty(64, 1030, device="cuda"), "sum", 0)  # 4120-byte rows
     assert (e.mechanism, e.stages) == ("primitives", 2) and "columns" in e.reason
     e = cupipe.explain("reduce", torch.empty(64, 1024, device="cuda"), "sum", 0)  # rows of 4 KiB
     assert (e.mechanism, e.stages) == ("tma", 3) and "columns" in e.reason

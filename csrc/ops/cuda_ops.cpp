@@ -199,7 +199,6 @@ at::Tensor stencil_weight_grad_cuda(const char* op, const at::Tensor& x, const a
   p.max_blocks = partials.size(0);
   p.dtype = to_kernel_dtype(x.scalar_type());
   p.batch = g.batch; p.ny = g.ny; p.nx = g.nx; p.ry = g.ry; p.rx = g.rx;
-  p.x_row = g.xs_row; p.x_plane = g.xs_plane;
   p.boundary = boundary;
   p.stream = current_stream();
   int64_t blocks = 0;

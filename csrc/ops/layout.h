@@ -68,7 +68,7 @@ struct StencilLayoutPlan {
   std::string describe() const;  // why, with the view's extents
 };
 // Plane rows narrower than this (bytes) leave the plane kernels' tiles mostly empty.
-constexpr int64_t kMinPlaneRowBytes = 64;
+constexpr int64_t kMinPlaneRowBytes = 128;
 StencilLayoutPlan plan_stencil1d_layout(const std::vector<int64_t>& sizes, const std::vector<int64_t>& strides,
                                         int dim, int r, int esz);
 StencilLayoutPlan plan_stencil2d_layout(const std::vector<int64_t>& sizes, const std::vector<int64_t>& strides,

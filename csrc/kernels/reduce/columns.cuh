@@ -30,7 +30,7 @@ namespace kernels {
 //   is the chunk's vector t + u * row_threads, so a warp's reads stay consecutive), moved as one
 //   copy_rows box. Wide chunks keep each row's run contiguous in DRAM: up to 16 KiB, where 32-lane
 //   chunks read 512 bytes per row, too short a run to read at full rate (docs/design.md).
-// Several row groups' sums combine in smem in group order (vecs == 1).
+// Several row groups' sums (vecs == 1) combine in a fixed order at the item's end (see flush).
 // Vectors per thread and row at most: 16 accumulators (fp32: 4 vectors of 4; 2-byte types: 2 of 8).
 constexpr int col_max_vecs(int esz) { return esz == 2 ? 2 : 4; }
 
@@ -57,9 +57,11 @@ struct ColsPlan {
   bool dense;          // tiles are contiguous copies (see above)
 };
 
-// At least 3 resident blocks per SM: lets ptxas keep the column accumulators in registers.
+// One stage of 64 KiB fits three blocks per SM, and the register budget is sized for them; deeper
+// rings fit one block, whose threads may take the registers the item's bookkeeping needs (at the
+// three-block budget ptxas spilled a few words of it).
 template <engine::Mechanism M, int S, typename T>
-__global__ void __launch_bounds__(kReduceThreads, 3)
+__global__ void __launch_bounds__(kReduceThreads, S == 1 ? 3 : 1)
     reduce_cols_kernel(const T* __restrict__ x, void* out, DType od, acc_t<T>* partials, ColsPlan pl,
                        ReduceOp op) {
   if constexpr (!engine::mechanism_in_this_pass(M)) { __trap(); return; }
@@ -140,32 +142,49 @@ __global__ void __launch_bounds__(kReduceThreads, 3)
       }
     }
   };
-  // The item's totals: several groups (vecs == 1) combine in smem in group order; group 0 stores
-  // them (or the part's partials) and every thread starts the next item afresh.
+  // The item's totals. Several row groups (vecs == 1) combine in a fixed order: when row_threads is
+  // a power of two below a warp, a warp's lanes that own the same column unit first (shuffles),
+  // then the groups' (or warps') totals as a tree in shared memory, log2 steps; the holders of
+  // total 0 store it (or the part's partials), and every thread starts the next item afresh.
+  // A serial walk over the groups by group 0 took longer than the item's tile for narrow rows.
+  const bool warp_fold = pl.row_threads < 32 && (pl.row_threads & (pl.row_threads - 1)) == 0;
   auto flush = [&](const TileAt& t) {
-    const bool mine = grp < pl.groups && col_of(0) < t.ncols;
+    int g = grp, ng = pl.groups;  // the totals the tree combines: row groups, or warps
+    if (pl.groups > 1 && warp_fold) {
+#pragma unroll
+      for (int j = 0; j < VE; ++j)
+        for (int off = pl.row_threads; off < 32; off <<= 1)
+          acc[0][j] = comb(acc[0][j], __shfl_xor_sync(0xffffffffu, acc[0][j], off));
+      g = (team0.rank & 31) < pl.row_threads ? team0.rank >> 5 : ng;  // lanes past a unit: no total
+      ng = team0.size >> 5;
+    }
+    const bool holder = g < ng && col_of(0) < t.ncols;
     if (pl.groups > 1) {
-      const int col = col_of(0);
-      if (mine) {
+      A* mine = scratch + g * pl.chunk_cols + col_of(0);
+      if (holder) {
 #pragma unroll
         for (int j = 0; j < VE; ++j)
-          if (j < unit) scratch[grp * pl.chunk_cols + col + j] = acc[0][j];
+          if (j < unit) mine[j] = acc[0][j];
       }
       engine::team_sync(team0);
-      if (mine && grp == 0) {
-        // j unrolled (acc stays in registers), the group loop rolled (cold code).
+      int span = 1;
+      while (span < ng) span <<= 1;
+      for (int s = span >> 1; s > 0; s >>= 1) {
+        if (holder && g < s && g + s < ng) {
 #pragma unroll
-        for (int j = 0; j < VE; ++j) {
-          if (j >= unit) break;
-          A total = comb.init();
-#pragma unroll 1
-          for (int g = 0; g < pl.groups; ++g) total = comb(total, scratch[g * pl.chunk_cols + col + j]);
-          acc[0][j] = total;
+          for (int j = 0; j < VE; ++j)
+            if (j < unit) mine[j] = comb(mine[j], mine[s * pl.chunk_cols + j]);
         }
+        engine::team_sync(team0);
+      }
+      if (holder && g == 0) {
+#pragma unroll
+        for (int j = 0; j < VE; ++j)
+          if (j < unit) acc[0][j] = mine[j];
       }
       engine::team_sync(team0);  // scratch is free for the next item's totals
     }
-    if (mine && grp == 0) {
+    if (holder && g == 0) {
 #pragma unroll
       for (int u = 0; u < kColMaxVecs; ++u) {
         if (u >= pl.vecs) break;
@@ -199,14 +218,18 @@ __global__ void __launch_bounds__(kReduceThreads, 3)
           }
         }
       });
+    } else if (active && unit == 1) {
+      // Dense rows that are not whole vectors: one element per thread and row, a pointer walk.
+      const T* e = reinterpret_cast<const T*>(stage + dense_base(t.src)) + grp * pl.inner + col_of(0);
+      const int step = pl.groups * static_cast<int>(pl.inner);
+      with_static_combine<A>(op, [&](auto sc) {
+#pragma unroll 4
+        for (int i = grp; i < t.rows; i += pl.groups, e += step) acc[0][0] = sc(acc[0][0], to_acc<A>(*e));
+      });
     } else if (active) {
       for (int i = grp; i < t.rows; i += pl.groups) {
-        const int shift = pl.dense ? dense_base(t.src) : pl.aligned ? pl.base : shift_of(t.src + i * pl.inner);
+        const int shift = pl.aligned ? pl.base : shift_of(t.src + i * pl.inner);
         const T* srow = reinterpret_cast<const T*>(stage + static_cast<int64_t>(i) * pl.pitch + shift);
-        if (unit == 1) {  // dense unaligned rows: one element per thread and row
-          acc[0][0] = comb(acc[0][0], to_acc<A>(srow[col_of(0)]));
-          continue;
-        }
 #pragma unroll
         for (int u = 0; u < kColMaxVecs; ++u) {
           if (u >= pl.vecs) break;
