@@ -46,7 +46,6 @@ struct ColsPlan {
   int64_t part_tiles;  // tiles per part but the last, at least 1 (host-side divisions: see RowsPlan)
   int64_t last_tiles;  // tiles of the last part, at least 1
   FastDiv parts_div, chunks_div;  // parts > 1: blockIdx.x -> (item, part); item -> (outer, chunk)
-  FastDiv tiles_div;   // parts == 1: a block's tile -> (its item, the item's tile)
   TileShare items;     // parts == 1: items per block (block b's items b, b + grid, ...)
   int64_t grid;        // blocks of the launch
   int tile_rows;       // rows per tile
@@ -90,24 +89,29 @@ __global__ void __launch_bounds__(kReduceThreads, S == 1 ? 3 : 1)
   const int64_t r_begin = part * pl.part_rows;
   const int64_t nrows = max(int64_t(0), min(r_begin + pl.part_rows, pl.r) - r_begin);
   const int64_t src_pitch = pl.inner * esz;
-  // Tile k of the block: its item's slice, the item's tile kt, the tile's first row in memory.
+  // The block's tiles in order, as a cursor: load and consume each walk k = 0, 1, ... with their
+  // own (the producer runs ahead), stepping to the next item after its last tile. Per-tile index
+  // arithmetic showed in tiles of a few wide rows (the (32768, 8192) sum's four).
   struct TileAt {
-    int64_t o, c0, kt;
-    int ncols, rows;
-    const T* src;
+    int64_t o = 0, c0 = 0, kt = -1, it = -1;
+    int ncols = 0, rows = 0;
+    const T* item_src = nullptr;  // the item's first row in this part
+    const T* src = nullptr;       // the tile's first row
   };
-  auto tile_at = [&](int64_t k) {
-    TileAt t;
-    uint32_t it = 0, kt = static_cast<uint32_t>(k);
-    if (pl.parts == 1) pl.tiles_div.divmod(static_cast<uint32_t>(k), it, kt);
-    uint32_t o_u, chunk_u;
-    pl.chunks_div.divmod(static_cast<uint32_t>(first_item + it * item_step), o_u, chunk_u);
-    t.o = o_u, t.kt = kt, t.c0 = static_cast<int64_t>(chunk_u) * pl.chunk_cols;
-    t.ncols = static_cast<int>(min(static_cast<int64_t>(pl.chunk_cols), pl.inner - t.c0));
+  auto next_tile = [&](TileAt& t) {
+    if (++t.kt == item_tiles || t.it < 0) {
+      t.kt = 0;
+      ++t.it;
+      uint32_t o_u, chunk_u;
+      pl.chunks_div.divmod(static_cast<uint32_t>(first_item + t.it * item_step), o_u, chunk_u);
+      t.o = o_u, t.c0 = static_cast<int64_t>(chunk_u) * pl.chunk_cols;
+      t.ncols = static_cast<int>(min(static_cast<int64_t>(pl.chunk_cols), pl.inner - t.c0));
+      t.item_src = x + (t.o * pl.r + r_begin) * pl.inner + t.c0;
+    }
     t.rows = static_cast<int>(max(int64_t(0), min(static_cast<int64_t>(pl.tile_rows), nrows - t.kt * pl.tile_rows)));
-    t.src = x + (t.o * pl.r + r_begin + t.kt * pl.tile_rows) * pl.inner + t.c0;
-    return t;
+    t.src = t.item_src + t.kt * pl.tile_rows * pl.inner;
   };
+  TileAt load_at, use_at;
   auto shift_of = [](const T* p) { return static_cast<int>(reinterpret_cast<uintptr_t>(p) & 15u); };
   // Dense tiles sit at their source's offset modulo 128 (the stage has 128 bytes of slack).
   auto dense_base = [](const T* p) { return static_cast<int>(reinterpret_cast<uintptr_t>(p) & 127u); };
@@ -126,8 +130,9 @@ __global__ void __launch_bounds__(kReduceThreads, S == 1 ? 3 : 1)
   };
   reset();
 
-  auto load = [&](const auto& w, int64_t k) {
-    const TileAt t = tile_at(k);
+  auto load = [&](const auto& w, int64_t) {
+    next_tile(load_at);
+    const TileAt& t = load_at;
     if (t.rows == 0) return;
     if (pl.dense) {
       w.copy(dense_base(t.src), t.src, static_cast<int64_t>(t.rows) * src_pitch, engine::TailMode::MayOverwrite);
@@ -199,8 +204,9 @@ __global__ void __launch_bounds__(kReduceThreads, S == 1 ? 3 : 1)
     }
     reset();
   };
-  auto consume = [&](const char* stage, int64_t k, engine::Team) {
-    const TileAt t = tile_at(k);
+  auto consume = [&](const char* stage, int64_t, engine::Team) {
+    next_tile(use_at);
+    const TileAt& t = use_at;
     const bool active = grp < pl.groups && col_of(0) < t.ncols;
     if (active && pl.aligned && col_of(pl.vecs - 1) + VE <= t.ncols) {
       // Whole vectors: every vector of this thread lies inside the chunk's columns.

@@ -220,7 +220,6 @@ inline ColsPlan make_cols_plan(const ReduceParams& p, const DeviceInfo& dev, int
   if (pl.parts == 1) pl.part_tiles = pl.last_tiles;  // r of one part: every item's tiles
   pl.parts_div = FastDiv(static_cast<uint32_t>(std::min<int64_t>(pl.parts, 0x7fffffff)));  // (grids < 2^31)
   pl.chunks_div = FastDiv(static_cast<uint32_t>(std::clamp<int64_t>(pl.col_chunks, 1, 0x7fffffff)));
-  pl.tiles_div = FastDiv(static_cast<uint32_t>(std::clamp<int64_t>(pl.part_tiles, 1, 0x7fffffff)));
   // One part: persistent blocks, a wave of them at most, each streaming its items' tiles.
   pl.grid = pl.parts > 1 ? items * pl.parts : std::clamp<int64_t>(items, 1, std::max<int64_t>(target_blocks, 1));
   pl.items = TileShare(items, pl.grid);
