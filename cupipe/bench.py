@@ -603,7 +603,7 @@ def tasks_layout(b: Bench) -> List[Task]:
         tasks.append(_suite_case(b, op, f"{workload} {SHORT[cdt]}", make, ours, eager, eager_name, comp, ref,
                                  lambda i: passes * i[0].numel() * i[0].element_size(),
                                  atol_of=lambda i: 1e-3 * math.sqrt(r) if r else None,
-                                 table=tbl, cls=f"{op} {cls} {SHORT[cdt]}"))
+                                 table=tbl, cls=f"{op} {cls}"))
 
     def one_dtype(dt):  # a function, so that the cases' closures each keep their own dt
         esz = torch.empty((), dtype=dt).element_size()
