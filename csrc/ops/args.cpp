@@ -121,9 +121,6 @@ void check_reflect(const char* op, Boundary b, int64_t size, int64_t r, const ch
                     ", radius ", r, ")");
 }
 
-}  // namespace
-
-namespace {
 // Every row of the stack (and, pitched, every row's and plane's stride) a whole 16-byte multiple.
 bool strides16(const StencilGeometry& g) {
   return g.nx * g.esz % 16 == 0 && g.xs_row * g.esz % 16 == 0 && g.xs_plane * g.esz % 16 == 0;
@@ -175,8 +172,8 @@ StencilTensors stencil_tensors(const at::Tensor& x, const at::Tensor& weights, c
   }
   t.x = g.in_place ? x : x.contiguous();
   // The kernels write a dense block in the order they read: x's own strides for a dense x, the
-  // dense strides of x's memory order for a pitched one, logical order (contiguous) for a copy. A result of any
-  // other layout gets a buffer copied into it.
+  // dense strides of x's memory order for a pitched one, logical order (contiguous) for a copy.
+  // A result of any other layout gets a buffer copied into it.
   std::vector<int64_t> written;
   if (g.in_place && g.xs_row == 0) {
     written = x.strides().vec();
