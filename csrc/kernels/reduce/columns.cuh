@@ -90,8 +90,9 @@ __global__ void __launch_bounds__(kReduceThreads, S == 1 ? 3 : 1)
   const int64_t nrows = max(int64_t(0), min(r_begin + pl.part_rows, pl.r) - r_begin);
   const int64_t src_pitch = pl.inner * esz;
   // The block's tiles in order, as a cursor: load and consume each walk k = 0, 1, ... with their
-  // own (the producer runs ahead), stepping to the next item after its last tile. Per-tile index
-  // arithmetic showed in tiles of a few wide rows (the (32768, 8192) sum's four).
+  // own (the producer runs ahead), stepping to the next item after its last tile, so a tile costs a
+  // compare and two multiply-adds: tiles of a few wide rows (the (32768, 8192) sum's four) have
+  // little work to hide index arithmetic behind.
   struct TileAt {
     int64_t o = 0, c0 = 0, kt = -1, it = -1;
     int ncols = 0, rows = 0;
