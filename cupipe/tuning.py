@@ -180,17 +180,31 @@ def _bucket(n: int) -> int:
     return int(n).bit_length()
 
 
-def shape_class(op: str, shape: Sequence[int], *, dim=None, radius=None) -> str:
+def _memory_order(shape: Sequence[int], strides: Optional[Sequence[int]]) -> str:
+    """The dims of size > 1 by decreasing stride, as ":m<dims>" when that is not their logical
+    order (a transposed, permuted or channels_last input: the planner reads another view of it);
+    "" for logical order or unknown strides."""
+    if strides is None:
+        return ""
+    dims = [d for d in range(len(shape)) if shape[d] != 1]
+    order = sorted(dims, key=lambda d: -strides[d])  # stable: equal strides keep logical order
+    return "" if order == dims else ":m" + "".join(str(d) for d in order)
+
+
+def shape_class(op: str, shape: Sequence[int], *, dim=None, radius=None, strides=None) -> str:
     """A coarse key for ``op`` on an input of ``shape``: ndim, the log2 bucket of each size
-    (:func:`_bucket`), and what else selects a different kernel geometry -- the stencil's
-    radius (``radius``: r for stencil1d, (ry, rx) for stencil2d) and dim, or the reduced dims.
+    (:func:`_bucket`), the memory order of the dims when it is not the logical one (``strides``),
+    and what else selects a different kernel geometry -- the stencil's radius (``radius``: r for
+    stencil1d, (ry, rx) for stencil2d) and dim, or the reduced dims.
 
     >>> shape_class("stencil2d", (8192, 8192), radius=(1, 1))
     'nd2:14x14:r1x1'
+    >>> shape_class("stencil2d", (8, 16, 64, 64), radius=(1, 1), strides=(65536, 1, 1024, 16))
+    'nd4:4x5x7x7:m0231:r1x1'
     """
     nd = len(shape)
     sizes = "x".join(str(_bucket(s)) for s in shape) or "scalar"
-    key = f"nd{nd}:{sizes}"
+    key = f"nd{nd}:{sizes}" + _memory_order(shape, strides)
     if op == "stream_copy":
         return key
     if op == "stencil1d":
@@ -260,7 +274,7 @@ def cached_config(op: str, x: torch.Tensor, mechanism: str, stages: int, vec_byt
             if weights.dim() != 2:
                 return mechanism, stages, vec_bytes
             radius = ((weights.shape[0] - 1) // 2, (weights.shape[1] - 1) // 2)
-        cls = shape_class(op, shape, dim=dim, radius=radius)
+        cls = shape_class(op, shape, dim=dim, radius=radius, strides=tuple(x.stride()))
     except Exception:  # let the op produce its own error message
         return mechanism, stages, vec_bytes
     e = entries.get(cache_key(op, cls, x.dtype, device_name(x.device)))
@@ -384,7 +398,7 @@ def explain(op: str, x: torch.Tensor, *args, **kwargs) -> Explanation:
     dev_sm = int(sm_info.get("sm", sm))
     dev = f"{device_name(x.device)} (sm_{dev_sm}" + (f", kernels run as sm_{sm})" if sm != dev_sm else ")")
     vec_out = None if op != "stream_copy" else vec
-    cls = shape_class(op, tuple(x.shape), **_geometry(op, a))
+    cls = shape_class(op, tuple(x.shape), strides=tuple(x.stride()), **_geometry(op, a))
     key = cache_key(op, cls, x.dtype, device_name(x.device))
     # What the table makes of this call, and its reason for its own choice (csrc/ops/tuning.cpp).
     m, s, v, table_why = _C.explain_config(op, sm, mech, stages, vec, **_table_shape(op, x, a))
@@ -464,7 +478,7 @@ def _tune(op, x, args, kwargs, *, sm: int, dev_name: str, timer, mechanisms, sta
     if mechanisms is None:
         mechanisms = [m for m in ALL_MECHANISMS if m != "tma" or sm >= 90]
     widths = list(vec_widths) if op == "stream_copy" else [0]
-    cls = shape_class(op, tuple(x.shape), **_geometry(op, a))
+    cls = shape_class(op, tuple(x.shape), strides=tuple(x.stride()), **_geometry(op, a))
     key = cache_key(op, cls, x.dtype, dev_name)
 
     call = _direct_call(op, a)

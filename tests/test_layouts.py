@@ -68,8 +68,16 @@ def test_stencil_plans_read_dense_layouts_in_place():
     assert "transposed" in _plan("stencil2d", img.transpose(1, 2), weights=w)
     assert IN_PLACE + ";" in _plan("stencil2d", torch.empty(2, 3, 10, 16).permute(1, 0, 2, 3), weights=w)
     assert "between the plane's dims" in _plan("stencil2d", img.permute(1, 0, 2), weights=w)  # H (3) outside a batch dim
+    # channels_last: C (4) is a step within rows of W * C elements, read in place; a C of more than
+    # 1 KiB a point, or C between H and W, is copied
     cl = torch.empty(2, 4, 10, 16).contiguous(memory_format=torch.channels_last)
-    assert "channels_last" in _plan("stencil2d", cl, weights=w) and COPY in _plan("stencil2d", cl, weights=w)
+    p = _plan("stencil2d", cl, weights=w)
+    assert IN_PLACE in p and "(batch, ny, nx) = (2, 10, 64), window (3, 5), taps 4 elements apart" in p
+    assert "taps 4 elements apart" in _plan("stencil2d", cl.transpose(2, 3), weights=w)
+    assert "row stride 64" in _plan("stencil2d", cl[:, :, 1:-1, 2:-2], weights=w)
+    assert COPY in _plan("stencil2d", torch.empty(1, 257, 6, 6).contiguous(memory_format=torch.channels_last),
+                         weights=w)
+    assert COPY in _plan("stencil2d", torch.empty(2, 4, 10, 16).permute(0, 2, 1, 3), weights=w)
     # crops and row steps: the planes read in place, their rows a pitch apart; a column step is copied
     p = _plan("stencil2d", img[:, 1:-1, 2:-2], weights=w)
     assert IN_PLACE in p and "(batch, ny, nx) = (3, 8, 12)" in p and "row stride 16, plane stride 160" in p
@@ -82,11 +90,14 @@ def test_stencil_plans_read_dense_layouts_in_place():
         assert IN_PLACE in _plan("stencil1d", x, weights=w1, dim=d)
     # memory (4, 6, 32): dim 0 (size 32) is the contiguous one: 24 rows filtered along x
     assert "(batch, ny, nx) = (1, 24, 32), window (1, 5)" in _plan("stencil1d", x, weights=w1, dim=0)
-    assert "(batch, ny, nx) = (4, 6, 32), window (5, 1)" in _plan("stencil1d", x, weights=w1, dim=2)
-    # planes of 8 fp32 (32 bytes) across are too narrow: rows of a copy with the dim moved innermost
+    # along dim 2 (memory 6, inner 32 fp32 = 128 bytes): rows of 6 x 32 elements, taps 32 apart
+    assert "(batch, ny, nx) = (1, 4, 192), window (1, 5), taps 32 elements apart" in _plan("stencil1d", x,
+                                                                                         weights=w1, dim=2)
+    # planes of 8 fp32 (32 bytes; under 512) across are too narrow: rows of 6 x 8 elements, taps 8 apart
     p = _plan("stencil1d", torch.empty(4, 6, 8), weights=w1, dim=1)
-    assert "moved innermost" in p and "(batch, ny, nx) = (1, 32, 6), window (1, 5)" in p
-    assert "moved innermost" not in _plan("stencil1d", torch.empty(4, 6, 16, dtype=torch.float64), weights=w1, dim=1)
+    assert IN_PLACE in p and "(batch, ny, nx) = (1, 4, 48), window (1, 5), taps 8 elements apart" in p
+    assert "row stride 72" in _plan("stencil1d", torch.empty(4, 9, 8)[:, 1:7], weights=w1, dim=1)
+    assert "apart" not in _plan("stencil1d", torch.empty(4, 6, 64, dtype=torch.float64), weights=w1, dim=1)
     # transposed: the kernels' y is W (10), x is H (16); a (3, 5) window turns (5, 3)
     assert "(batch, ny, nx) = (3, 10, 16), window (5, 3)" in _plan("stencil2d", img.transpose(1, 2), weights=w)
 
@@ -224,6 +235,50 @@ def test_stencil1d_every_layout_every_dim(device, boundary, dtype):
             assert_close(y, ref, atol=atol, rtol=rtol, what=f"stencil1d {name} dim={d} {boundary}")
 
 
+# Stepped rows: a batch dim inside the plane's rows (channels_last's C; stencil1d's inner dims under
+# 512 bytes) read in place, taps a step apart, the boundary mapping points rather than elements.
+# Planes one tile wide and several (the stepped tiles are 16 halos wide), C odd and even.
+STEP_WINDOWS = [(3, 3), (5, 3), (1, 7), (7, 1), (9, 9)]
+
+
+@pytest.mark.parametrize("boundary", ["zero", "replicate", "circular", "reflect"])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float64], ids=["f32", "bf16", "f64"])
+def test_stencil2d_channels_last_steps(device, boundary, dtype):
+    for c in (2, 3, 16, 33, 64):
+        for hw in ((19, 13), (23, 45)):
+            cl = make_input((2, c, *hw), dtype, device, seed=80 + c).contiguous(memory_format=torch.channels_last)
+            for name, x in (("channels_last", cl), ("cropped", cl[:, :, 1:-2, 2:-1]),
+                            ("transposed", cl.transpose(2, 3))):
+                for kh, kw in STEP_WINDOWS:
+                    w = make_weights((kh, kw), torch.float32, device, seed=81)
+                    assert "elements apart" in _plan("stencil2d", x, weights=w), name
+                    if boundary == "reflect" and (x.shape[-2] <= kh // 2 or x.shape[-1] <= kw // 2):
+                        continue
+                    _poison(device, x)
+                    y = cupipe.stencil2d(x, w, boundary=boundary)
+                    ref = stencil2d_ref(x.double(), w.double(), boundary).to(dtype)
+                    assert y.stride() == torch.empty_like(x).stride(), name
+                    atol, rtol = tol(dtype, kh * kw)
+                    assert_close(y, ref, atol=atol, rtol=rtol, what=f"stencil2d {name} C={c} {hw} {(kh, kw)} {boundary}")
+
+
+@pytest.mark.parametrize("boundary", ["zero", "replicate", "circular", "reflect"])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float64], ids=["f32", "bf16", "f64"])
+def test_stencil1d_narrow_inner_steps(device, boundary, dtype):
+    for inner in (2, 3, 5, 12, 40):
+        base = make_input((3, 50, inner), dtype, device, seed=90 + inner)
+        for name, x in (("dense", base), ("cropped", base[:, 2:-3]), ("batch-permuted", base.transpose(0, 1)[:, 1:])):
+            d = 1 if name != "batch-permuted" else 0
+            for r in (1, 2, 4):
+                w = make_weights((2 * r + 1,), torch.float32, device, seed=91 + r)
+                assert "elements apart" in _plan("stencil1d", x, weights=w, dim=d), name
+                _poison(device, x)
+                y = cupipe.stencil1d(x, w, dim=d, boundary=boundary)
+                ref = stencil1d_ref(x.double(), w.double(), d, boundary).to(dtype)
+                atol, rtol = tol(dtype, 2 * r + 1)
+                assert_close(y, ref, atol=atol, rtol=rtol, what=f"stencil1d {name} inner={inner} r={r} {boundary}")
+
+
 def test_stencil_layout_gradients(device):
     """Autograd through a transposed and a channels_last input matches the contiguous input's."""
     w = make_weights((3, 3), torch.float64, device, seed=74).requires_grad_()
@@ -251,6 +306,15 @@ def test_layouts_every_mechanism():
             c = x[:, 1:-1, 3:-1]
             assert_close(cupipe.stencil2d(c, w, mechanism=m, stages=stages), stencil2d_ref(c, w),
                          atol=1e-5 * 9, rtol=1e-5 * 9, what=f"stencil2d cropped {m}/{stages}")
+            for cl in (x.view(2, 20, 24, 36).contiguous(memory_format=torch.channels_last),
+                       x.view(4, 10, 24, 36)[:, :7].contiguous(memory_format=torch.channels_last)):
+                assert_close(cupipe.stencil2d(cl, w, mechanism=m, stages=stages), stencil2d_ref(cl, w),
+                             atol=1e-5 * 9, rtol=1e-5 * 9, what=f"stencil2d channels_last {m}/{stages}")
+            n = x.view(40, 864)[:, 7:187].view(40, 36, 5)  # stencil1d along dim 1: taps 5 apart, rows a pitch apart
+            assert "elements apart" in _plan("stencil1d", n, weights=w[1], dim=1)
+            ref = stencil1d_ref(n.double(), w[1].double(), 1).float()  # fp64: cuDNN may run fp32 as TF32
+            assert_close(cupipe.stencil1d(n, w[1], dim=1, mechanism=m, stages=stages), ref,
+                         atol=1e-5 * 3, rtol=1e-5 * 3, what=f"stencil1d narrow inner {m}/{stages}")
             p = x.permute(2, 0, 1)
             for dim in ([1], [0, 2], [1, 2]):
                 assert_close(cupipe.reduce(p, "sum", dim, mechanism=m, stages=stages), reduce_ref(p, "sum", dim),

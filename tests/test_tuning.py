@@ -145,6 +145,14 @@ def test_shape_class():
     assert sc("reduce", (64, 64), dim=[-1]) == sc("reduce", (64, 64), dim=[1]) != \
         sc("reduce", (64, 64), dim=[0])
     assert sc("reduce", (), dim=None) == "nd0:scalar:dimsall"
+    # the memory order when it is not the logical one: another view for the planner, another entry
+    x = torch.empty(8, 16, 64, 64)
+    assert sc("stencil2d", x.shape, radius=(1, 1), strides=x.stride()) == sc("stencil2d", x.shape, radius=(1, 1))
+    cl = x.contiguous(memory_format=torch.channels_last)
+    assert sc("stencil2d", cl.shape, radius=(1, 1), strides=cl.stride()) == "nd4:4x5x7x7:m0231:r1x1"
+    t = x.transpose(2, 3)
+    assert sc("reduce", t.shape, dim=[3], strides=t.stride()) == "nd4:4x5x7x7:m0132:dims3"
+    assert sc("reduce", (1, 5), dim=[1], strides=(1, 1)) == "nd2:1x3:dims1"  # size-1 dims do not count
     with pytest.raises(ValueError, match="unknown op"):
         sc("conv", (3,))
 
@@ -324,30 +332,40 @@ def test_stencil_table_depends_on_the_radii_and_dtype(fake_gpu, monkeypatch):
     assert rc("stencil2d", 90, "auto", 0, 0, ry=0, rx=2)[:2] == ("barrier", 2)
     assert rc("stencil1d", 90, "auto", 3, 0, ry=0, rx=4)[:2] == ("barrier", 3)
     assert rc("stencil1d", 90, "cg", 0, 0, ry=0, rx=4)[:2] == ("cg", 2)
+    # taps a step apart: narrow points as tensor-map boxes, wide ones primitives/1, 1-D barrier/1
+    assert rc("stencil2d", 90, "auto", 0, 0, ry=1, rx=1, esz=4, rows16=True, step=16)[:2] == ("tma", 2)
+    assert rc("stencil2d", 90, "auto", 0, 0, ry=1, rx=1, esz=4, rows16=True, step=64)[:2] == ("primitives", 1)
+    assert rc("stencil2d", 90, "auto", 0, 0, ry=1, rx=1, esz=2, rows16=False, step=3)[:2] == ("primitives", 1)
+    assert rc("stencil1d", 90, "auto", 0, 0, ry=0, rx=2, esz=4, step=3)[:2] == ("barrier", 1)
+    assert rc("stencil2d", 90, "auto", 0, 0, ry=2, rx=0, esz=4, rows16=True, step=1)[:2] == ("primitives", 2)
 
     shape = cupipe._C.table_shape  # the op's own geometry, derived in C++
     x = torch.empty(4, 5, 6)
     w9 = torch.empty(9)
     # stencil1d: rows16 of the (batch, ny, nx) view the kernels read (24-byte rows along the last dim)
-    assert shape("stencil1d", x, weights=w9, dim=-1) == {"ry": 0, "rx": 4, "esz": 4, "rows16": False}
-    assert shape("stencil1d", x, weights=w9, dim=2) == {"ry": 0, "rx": 4, "esz": 4, "rows16": False}
-    # along dim 1, planes of 6 fp32 across are too narrow: rows of a copy with the dim moved innermost
-    assert shape("stencil1d", x, weights=w9, dim=1) == {"ry": 0, "rx": 4, "esz": 4, "rows16": False}
-    assert shape("stencil1d", torch.empty(4, 5, 32), weights=w9, dim=1) == {"ry": 4, "rx": 0, "esz": 4,
-                                                                           "rows16": True}  # 128-byte rows
+    assert shape("stencil1d", x, weights=w9, dim=-1) == {"ry": 0, "rx": 4, "esz": 4, "rows16": False, "step": 1}
+    assert shape("stencil1d", x, weights=w9, dim=2) == {"ry": 0, "rx": 4, "esz": 4, "rows16": False, "step": 1}
+    # along dim 1, planes of 6 fp32 across are too narrow: rows of 5 x 6 elements, taps 6 apart
+    assert shape("stencil1d", x, weights=w9, dim=1) == {"ry": 0, "rx": 4, "esz": 4, "rows16": False, "step": 6}
+    assert shape("stencil1d", torch.empty(4, 5, 128), weights=w9, dim=1) == {"ry": 4, "rx": 0, "esz": 4,
+                                                                            "rows16": True, "step": 1}  # 512-byte rows
     assert shape("stencil2d", x.half(), weights=torch.empty(3, 5)) == {"ry": 1, "rx": 2, "esz": 2,
-                                                                       "rows16": False}
+                                                                       "rows16": False, "step": 1}
     img = torch.empty(3, 10, 16)  # 64-byte rows
     assert shape("stencil2d", img, weights=torch.empty(3, 3))["rows16"]
     assert not shape("stencil2d", img.view(-1)[1:161].view(10, 16), weights=torch.empty(3, 3))["rows16"]
     # a transposed plane is read in place, as the (10, 16) planes of its memory: 64-byte rows
     assert shape("stencil2d", img.transpose(1, 2), weights=torch.empty(3, 5)) == {"ry": 2, "rx": 1, "esz": 4,
-                                                                                 "rows16": True}
+                                                                                 "rows16": True, "step": 1}
     assert shape("stencil2d", img[:, :, :10].transpose(1, 2), weights=torch.empty(3, 3))["rows16"] is False
     assert shape("stencil2d", img[:, :, :8].transpose(1, 2).transpose(1, 2), weights=torch.empty(3, 3))["rows16"]
     # a crop is read in place: its rows and their 64-byte pitch both whole 16-byte multiples
     assert shape("stencil2d", img[:, 1:-1, 4:12], weights=torch.empty(3, 3))["rows16"]
     assert not shape("stencil2d", img[:, 1:-1, 4:11], weights=torch.empty(3, 3))["rows16"]
+    # channels_last: C is a step within the rows (W * C elements), read in place
+    cl = torch.empty(2, 16, 10, 12).contiguous(memory_format=torch.channels_last)
+    assert shape("stencil2d", cl, weights=torch.empty(3, 3)) == {"ry": 1, "rx": 1, "esz": 4, "rows16": True,
+                                                                 "step": 16}
     # checked as the op checks its arguments
     with pytest.raises(ValueError, match="odd length"):
         shape("stencil1d", x, weights=torch.empty(4), dim=-1)
@@ -369,8 +387,11 @@ def test_stencil_table_depends_on_the_radii_and_dtype(fake_gpu, monkeypatch):
     assert (e.mechanism, e.stages) == ("tma", 2) and "fp32 3x3" in e.reason
     e = cupipe.explain("stencil2d", torch.empty(64, 63, device="cuda"), torch.empty(3, 3, device="cuda"))
     assert (e.mechanism, e.stages) == ("primitives", 2) and "3x3" in e.reason  # 252-byte rows
-    e = cupipe.explain("stencil1d", torch.empty(64, 64, device="cuda"), torch.empty(9, device="cuda"), dim=0)
+    e = cupipe.explain("stencil1d", torch.empty(64, 256, device="cuda"), torch.empty(9, device="cuda"), dim=0)
     assert (e.mechanism, e.stages) == ("primitives", 2) and "strided" in e.reason
+    # a narrow inner extent (64 fp32 = 256 bytes) is a step within rows along the filtered dim
+    e = cupipe.explain("stencil1d", torch.empty(64, 64, device="cuda"), torch.empty(9, device="cuda"), dim=0)
+    assert (e.mechanism, e.stages) == ("barrier", 1) and "step apart" in e.reason
 
 
 @needs_table

@@ -66,6 +66,10 @@ struct StencilParams {
   // x's row and plane strides in elements when its planes are pitched (a crop or a step of a larger
   // tensor); 0: dense (nx and ny * nx). out is always dense.
   int64_t x_row = 0, x_plane = 0;
+  // Elements between x's taps along x: 1, or the extent of a batch dim inside the rows
+  // (channels_last's C), whose values are filtered apart; the boundary maps whole points of
+  // x_step values (nx a multiple of it). out has the same rows.
+  int64_t x_step = 1;
   int ry = 0, rx = 0;
   Boundary boundary = Boundary::Zero;
   engine::Mechanism mechanism = engine::Mechanism::Sync;

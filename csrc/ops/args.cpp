@@ -141,7 +141,7 @@ StencilGeometry stencil_memory_geometry(const at::Tensor& x, const StencilGeomet
   const StencilLayoutPlan p =
       dim ? plan_stencil1d_layout(sizes, strides, static_cast<int>(*dim), std::max(logical.ry, logical.rx),
                                   static_cast<int>(x.element_size()))
-          : plan_stencil2d_layout(sizes, strides, logical.ry, logical.rx);
+          : plan_stencil2d_layout(sizes, strides, logical.ry, logical.rx, static_cast<int>(x.element_size()));
   if (why) *why = p.describe();
   StencilGeometry g = logical;
   g.batch = p.batch; g.ny = p.ny; g.nx = p.nx; g.ry = p.ry; g.rx = p.rx;
@@ -149,27 +149,20 @@ StencilGeometry stencil_memory_geometry(const at::Tensor& x, const StencilGeomet
   g.transposed = p.transposed;
   g.xs_row = p.xs_row;
   g.xs_plane = p.xs_plane;
-  if (p.to_rows) g.to_rows_dim = *dim;
+  g.step = p.rx > 0 ? p.step : 1;  // without taps along x the step changes nothing (plain rows)
   // x.contiguous() of a contiguous x is x itself: in place in all but name.
-  if (p.copy && !p.to_rows && x.is_contiguous()) g.in_place = true;
+  if (p.copy && x.is_contiguous()) g.in_place = true;
   return g;
 }
 
 void StencilTensors::finish() {
-  if (to_rows_dim >= 0) out.copy_(kout.movedim(-1, to_rows_dim));
-  else if (!kout.is_same(out)) out.copy_(kout);
+  if (!kout.is_same(out)) out.copy_(kout);
 }
 
 StencilTensors stencil_tensors(const at::Tensor& x, const at::Tensor& weights, const StencilGeometry& g) {
   StencilTensors t;
   t.w = g.transposed ? weights.t() : weights;
   t.out = at::empty_like(x);
-  if (g.to_rows_dim >= 0) {
-    t.to_rows_dim = g.to_rows_dim;
-    t.x = x.movedim(g.to_rows_dim, -1).contiguous();
-    t.kout = at::empty_like(t.x, at::MemoryFormat::Contiguous);
-    return t;
-  }
   t.x = g.in_place ? x : x.contiguous();
   // The kernels write a dense block in the order they read: x's own strides for a dense x, the
   // dense strides of x's memory order for a pitched one, logical order (contiguous) for a copy.

@@ -55,8 +55,7 @@ struct StencilGeometry {
   bool in_place = false;    // the stack is x's own memory (else x.contiguous())
   int64_t xs_row = 0, xs_plane = 0;  // in place, not dense: x's row and plane strides (layout.h)
   bool transposed = false;  // stencil2d: y is W and x is H; the weights go transposed
-  int64_t to_rows_dim = -1; // stencil1d along this dim of narrow planes: filtered as rows of a copy with
-                            // the dim moved innermost (layout.h, StencilLayoutPlan::to_rows)
+  int64_t step = 1;         // x's taps lie step elements apart, a batch dim inside the rows (layout.h)
 };
 
 // Whether the kernels' tiles of x may be tensor-map boxes (StencilGeometry::rows16), for the stack's
@@ -84,7 +83,6 @@ struct StencilTensors {
   at::Tensor w;     // the weights as given, transposed when the geometry is
   at::Tensor out;   // the result: empty_like(x), so x's layout when x is dense (as torch.empty_like)
   at::Tensor kout;  // what the kernels write: out, or a contiguous buffer when out's layout differs
-  int64_t to_rows_dim = -1;  // x and kout hold the filtered dim innermost (StencilGeometry::to_rows_dim)
   void finish();    // kout into out, when they differ
 };
 StencilTensors stencil_tensors(const at::Tensor& x, const at::Tensor& weights, const StencilGeometry& g);

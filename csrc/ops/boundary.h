@@ -28,4 +28,13 @@ inline int64_t map_index(int64_t i, int64_t n, Boundary b) {
   return -1;
 }
 
+// The same for element e of a row of n points of `step` values each (a batch dim inside the row):
+// the boundary applies to e's point, e keeps its place within the point.
+inline int64_t map_stepped(int64_t e, int64_t n, int64_t step, Boundary b) {
+  if (e >= 0 && e < n * step) return e;
+  const int64_t q = e >= 0 ? e / step : -((-e + step - 1) / step);
+  const int64_t m = map_index(q, n, b);
+  return m < 0 ? -1 : m * step + (e - q * step);
+}
+
 }  // namespace cupipe

@@ -39,6 +39,7 @@ void stencil_cpu_impl(const T* x, T* out, const Acc* w, const StencilGeometry& g
   const int64_t ny = g.ny, nx = g.nx;
   const int64_t xs_row = g.xs_row ? g.xs_row : nx, xs_plane = g.xs_row ? g.xs_plane : ny * nx;  // (pitched x)
   const int kw = 2 * g.rx + 1;
+  const int64_t step = g.step, npts = nx / step;  // taps step elements apart (a batch dim inside rows)
   at::parallel_for(0, g.batch * ny, 16, [&](int64_t row0, int64_t row1) {
     for (int64_t row = row0; row < row1; ++row) {
       const int64_t bi = row / ny, i = row % ny;
@@ -52,7 +53,7 @@ void stencil_cpu_impl(const T* x, T* out, const Acc* w, const StencilGeometry& g
           const T* xrow = plane + yi * xs_row;
           const Acc* wrow = w + static_cast<int64_t>(a + g.ry) * kw;
           for (int c = -g.rx; c <= g.rx; ++c) {
-            const int64_t xj = map_index(j + c, nx, b);
+            const int64_t xj = map_stepped(j + c * step, npts, step, b);
             if (xj < 0) continue;
             acc += wrow[c + g.rx] * static_cast<Acc>(xrow[xj]);
           }

@@ -110,6 +110,7 @@ StencilCall stencil_call(const char* op, const at::Tensor& x, const at::Tensor& 
   p.weights_exact = weights.scalar_type() == x.scalar_type();
   p.batch = g.batch; p.ny = g.ny; p.nx = g.nx; p.ry = g.ry; p.rx = g.rx;
   p.x_row = g.xs_row; p.x_plane = g.xs_plane;
+  p.x_step = g.step;
   p.boundary = boundary;
   StencilGeometry tg = g;
   tg.rows16 = rows16(g, p.x);

@@ -114,7 +114,7 @@ std::string ReduceLayoutPlan::describe() const {
 
 namespace {
 
-StencilLayoutPlan logical_stencil(const std::vector<int64_t>& sizes, int first, int last, int ry, int rx,
+StencilLayoutPlan logical_stencil(const std::vector<int64_t>& sizes, int first, int last, int ry, int rx, int esz,
                                   const char* why) {
   // Logical (batch, ny, nx) of x.contiguous(): dims [first, last] filtered, the rest outer or inner.
   StencilLayoutPlan p;
@@ -123,9 +123,9 @@ StencilLayoutPlan logical_stencil(const std::vector<int64_t>& sizes, int first, 
   int64_t outer = 1, inner = 1;
   for (int d = 0; d < first; ++d) outer *= sizes[static_cast<size_t>(d)];
   for (int d = last + 1; d < static_cast<int>(sizes.size()); ++d) inner *= sizes[static_cast<size_t>(d)];
-  if (first == last) {  // stencil1d
+  if (first == last) {  // stencil1d: rows (the inner dims a step within them when narrow), or planes
     const int64_t n = sizes[static_cast<size_t>(first)];
-    if (inner == 1) { p.batch = 1; p.ny = outer; p.nx = n; p.ry = 0; p.rx = ry; }
+    if (inner * esz < kMinPlaneRowBytes) { p.batch = 1; p.ny = outer; p.nx = n * inner; p.step = inner; p.ry = 0; p.rx = ry; }
     else { p.batch = outer; p.ny = n; p.nx = inner; p.ry = ry; p.rx = 0; }
   } else {
     p.batch = outer; p.ny = sizes[static_cast<size_t>(first)]; p.nx = sizes[static_cast<size_t>(last)];
@@ -136,6 +136,23 @@ StencilLayoutPlan logical_stencil(const std::vector<int64_t>& sizes, int first, 
 
 constexpr const char* kNotDense =
     "x is not dense (gaps, overlaps or zero strides): the kernels read a contiguous copy";
+
+// Folds a batch dim lying innermost (stride 1) right inside the plane's x dim into x's rows, when
+// x's stride is the batch's extent (rows without gaps) and a point's values span fewer than
+// `below` bytes: rows of (x, batch), taps a step of the batch's extent apart. Returns the step
+// (1: nothing folded).
+int64_t fold_inner_batch(MemLayout& L, int esz, int64_t below) {
+  const size_t n = L.dims.size();
+  if (n < 2) return 1;
+  MemDim &x = L.dims[n - 2], &b = L.dims[n - 1];
+  if (b.mark != 0 || x.mark == 0 || b.stride != 1 || x.stride != b.size || b.size * esz >= below) return 1;
+  const int64_t step = b.size;
+  x.size *= step;
+  x.stride = 1;
+  x.dims.insert(x.dims.end(), b.dims.begin(), b.dims.end());
+  L.dims.pop_back();
+  return step;
+}
 
 // A non-dense x whose memory still holds the kernels' planes as pitched rows: the innermost memory
 // dim (stride 1) is the plane's x, the next its y (any positive stride), and the rest merge into
@@ -161,103 +178,104 @@ std::string StencilLayoutPlan::describe() const {
   std::ostringstream s;
   s << why << "; (batch, ny, nx) = (" << batch << ", " << ny << ", " << nx << "), window (" << 2 * ry + 1
     << ", " << 2 * rx + 1 << ")";
+  if (step > 1) s << ", taps " << step << " elements apart (" << nx / step << " points a row)";
   if (xs_row != 0) s << ", row stride " << xs_row << ", plane stride " << xs_plane;
   return s.str();
 }
 
-namespace {
-
-StencilLayoutPlan plan_stencil1d_planes(const std::vector<int64_t>& sizes, const std::vector<int64_t>& strides,
-                                        int dim, int r) {
+StencilLayoutPlan plan_stencil1d_layout(const std::vector<int64_t>& sizes, const std::vector<int64_t>& strides,
+                                        int dim, int r, int esz) {
   if (sizes[static_cast<size_t>(dim)] == 1)
-    return logical_stencil(sizes, dim, dim, r, 0, "the filtered dim has size 1: x read in logical order");
+    return logical_stencil(sizes, dim, dim, r, 0, esz, "the filtered dim has size 1: x read in logical order");
   std::vector<int> marks(sizes.size(), 0);
   marks[static_cast<size_t>(dim)] = 1;
-  const MemLayout L = memory_layout(sizes, strides, marks);
+  MemLayout L = memory_layout(sizes, strides, marks);
+  // Inner dims narrower than a useful plane row fold into the filtered dim's rows.
+  const int64_t step = fold_inner_batch(L, esz, kMinPlaneRowBytes);
   if (!L.dense) {
     StencilLayoutPlan p;
     p.rx = r;
+    p.step = step;
     if (pitched_planes(L, 1, 0, p)) {  // rows along the filtered dim, a pitch apart
-      p.why = "the kernels read x's memory in place: rows along the filtered dim, a pitch apart";
+      p.why = step > 1 ? "the kernels read x's memory in place: rows along the filtered dim, a pitch apart, the "
+                         "dims inside it a step within the rows"
+                       : "the kernels read x's memory in place: rows along the filtered dim, a pitch apart";
       return p;
     }
     p = StencilLayoutPlan{};
     p.ry = r;
-    if (pitched_planes(L, 0, 1, p)) {
+    if (step == 1 && pitched_planes(L, 0, 1, p)) {
       p.why = "the kernels read x's memory in place: planes (the filtered dim, the dims inside), pitched";
       return p;
     }
-    return logical_stencil(sizes, dim, dim, r, 0, kNotDense);
+    return logical_stencil(sizes, dim, dim, r, 0, esz, kNotDense);
   }
   size_t j = 0;
   while (L.dims[j].mark != 1) ++j;
   StencilLayoutPlan p;
   const int64_t outer = product(L.dims, 0, j), n = L.dims[j].size, inner = product(L.dims, j + 1, L.dims.size());
-  if (inner == 1) { p.batch = 1; p.ny = outer; p.nx = n; p.ry = 0; p.rx = r; }
+  if (inner == 1) { p.batch = 1; p.ny = outer; p.nx = n; p.ry = 0; p.rx = r; p.step = step; }
   else { p.batch = outer; p.ny = n; p.nx = inner; p.ry = r; p.rx = 0; }
-  p.why = inner == 1 ? "the kernels read x's memory in place: rows along the filtered dim"
-                     : "the kernels read x's memory in place: planes (dims outside, the filtered dim, dims inside)";
+  p.why = step > 1    ? "the kernels read x's memory in place: rows along the filtered dim, the dims inside it a "
+                        "step within the rows"
+          : inner == 1 ? "the kernels read x's memory in place: rows along the filtered dim"
+                       : "the kernels read x's memory in place: planes (dims outside, the filtered dim, dims inside)";
   return p;
 }
 
-}  // namespace
-
-StencilLayoutPlan plan_stencil1d_layout(const std::vector<int64_t>& sizes, const std::vector<int64_t>& strides,
-                                        int dim, int r, int esz) {
-  StencilLayoutPlan p = plan_stencil1d_planes(sizes, strides, dim, r);
-  if (p.ry == 0 || p.nx * esz >= kMinPlaneRowBytes) return p;
-  StencilLayoutPlan rows;
-  rows.copy = rows.to_rows = true;
-  rows.batch = 1;
-  rows.nx = sizes[static_cast<size_t>(dim)];
-  rows.ny = p.batch * p.ny * p.nx / rows.nx;
-  rows.rx = r;
-  rows.why = "the filtered dim's inner extent is too narrow for planes: the kernels read a copy of x with the "
-             "filtered dim moved innermost, as rows, and the result is moved back";
-  return rows;
-}
-
 StencilLayoutPlan plan_stencil2d_layout(const std::vector<int64_t>& sizes, const std::vector<int64_t>& strides,
-                                        int ry, int rx) {
+                                        int ry, int rx, int esz) {
   const int nd = static_cast<int>(sizes.size());
   const int h = nd - 2, w = nd - 1;
   if (sizes[static_cast<size_t>(h)] == 1 || sizes[static_cast<size_t>(w)] == 1)
-    return logical_stencil(sizes, h, w, ry, rx, "a plane dim has size 1: x read in logical order");
+    return logical_stencil(sizes, h, w, ry, rx, esz, "a plane dim has size 1: x read in logical order");
   std::vector<int> marks(sizes.size(), 0);
   marks[static_cast<size_t>(h)] = 1;
   marks[static_cast<size_t>(w)] = 2;
-  const MemLayout L = memory_layout(sizes, strides, marks);
+  MemLayout L = memory_layout(sizes, strides, marks);
+  // A batch dim innermost (channels_last's C) folds into the rows of the plane dim outside it.
+  const int64_t step = fold_inner_batch(L, esz, kMaxStepBytes + 1);
   if (!L.dense) {
     StencilLayoutPlan p;
-    p.ry = ry; p.rx = rx;
+    p.ry = ry; p.rx = rx; p.step = step;
     if (pitched_planes(L, 2, 1, p)) {
-      p.why = "the kernels read x's memory in place: planes whose rows lie a pitch apart";
+      p.why = step > 1 ? "the kernels read x's memory in place: planes whose rows lie a pitch apart, a batch dim "
+                         "inside W (as in channels_last) a step within the rows"
+                       : "the kernels read x's memory in place: planes whose rows lie a pitch apart";
       return p;
     }
     p.ry = rx; p.rx = ry;
     if (pitched_planes(L, 1, 2, p)) {
       p.transposed = true;
-      p.why = "the kernels read x's memory in place: planes whose rows lie a pitch apart, transposed (W outside "
-              "H), filtered with the weights transposed";
+      p.why = step > 1 ? "the kernels read x's memory in place: planes whose rows lie a pitch apart, transposed (W "
+                         "outside H), a batch dim inside H a step within the rows; the weights transposed"
+                       : "the kernels read x's memory in place: planes whose rows lie a pitch apart, transposed (W "
+                         "outside H), filtered with the weights transposed";
       return p;
     }
-    return logical_stencil(sizes, h, w, ry, rx, kNotDense);
+    return logical_stencil(sizes, h, w, ry, rx, esz, kNotDense);
   }
   const size_t n = L.dims.size();
   if (L.dims[n - 1].mark == 0 || L.dims[n - 2].mark == 0)
-    return logical_stencil(sizes, h, w, ry, rx,
-                           "a batch dim lies between the plane's dims in memory (as in channels_last): the "
-                           "kernels read a contiguous copy, and the result is copied into x's layout");
+    return logical_stencil(sizes, h, w, ry, rx, esz,
+                           "a batch dim lies between the plane's dims in memory, or inside them with more than "
+                           "kMaxStepBytes a point: the kernels read a contiguous copy, and the result is copied "
+                           "into x's layout");
   StencilLayoutPlan p;
   p.transposed = L.dims[n - 1].mark == 1;
   p.batch = product(L.dims, 0, n - 2);
   p.ny = L.dims[n - 2].size;
   p.nx = L.dims[n - 1].size;
+  p.step = step;
   p.ry = p.transposed ? rx : ry;
   p.rx = p.transposed ? ry : rx;
-  p.why = p.transposed ? "the kernels read x's memory in place: the plane lies transposed (W outside H), so "
-                         "they filter it with the weights transposed"
-                       : "the kernels read x's memory in place";
+  p.why = step > 1 ? (p.transposed ? "the kernels read x's memory in place: the plane lies transposed (W outside H) "
+                                     "with a batch dim inside it (a step within the rows); the weights transposed"
+                                   : "the kernels read x's memory in place: a batch dim inside the plane's rows (as "
+                                     "in channels_last) is a step within them")
+          : p.transposed ? "the kernels read x's memory in place: the plane lies transposed (W outside H), so "
+                           "they filter it with the weights transposed"
+                         : "the kernels read x's memory in place";
   return p;
 }
 

@@ -49,17 +49,18 @@ ReduceLayoutPlan plan_reduce_layout(const std::vector<int64_t>& sizes, const std
 
 // A stencil over x's memory as the kernels' (batch, ny, nx) planes, window (2ry+1, 2rx+1).
 // stencil1d marks its dim 1; stencil2d marks H (dim -2) 1 and W (dim -1) 2. `transposed`: W lies
-// outside H in memory, so the kernels' y is W and the weights go transposed. `copy`: x's layout has
-// no such view (not dense, a batch dim inside the plane as in channels_last, a filtered dim of
-// size 1): the kernels read x.contiguous() in logical order.
+// outside H in memory, so the kernels' y is W and the weights go transposed. `step`: a batch dim
+// lies innermost, right inside the plane's x (channels_last's C; stencil1d's dims inside the
+// filtered one when narrower than kMinPlaneRowBytes): the kernels' rows hold `step` values per
+// point, x's taps lie `step` elements apart and the boundary applies to points (nx / step of a
+// row). `copy`: x's layout has no such view (not dense and not pitched, a batch dim between the
+// plane's dims, an inner batch wider than kMaxStepBytes, a filtered dim of size 1): the kernels
+// read x.contiguous() in logical order.
 struct StencilLayoutPlan {
   bool copy = false;
   bool transposed = false;
-  // stencil1d whose planes would be too narrow for the plane kernels (the filtered dim's inner
-  // extent under kMinPlaneRowBytes): x is copied with the filtered dim moved innermost, filtered
-  // as rows, and the result moved back (copy is then true as well).
-  bool to_rows = false;
   int64_t batch = 1, ny = 1, nx = 1;
+  int64_t step = 1;
   // Element strides of the kernels' rows and planes in x's memory; 0: dense (nx, ny * nx). A plane
   // x reads in place though x is not dense (a crop, a step over rows or planes) has them.
   int64_t xs_row = 0, xs_plane = 0;
@@ -67,12 +68,17 @@ struct StencilLayoutPlan {
   const char* why = "";  // for explain (static text: planning runs on every call)
   std::string describe() const;  // why, with the view's extents
 };
-// Plane rows narrower than this (bytes) leave the plane kernels' tiles mostly empty.
-constexpr int64_t kMinPlaneRowBytes = 128;
+// stencil1d: planes whose rows (the filtered dim's inner extent) are narrower than this (bytes)
+// give the Box tiles fewer items than threads (32 items across, up to 64 rows); the inner dims
+// become a step within rows instead.
+constexpr int64_t kMinPlaneRowBytes = 512;
+// stencil2d: an inner batch dim (channels_last's C) up to this many bytes per point becomes a step
+// within rows; a wider one would need tiles of too few points for their halo (a copy instead).
+constexpr int64_t kMaxStepBytes = 1024;
 StencilLayoutPlan plan_stencil1d_layout(const std::vector<int64_t>& sizes, const std::vector<int64_t>& strides,
                                         int dim, int r, int esz);
 StencilLayoutPlan plan_stencil2d_layout(const std::vector<int64_t>& sizes, const std::vector<int64_t>& strides,
-                                        int ry, int rx);
+                                        int ry, int rx, int esz);
 
 }  // namespace ops
 }  // namespace cupipe

@@ -73,6 +73,13 @@ constexpr const char* kStencilBoxPrimitives =
     "aligned pointer, fp64, fp32 boxes of unequal radii at most 5 wide): primitives with 2 stages, "
     "its loader shared by every thread (measured on an H200); fp32 3x3 and 5-point boxes run about "
     "two tiles per block";
+constexpr const char* kStencilSteppedBox =
+    "2-D boxes with taps a step apart (a batch dim inside the rows, as channels_last's C) on sm_90: "
+    "points of up to 64 bytes from rows of whole 16-byte multiples take tma with 2 stages (tiles narrow "
+    "enough to be one tensor-map box), wider points primitives with one stage (measured on an H200)";
+constexpr const char* kStencilSteppedRow =
+    "stencil1d with taps a step apart (the filtered dim's narrow inner dims inside the rows) on sm_90: "
+    "barrier with one stage, within a few percent of tma and primitives (measured on an H200)";
 constexpr const char* kStencilStrided =
     "stencils along a strided dim (a window along the rows only): primitives with 2 stages, the "
     "table's general choice";
@@ -120,6 +127,11 @@ CopyConfig resolve_stencil(const DeviceInfo& dev, MechanismArg mech, int64_t sta
   CopyConfig best;
   if (dev.code_sm < 90) {
     best = choice(Mechanism::Primitives, 2, kStencilBeforeSm90);
+  } else if (g.step > 1 && g.rx > 0 && g.ry == 0) {
+    best = choice(Mechanism::Barrier, 1, kStencilSteppedRow);
+  } else if (g.step > 1 && g.rx > 0) {
+    best = g.rows16 && g.step * g.esz <= 64 ? choice(Mechanism::Tma, 2, kStencilSteppedBox)
+                                            : choice(Mechanism::Primitives, 1, kStencilSteppedBox);
   } else if (g.ry == 0 && g.rx > 0) {  // along the last dim only: the row kernel
     best = g.esz == 2 ? choice(Mechanism::Tma, 2, kStencilRowTma)
                       : choice(Mechanism::Barrier, 2, kStencilRowBarrier, g.esz == 4 ? 2 : 0);
@@ -184,6 +196,7 @@ TableShape table_shape(const std::string& op, const at::Tensor& x, const std::op
     s.rx = g.rx;
     s.esz = g.esz;
     s.rows16 = rows16_of(x, g);
+    s.step = g.step;
   } else if (op == "reduce") {
     const ReducePlan plan =
         check_reduce(x, reduce_op, dim ? at::OptionalIntArrayRef(*dim) : at::OptionalIntArrayRef(), false, dtype);
@@ -216,6 +229,7 @@ CopyConfig resolve_op(const std::string& op, int sm, MechanismArg mech, int64_t 
     g.rx = shape.rx;
     g.esz = shape.esz;
     g.rows16 = shape.rows16;
+    g.step = shape.step;
     return resolve_stencil(dev, mech, stages, g);
   }
   if (op != "reduce") unknown_op(op);

@@ -37,12 +37,13 @@ std::vector<std::string> tuned_op_names();
 
 // What the table reads of one call: reduce's (outer, r, inner) view, the stencils' radii as the
 // kernels see them (ry along the rows, rx along the last dim), the element size the kernels read
-// and rows16. Unused fields keep their defaults.
+// rows16 and the stencils' step. Unused fields keep their defaults.
 struct TableShape {
   int64_t outer = 1, r = 1, inner = 1;
   int ry = 0, rx = 0;
   int esz = 4;
   bool rows16 = false;
+  int64_t step = 1;  // stencils: elements between x taps (StencilGeometry::step)
   std::string layout;  // the layout plan in words (ops/layout.h), for explain
 };
 

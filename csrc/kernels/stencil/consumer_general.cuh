@@ -4,7 +4,8 @@
 // compile-time sizes (the Blocking), so that any rx and ry run through the same code: a pass holds
 // its DY x CK weights in registers, loads each window row it needs once and applies it to every
 // output row of the item that uses it. Taps past the stencil in a partial chunk or pass are
-// skipped, never multiplied by zero (0 * inf would be NaN).
+// skipped, never multiplied by zero (0 * inf would be NaN). Taps a step apart have their own
+// consumer (consume_stepped_tile, below).
 #pragma once
 
 #include "kernels/stencil/consumer_io.cuh"
@@ -90,6 +91,62 @@ __device__ __noinline__ void consume_box_tile(uint32_t stage, uint32_t w_s, Cons
                                               int size) {
   consume_tile<T, BoxBlocking<CK>>(static_cast<const char*>(__cvta_shared_to_generic(stage)),
                                    static_cast<const acc_t<T>*>(__cvta_shared_to_generic(w_s)), g, out, rank, size);
+}
+
+// The general consumer for taps `step` elements apart (StencilGeom::step: a batch dim inside the
+// rows, as channels_last's C). Per tap column, a run-time loop (the item's registers stay those of
+// its accumulators: unrolled columns spilled), each window row of a pass is one TW-output vector,
+// applied to every output row of the item that uses it. Out of line, apart from the unit-step
+// consumers, so that their kernels' register allocation is not shared with it.
+template <typename T, class Blk>
+__device__ __noinline__ void consume_stepped_tile(uint32_t stage_s, uint32_t w_s_s, ConsumerGeom g, T* out, int rank,
+                                                  int size) {
+  using A = acc_t<T>;
+  constexpr int TH = Blk::TH, DY = Blk::DY, TW = kTW<T>, esz = sizeof(T);
+  const char* stage = static_cast<const char*>(__cvta_shared_to_generic(stage_s));
+  const A* w_s = static_cast<const A*>(__cvta_shared_to_generic(w_s_s));
+  const TileHeader t = *reinterpret_cast<const TileHeader*>(stage);
+  const int* shifts = reinterpret_cast<const int*>(stage + sizeof(TileHeader));
+  const char* rows = stage + g.hdr_bytes;
+  T* oplane = out + t.b * g.ny * g.nx;
+  const int step_bytes = g.step * esz;
+  for (int p = rank; p < g.items; p += size) {
+    const int j0 = (p & ((1 << g.cols_log2) - 1)) * TW, o0 = (p >> g.cols_log2) * TH;
+    const int64_t oy = t.y0 + o0, ox = t.x0 + j0;
+    if (oy >= g.ny || ox >= g.nx) continue;
+    A acc[TH][TW] = {};
+    for (int dy0 = 0; dy0 < g.kh; dy0 += DY) {
+      const int nk = g.kh - dy0;
+      const int* sh = shifts + o0 + dy0;
+      const char* base = rows + (o0 + dy0) * g.pitch + j0 * esz;
+#pragma unroll 1
+      for (int c = 0; c < g.kw; ++c) {
+        A wr[DY];
+#pragma unroll
+        for (int k = 0; k < DY; ++k) wr[k] = w_s[(dy0 + k) * g.kw_pad + c];  // padded rows: in bounds
+        const char* col = base + c * step_bytes;
+#pragma unroll
+        for (int r = 0; r < TH + DY - 1; ++r) {
+          if (r >= TH && r - TH + 1 >= nk) break;
+          A x[TW];
+          load_window<T, kVecBytes<T>>(col + r * g.pitch + sh[r], x);
+#pragma unroll
+          for (int k = 0; k < DY; ++k) {
+            const int o = r - k;
+            if (o < 0 || o >= TH) continue;
+            if (k >= nk) break;
+#pragma unroll
+            for (int u = 0; u < TW; ++u) acc[o][u] = fma(wr[k], x[u], acc[o][u]);
+          }
+        }
+      }
+    }
+#pragma unroll
+    for (int o = 0; o < TH; ++o) {
+      if (oy + o >= g.ny) break;
+      store_outputs<T>(oplane + (oy + o) * g.nx + ox, g.nx - ox, acc[o]);
+    }
+  }
 }
 
 }  // namespace kernels

@@ -120,6 +120,7 @@ struct ConsumerGeom {
   int kh, kw, kw_pad;
   int pitch, hdr_bytes;
   int items, cols_log2;
+  int step = 1;  // elements between x taps (StencilGeom::step; the general consumer's only)
 };
 
 }  // namespace kernels

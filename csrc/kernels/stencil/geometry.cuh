@@ -2,9 +2,11 @@
 //
 // Output tiles of tile_h x tile_w points stream through the engine's stage ring. A stage holds a
 // TileHeader (the tile's plane and origin), one int32 byte shift per window row (padded to 16
-// bytes), then the tile's padded input window: (tile_h + 2ry) rows of (tile_w + 2rx) elements,
-// `pitch` bytes apart, row i's elements starting shifts[i] bytes into its pitch (so that the
-// row agrees with its source modulo 16 bytes, the engine's copy precondition).
+// bytes), then the tile's padded input window: (tile_h + 2ry) rows of (tile_w + 2rx * step)
+// elements, `pitch` bytes apart, row i's elements starting shifts[i] bytes into its pitch (so that
+// the row agrees with its source modulo 16 bytes, the engine's copy precondition). x's taps lie
+// `step` elements apart: 1, or the extent of a batch dim inside the rows (channels_last's C), whose
+// values the consumers keep apart and the boundary maps point by point.
 #pragma once
 
 #include <algorithm>
@@ -77,6 +79,7 @@ struct StencilGeom {
   int64_t batch, ny, nx;
   int64_t xs_row, xs_plane;  // x's row and plane strides in elements (nx and ny * nx when dense)
   int ry, rx;
+  int step;                // elements between x taps (StencilParams::x_step; nx a multiple of it)
   StencilBlocking blocking;
   StencilFixed fixed;      // None unless the launcher finds a fixed consumer for the input
   bool tensor_tiles;       // tma: tiles move as one tensor-map box (see load_stencil_tile)
@@ -132,6 +135,7 @@ inline StencilGeom make_stencil_geom(const StencilParams& p, int esz, int acc_si
                                      int64_t smem_budget, int align = 16, int box_cols = kBoxCols) {
   StencilGeom g;
   g.batch = p.batch; g.ny = p.ny; g.nx = p.nx; g.ry = p.ry; g.rx = p.rx;
+  g.step = p.x_step > 1 ? static_cast<int>(p.x_step) : 1;
   g.xs_row = p.x_row > 0 ? p.x_row : p.nx;
   g.xs_plane = p.x_row > 0 ? p.x_plane : p.ny * p.nx;
   g.wdt = p.weights_dtype;
@@ -156,16 +160,25 @@ inline StencilGeom make_stencil_geom(const StencilParams& p, int esz, int acc_si
     g.kw_pad = static_cast<int>(kw_pad);
     g.weight_bytes = engine::align_up(kh_pad * kw_pad * acc_size, 16);
     int cols = b.th == 1 ? static_cast<int>(32768 / (tw * esz)) : box_cols;  // Row: 32 KiB of outputs
+    // Stepped Box tiles: at least 16 halos of columns across and two items down, so that the
+    // window's halo (rx * step columns a side) stays a small part of what a tile reads.
+    const int64_t halo = int64_t(p.rx) * g.step;
+    const bool stepped_box = g.step > 1 && b.th > 1;
+    if (stepped_box)
+      while (cols < 1024 && int64_t(cols) * tw < 16 * halo) cols *= 2;
     while (cols > 1 && (cols / 2) * int64_t(tw) >= p.nx) cols /= 2;
     int rb = static_cast<int>(std::max<int64_t>(1, std::min<int64_t>({(b.th == 1 ? 8 * consumers : consumers) / cols,
                                                                       kStencilMaxTileRows / b.th,
                                                                       (p.ny + b.th - 1) / b.th})));
+    if (stepped_box) rb = static_cast<int>(std::min<int64_t>(std::max(rb, 2), (p.ny + b.th - 1) / b.th));
     auto layout = [&] {
       const int64_t tile_h = int64_t(rb) * b.th, tile_w = int64_t(cols) * tw;
-      const int64_t win_h = tile_h + kh - 1, win_w = tile_w + kw - 1;
-      // The consumer reads whole vectors up to kw_pad - 1 columns past a tile column, from up to
-      // 15 bytes of shift; primitives may zero-fill up to 15 bytes past a row's segment.
-      const int64_t pitch = engine::align_up((tile_w + kw_pad) * esz, 16) + 16;
+      const int64_t win_h = tile_h + kh - 1, win_w = tile_w + (kw - 1) * g.step;
+      // The consumer reads whole vectors up to kw_pad - 1 columns past a tile column (stepped: its
+      // last tap's vector), from up to 15 bytes of shift; primitives may zero-fill up to 15 bytes
+      // past a row's segment.
+      const int64_t reach = g.step == 1 ? kw_pad : std::max<int64_t>(kw_pad, (kw - 1) * g.step + tw);
+      const int64_t pitch = engine::align_up((tile_w + reach) * esz, 16) + 16;
       const int64_t hdr = engine::align_up(static_cast<int64_t>(sizeof(TileHeader)) + 4 * win_h, align);
       g.tile_h = static_cast<int>(tile_h);
       g.tile_w = static_cast<int>(tile_w);

@@ -114,7 +114,7 @@ __global__ void __launch_bounds__(StencilFamilyTraits<F, T>::kThreads, StencilFa
     load_stencil_tile<T, !Fam::kFixedAlone>(w, x, g, boundary, blockIdx.x + k * gridDim.x, &tmap);
   };
 
-  const ConsumerGeom cg{g.ny, g.nx, kh, kw, g.kw_pad, g.pitch, g.hdr_bytes, g.items, g.cols_log2};
+  const ConsumerGeom cg{g.ny, g.nx, kh, kw, g.kw_pad, g.pitch, g.hdr_bytes, g.items, g.cols_log2, g.step};
   auto consume = [&](const char* stage, int64_t, engine::Team team) {
     if constexpr (Fam::kMmaRows > 0) {
       const MmaGeom mg{g.ny, g.nx, kh, kw, g.kw_pad, g.pitch, g.hdr_bytes, g.tile_h, g.cols_log2 - 5, g.mma_a};
@@ -148,6 +148,11 @@ __global__ void __launch_bounds__(StencilFamilyTraits<F, T>::kThreads, StencilFa
       if (g.fixed != StencilFixed::None) {
         consume_fixed<T, kBox>(g.fixed, static_cast<uint32_t>(__cvta_generic_to_shared(stage)),
                                static_cast<uint32_t>(__cvta_generic_to_shared(w_s)), cg, out, team.rank, team.size);
+      } else if (g.step != 1) {  // taps a step apart: the stepped consumer, Row's or Box's items
+        const uint32_t st = static_cast<uint32_t>(__cvta_generic_to_shared(stage));
+        const uint32_t ws = static_cast<uint32_t>(__cvta_generic_to_shared(w_s));
+        if constexpr (kBox) consume_stepped_tile<T, BoxBlocking<9>>(st, ws, cg, out, team.rank, team.size);
+        else consume_stepped_tile<T, RowBlocking>(st, ws, cg, out, team.rank, team.size);
       } else if constexpr (!kBox) {
         consume_tile<T, RowBlocking>(stage, w_s, cg, out, team.rank, team.size);
       } else {

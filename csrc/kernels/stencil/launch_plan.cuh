@@ -15,8 +15,10 @@ namespace kernels {
 
 // The fixed consumer for this launch, or None (see StencilFixed): shapes with one, tiles whose
 // rows share one shift (rows of whole 16-byte multiples), and a data pointer aligned to the
-// consumer's vectors (then the shift puts the first taps where the consumer expects them).
+// consumer's vectors (then the shift puts the first taps where the consumer expects them). Taps a
+// step apart have only the general consumer.
 inline StencilFixed choose_fixed(const StencilGeom& g, const void* x, int esz) {
+  if (g.step != 1) return StencilFixed::None;
   // The consumers' vectors are 16 bytes (kVecBytes, and the 2-byte types' items of kTwoByteTW
   // outputs where the Row and Narrow3 kernels take them; those need tiles of whole items).
   if (!rows_of_16(g, esz) || reinterpret_cast<uintptr_t>(x) % 16 != 0) return StencilFixed::None;
@@ -86,7 +88,7 @@ inline void choose_mma(StencilGeom& g, const StencilParams& p, const DeviceInfo&
   const char* env = std::getenv("CUPIPE_STENCIL_MMA");
   if (env != nullptr && env[0] == '0') return;
   const int kh = 2 * g.ry + 1, kw = 2 * g.rx + 1, esz = 2;
-  if (dev.code_sm < 80 || g.blocking == StencilBlocking::Row || kh * kw < min_taps || kw < 3 || kw > 9 ||
+  if (dev.code_sm < 80 || g.step != 1 || g.blocking == StencilBlocking::Row || kh * kw < min_taps || kw < 3 || kw > 9 ||
       kh > kMmaMaxKh || !rows_of_16(g, esz) || g.tile_w % kMmaUnit != 0 ||
       reinterpret_cast<uintptr_t>(p.out) % 4 != 0 || reinterpret_cast<uintptr_t>(p.x) % esz != 0)
     return;

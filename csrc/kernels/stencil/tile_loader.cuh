@@ -37,6 +37,16 @@ __device__ __forceinline__ int64_t map_index_dev(int64_t i, int64_t n, Boundary 
   return i >= 0 && i < n ? i : map_outside(i, n, b);
 }
 
+// The source column of window column e of a row of nx elements, points of `step` values each: the
+// boundary maps e's point, e keeps its place within the point.
+__device__ __forceinline__ int64_t map_column_dev(int64_t e, int64_t nx, int step, Boundary b) {
+  if (e >= 0 && e < nx) return e;
+  if (step == 1) return map_outside(e, nx, b);
+  const int64_t q = e >= 0 ? e / step : -((-e + step - 1) / step);
+  const int64_t m = map_outside(q, nx / step, b);
+  return m < 0 ? -1 : m * step + (e - q * step);
+}
+
 // The byte shift (mod 16) of window column 0 of source row `src_row`: the address of
 // plane[src_row][xw], which may lie outside the plane (the arithmetic wraps, modulo 16 is exact).
 template <typename T>
@@ -73,7 +83,7 @@ struct TileWindow {
 // What the stage fill needs of the geometry, by value (for the out-of-line fill_stage).
 struct FillGeom {
   int64_t ny, nx, xs_row;
-  int win_h, win_w, pitch, hdr_bytes;
+  int win_h, win_w, pitch, hdr_bytes, step;
   Boundary boundary;
 };
 
@@ -110,7 +120,7 @@ __device__ __noinline__ void fill_stage(uint32_t stage_smem, const T* plane, Til
     const int64_t src = map_index_dev(w.yw + i, g.ny, g.boundary);
     if (src < 0) continue;  // a zero row, zero-filled above
     const int c = h < n_left ? h : g.win_w - n_right + (h - n_left);
-    const int64_t mc = map_index_dev(w.xw + c, g.nx, g.boundary);
+    const int64_t mc = map_column_dev(w.xw + c, g.nx, g.step, g.boundary);
     row(i, src)[c] = mc < 0 ? from_acc<T>(A(0)) : plane[src * g.xs_row + mc];
   }
 }
@@ -134,7 +144,7 @@ __device__ __forceinline__ void load_stencil_tile(const W& w, const T* x, const 
     if (g.tensor_tiles && boundary == Boundary::Zero) {
       if (threadIdx.x >= 32) return;
       const TileHeader t = tile_origin(tile, g);
-      const int64_t yw = t.y0 - g.ry, xw = t.x0 - g.rx;
+      const int64_t yw = t.y0 - g.ry, xw = t.x0 - int64_t(g.rx) * g.step;
       const int shift = row_shift(x + t.b * g.xs_plane, yw, g.xs_row, xw);
       w.copy_tensor_3d(g.hdr_bytes, tmap, map_x(xw, shift), static_cast<int>(yw),
                        static_cast<int>(t.b), static_cast<uint32_t>(g.win_h) * static_cast<uint32_t>(g.pitch));
@@ -149,7 +159,7 @@ __device__ __forceinline__ void load_stencil_tile(const W& w, const T* x, const 
   TileWindow tw;
   tw.t = tile_origin(tile, g);
   tw.yw = tw.t.y0 - g.ry;
-  tw.xw = tw.t.x0 - g.rx;
+  tw.xw = tw.t.x0 - int64_t(g.rx) * g.step;
   tw.c_lo = max(tw.xw, int64_t(0));
   tw.c_hi = min(tw.xw + g.win_w, g.nx);
   tw.i_lo = static_cast<int>(min(max(-tw.yw, int64_t(0)), int64_t(g.win_h)));
@@ -201,7 +211,7 @@ __device__ __forceinline__ void load_stencil_tile(const W& w, const T* x, const 
     for (int i = st.rank; i < g.win_h; i += st.size) shifts[i] = shift;
     return;
   }
-  const FillGeom fg{g.ny, g.nx, g.xs_row, g.win_h, g.win_w, g.pitch, g.hdr_bytes, boundary};
+  const FillGeom fg{g.ny, g.nx, g.xs_row, g.win_h, g.win_w, g.pitch, g.hdr_bytes, g.step, boundary};
   fill_stage<T>(static_cast<uint32_t>(__cvta_generic_to_shared(w.stage)), plane, tw, fg, st.rank, st.size);
 }
 
