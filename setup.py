@@ -1,15 +1,22 @@
 """Build cupipe._C: one extension module with the torch bindings (.cpp) and, whenever nvcc is
-available, the CUDA kernels (.cu). A GPU is never needed to build.
+available, the CUDA launchers and the kernel instances built ahead of time. A GPU is never needed
+to build.
+
+Ahead of time the build compiles the kernel instances the tuning table can choose (each op, dtype
+and kernel family: cupipe/_kernels.py, default_instances); every other configuration compiles on
+first use (cupipe/_kernel_cache.py), from the headers this build snapshots into cupipe/include
+with the flags it records in cupipe/_build_info.py.
 
 Environment knobs:
-  TORCH_CUDA_ARCH_LIST  architectures (default "8.0;9.0+PTX")
+  TORCH_CUDA_ARCH_LIST  architectures of the ahead-of-time kernels. Default: the GPU present at
+                        build time, else "9.0" (Hopper, the GPUs cupipe is tuned on). On any other
+                        GPU the kernels compile for it on first use.
+  CUPIPE_AOT=all        build every kernel instance ahead of time (offline machines, wheels)
   MAX_JOBS              parallel compile jobs (ninja)
   CUPIPE_NO_CUDA=1      build the CPU-only module even when nvcc is present
   CUPIPE_DEBUG=1        -O0 -g host code and -lineinfo device code
-  CUPIPE_KERNEL_OBJECTS=DIR  link the kernel objects in DIR that match this tree (built elsewhere
-                        by tools/kernel_objects.py) instead of compiling those .cu files
 
-The nvcc flags and the prebuilt objects' keys come from build_config.py, beside this file.
+The nvcc flags come from build_config.py, beside this file.
 """
 import os
 import shutil
@@ -19,18 +26,22 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent
 
 
-def _load_build_config():
-    """build_config.py (the nvcc flags and the prebuilt objects' keys), loaded from its file beside
-    this one, whatever the working directory and sys.path."""
+def _load_build_modules():
+    """build_config.py (the nvcc flags) and cupipe/_kernels.py (the kernel instances), loaded from
+    their files, whatever the working directory and sys.path (the package is not importable yet)."""
     import importlib.util
 
-    spec = importlib.util.spec_from_file_location("cupipe_build_config", ROOT / "build_config.py")
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
+    mods = []
+    for name, path in (("cupipe_build_config", ROOT / "build_config.py"), ("cupipe_kernels", ROOT / "cupipe" / "_kernels.py")):
+        spec = importlib.util.spec_from_file_location(name, path)
+        mod = importlib.util.module_from_spec(spec)
+        sys.modules[name] = mod  # (NamedTuple classes look their module up)
+        spec.loader.exec_module(mod)
+        mods.append(mod)
+    return mods
 
 
-build_config = _load_build_config()
+build_config, kernel_set = _load_build_modules()
 
 
 def _find_cuda_home():
@@ -50,7 +61,21 @@ from setuptools import setup  # noqa: E402
 import torch  # noqa: E402
 from torch.utils.cpp_extension import BuildExtension, CppExtension, CUDAExtension, CUDA_HOME  # noqa: E402
 
-os.environ.setdefault("TORCH_CUDA_ARCH_LIST", "8.0;9.0+PTX")
+
+def _default_arch_list():
+    """The GPU present at build time, else 9.0 (see the module's docstring)."""
+    try:
+        if torch.cuda.is_available():
+            major, minor = torch.cuda.get_device_capability(0)
+            return f"{major}.{minor}"
+    except Exception:  # noqa: BLE001 - a broken driver at build time is not a build error
+        pass
+    return "9.0"
+
+
+if not os.environ.get("TORCH_CUDA_ARCH_LIST"):
+    os.environ["TORCH_CUDA_ARCH_LIST"] = _default_arch_list()
+aot_all = os.environ.get("CUPIPE_AOT", "").lower() == "all"
 
 with_cuda = (
     os.environ.get("CUPIPE_NO_CUDA", "0") != "1"
@@ -66,16 +91,18 @@ def _cuda_version_of_nvcc():
     return build_config.nvcc_version(str(Path(CUDA_HOME) / "bin" / "nvcc")) or "unknown"
 
 
-def _write_build_info(prebuilt=0):
-    """Record what this build was made with; cupipe/__init__.py compares it at import.
-    prebuilt: how many kernel objects came from CUPIPE_KERNEL_OBJECTS."""
+def _write_build_info(aot_instances=0):
+    """Record what this build was made with; cupipe/__init__.py compares it at import, and a
+    first-use compile takes its flags from here."""
     info = {
         "torch_version": torch.__version__.split("+")[0],
         "torch_cuda": torch.version.cuda if with_cuda else None,
         "nvcc_version": _cuda_version_of_nvcc() if with_cuda else None,
         "with_cuda": with_cuda,
         "arch_list": os.environ["TORCH_CUDA_ARCH_LIST"] if with_cuda else None,
-        "prebuilt_kernel_objects": prebuilt,
+        "kernel_flags": build_config.kernel_flags(debug) if with_cuda else None,
+        "aot": ("all" if aot_all else "default") if with_cuda else None,
+        "aot_instances": aot_instances,
     }
     path = ROOT / "cupipe" / "_build_info.py"
     text = "# Written by setup.py at build time. Do not edit.\nBUILD_INFO = " + repr(info) + "\n"
@@ -83,56 +110,75 @@ def _write_build_info(prebuilt=0):
         path.write_text(text)
 
 
-def _ship_engine_headers():
-    """Copy the header-only engine into the package (cupipe/include/engine), so that
-    cupipe.include_dir() works for installed wheels too, not only for source checkouts."""
+def _ship_headers():
+    """Copy the engine and kernel headers into the package (cupipe/include): cupipe.include_dir()
+    serves the engine from there, and first-use compiles build from exactly these headers (the
+    module's launchers were compiled against them), for installed wheels as for checkouts."""
     import shutil as _sh
 
-    dst = ROOT / "cupipe" / "include" / "engine"
-    dst.mkdir(parents=True, exist_ok=True)
-    for src in (ROOT / "csrc" / "engine").iterdir():
-        if src.suffix in (".h", ".cuh") and (not (dst / src.name).exists() or (dst / src.name).read_bytes() != src.read_bytes()):
-            _sh.copy2(src, dst / src.name)
+    for sub in ("engine", "kernels"):
+        src_root, dst_root = ROOT / "csrc" / sub, ROOT / "cupipe" / "include" / sub
+        want = {p.relative_to(src_root) for p in src_root.rglob("*") if p.suffix in (".h", ".cuh")}
+        for rel in want:
+            src, dst = src_root / rel, dst_root / rel
+            if not dst.exists() or dst.read_bytes() != src.read_bytes():
+                dst.parent.mkdir(parents=True, exist_ok=True)
+                _sh.copy2(src, dst)
+        if dst_root.exists():
+            for p in dst_root.rglob("*"):
+                if p.is_file() and p.relative_to(dst_root) not in want:
+                    p.unlink()  # a header removed from csrc leaves the snapshot too
 
 
-_ship_engine_headers()
+_ship_headers()
+
+
+def _aot_sources():
+    """Write the ahead-of-time instance files (build/aot_kernels/*.cu, rewritten only when their
+    text changes) and return their paths: the instances grouped by header, in files of about the
+    same compile cost so that the build's jobs finish together."""
+    instances = kernel_set.all_instances() if aot_all else kernel_set.default_instances(os.environ["TORCH_CUDA_ARCH_LIST"])
+    out_dir = ROOT / "build" / "aot_kernels"
+    out_dir.mkdir(parents=True, exist_ok=True)
+    files = {}
+    budget = 96  # about twelve stencil instances a file: each file parses the headers once
+    for header in sorted({i.header for i in instances}):
+        group = sorted((i for i in instances if i.header == header), key=lambda i: i.id)
+        chunk, cost, n = [], 0, 0
+        stem = Path(header).stem
+        for inst in group + [None]:
+            if inst is None or (chunk and cost + inst.cost > budget):
+                files[out_dir / f"{stem}_{n:03d}.cu"] = kernel_set.translation_unit(chunk)
+                chunk, cost, n = [], 0, n + 1
+            if inst is not None:
+                chunk.append(inst)
+                cost += inst.cost
+    for path, text in files.items():
+        if not path.exists() or path.read_text() != text:
+            path.write_text(text)
+    for stale in set(out_dir.glob("*.cu")) - set(files):
+        stale.unlink()
+    return sorted(str(p.relative_to(ROOT)) for p in files), len(instances)
+
 
 cpp_sources = sorted(str(p.relative_to(ROOT)) for p in (ROOT / "csrc" / "ops").glob("*.cpp"))
 cu_sources = sorted(str(p.relative_to(ROOT)) for p in (ROOT / "csrc" / "kernels").glob("*.cu"))
 
-cxx_flags = ["-O0", "-g"] if debug else ["-O3"]
+# -g0: Python's own CFLAGS carry -g, and debug info for torch's templates took half the build.
+cxx_flags = ["-O0", "-g"] if debug else ["-O3", "-g0"]
 cxx_flags += ["-std=c++20", "-Wall", "-Wno-unused-function", "-Werror=return-type"]
 define_macros = [("CUPIPE_WITH_CUDA", "1" if with_cuda else "0")]
 
 
-def _prebuilt_kernel_objects(sources):
-    """(objects to link, sources still to compile) under CUPIPE_KERNEL_OBJECTS: the objects whose
-    key (build_config.py: sources, headers, flags, nvcc release) matches this tree,
-    decompressed into build/kernel_objects; every other .cu compiles as usual."""
-    kdir = os.environ.get("CUPIPE_KERNEL_OBJECTS")
-    if not kdir:
-        return [], sources
-    arch = os.environ["TORCH_CUDA_ARCH_LIST"]
-    flags = build_config.compile_flags(arch, debug)
-    nvcc_release = build_config.release(_cuda_version_of_nvcc())
-    found, rest = build_config.match(Path(kdir).resolve(), [ROOT / s for s in sources], flags, nvcc_release)
-    objects = build_config.unpack(found, ROOT / "build" / "kernel_objects")
-    print(f"cupipe: {len(objects)} kernel objects from {kdir} (arch {arch}, nvcc {nvcc_release}); "
-          f"compiling {len(rest)}: {' '.join(p.name for p in rest) or '-'}", file=sys.stderr)
-    return objects, [str(p.relative_to(ROOT)) for p in rest]
-
-
-prebuilt = []
+aot_count = 0
 if with_cuda:
-    prebuilt, cu_sources = _prebuilt_kernel_objects(cu_sources)
+    aot_sources, aot_count = _aot_sources()
     ext = CUDAExtension(
         name="cupipe._C",
-        sources=cpp_sources + cu_sources,
+        sources=cpp_sources + cu_sources + aot_sources,
         include_dirs=[str(ROOT / "csrc")],
         define_macros=define_macros,
         extra_compile_args={"cxx": cxx_flags, "nvcc": build_config.nvcc_flags(debug)},
-        extra_objects=prebuilt,
-        depends=prebuilt,  # a changed object relinks the module
     )
 else:
     ext = CppExtension(
@@ -143,7 +189,7 @@ else:
         extra_compile_args={"cxx": cxx_flags},
     )
 
-_write_build_info(len(prebuilt))
+_write_build_info(aot_count)
 
 if not with_cuda:
     print("cupipe: building WITHOUT CUDA (no nvcc/CUDA torch found or CUPIPE_NO_CUDA=1)", file=sys.stderr)

@@ -5,6 +5,7 @@ stencils and reductions built on them, as torch ops (``torch.ops.cupipe.*``).
     y = cupipe.stencil2d(x, w, boundary="reflect")          # or torch.ops.cupipe.stencil2d
     s = cupipe.reduce(x, "sum", dim=-1)
 """
+import logging as _logging
 from pathlib import Path as _Path
 
 import torch as _torch
@@ -57,6 +58,17 @@ if not hasattr(_C, "layout_plan"):  # pragma: no cover - a module built from an 
 from .ops import MECHANISMS, BOUNDARIES, REDUCE_OPS, reduce, stencil1d, stencil2d, stream_copy  # noqa: E402
 from . import tuning  # noqa: E402
 from .tuning import explain, tune  # noqa: E402
+from ._kernel_cache import precompile  # noqa: E402
+
+# First-use compiles say what they compile and where it is cached, once each (INFO, on stderr
+# unless the application configures logging for "cupipe" itself).
+_log = _logging.getLogger("cupipe")
+if not _log.handlers:
+    _handler = _logging.StreamHandler()
+    _handler.setFormatter(_logging.Formatter("%(message)s"))
+    _log.addHandler(_handler)
+    _log.setLevel(_logging.INFO)
+    _log.propagate = False
 
 
 def include_dir() -> str:
@@ -103,6 +115,7 @@ __all__ = [
     "explain",
     "tune",
     "tuning",
+    "precompile",
     "MECHANISMS",
     "BOUNDARIES",
     "REDUCE_OPS",

@@ -359,6 +359,9 @@ class Explanation:
     key: Optional[str] = None
     requested: Optional[Dict[str, object]] = None
     layout: Optional[str] = None  # how the kernels read x's memory (the layout planner, csrc/ops/layout.h)
+    # The kernel instances the call launches, in order, each with where it comes from: built ahead
+    # of time, compiled on first use and loaded, or still to be compiled (cached on disk or not).
+    kernels: Optional[List[Tuple[str, str]]] = None
 
     def __str__(self) -> str:
         lines = [f"cupipe.{self.op} on {self.device}"]
@@ -373,13 +376,44 @@ class Explanation:
         lines.append(textwrap.fill(f"  why: {self.reason}", width=100, subsequent_indent="       "))
         if self.layout:
             lines.append(textwrap.fill(f"  layout: {self.layout}", width=100, subsequent_indent="          "))
+        for i, (kid, origin) in enumerate(self.kernels or []):
+            lines.append(("  kernels: " if i == 0 else "           ") + f"{kid}  [{origin}]")
         return "\n".join(lines)
+
+
+def _planned_kernels(op: str, a: Dict[str, object], mechanism: str, stages: int,
+                     vec_bytes: Optional[int]) -> List[Tuple[str, str]]:
+    """The kernels the op launches with the bound arguments ``a`` and this resolved configuration,
+    recorded by the launchers instead of launched (``_C._plan_kernels``), each with its origin."""
+    from . import _kernel_cache
+
+    x = a["x"]
+    call = dict(a, mechanism=mechanism, stages=stages)
+    if vec_bytes is not None:
+        call["vec_bytes"] = vec_bytes
+    with torch.no_grad():
+        plan = _C._plan_kernels(lambda: getattr(torch.ops.cupipe, op)(**call))
+    info = _C.cuda_device_info(x.device.index if x.device.index is not None else torch.cuda.current_device())
+    arch = _kernel_cache.arch_of(int(info["sm"]))
+    out = []
+    for kid, origin in plan:
+        if origin == "ahead-of-time":
+            out.append((kid, "built ahead of time"))
+        elif origin == "first-use":
+            out.append((kid, "compiled on first use, loaded"))
+        else:
+            cached = _kernel_cache.is_cached(kid, arch)
+            out.append((kid, "first use: " + ("in the disk cache, loaded when first called" if cached else
+                                               f"compiled for {arch} when first called (a few seconds)")))
+    return out
 
 
 def explain(op: str, x: torch.Tensor, *args, **kwargs) -> Explanation:
     """Report which (mechanism, stages, vec_bytes) ``cupipe.<op>(x, *args, **kwargs)`` would run
-    with, and why (explicit argument, tuning cache entry, or the shipped table). Takes exactly
-    the op's arguments, e.g. ``print(cupipe.explain("stencil2d", x, w))``. Runs nothing."""
+    with, and why (explicit argument, tuning cache entry, or the shipped table), and on a GPU the
+    kernel instances it launches and where each comes from (built ahead of time or compiled on
+    first use). Takes exactly the op's arguments, e.g. ``print(cupipe.explain("stencil2d", x, w))``.
+    Launches none of cupipe's kernels and compiles nothing."""
     a = _bind(op, x, args, kwargs)
     mech, stages = a["mechanism"], a["stages"]
     vec = a.get("vec_bytes", 0)
@@ -407,7 +441,7 @@ def explain(op: str, x: torch.Tensor, *args, **kwargs) -> Explanation:
         if stages == 0:
             why += f"; stages=0 resolved by the shipped table to {s}"
         return Explanation(op, dev, m, s, v if vec_out is not None else None, "explicit", why,
-                           key, requested, layout)
+                           key, requested, layout, _planned_kernels(op, a, m, s, v if op == "stream_copy" else None))
     e = _entries().get(key)
     if e is not None:
         m, s, v = _from_entry(e, stages, vec)
@@ -417,7 +451,8 @@ def explain(op: str, x: torch.Tensor, *args, **kwargs) -> Explanation:
                f"({e.get('table_config', '?')}); calls through torch.ops.cupipe.* and code "
                f"compiled by torch.compile use the shipped table instead")
         return Explanation(op, dev, m, s, v if vec_out is not None else None,
-                           f"tuning cache ({cache_path()})", why, key, requested, layout)
+                           f"tuning cache ({cache_path()})", why, key, requested, layout,
+                           _planned_kernels(op, a, m, s, v if op == "stream_copy" else None))
     why = table_why
     if stages > 0:
         why += f"; stages={stages} given explicitly"
@@ -425,7 +460,8 @@ def explain(op: str, x: torch.Tensor, *args, **kwargs) -> Explanation:
         why += f"; vec_bytes={vec} given explicitly"
     why += f"; no tuning cache entry for this key in {cache_path()}"
     return Explanation(op, dev, m, s, v if vec_out is not None else None,
-                       "shipped table (csrc/ops/tuning.cpp)", why, key, requested, layout)
+                       "shipped table (csrc/ops/tuning.cpp)", why, key, requested, layout,
+                       _planned_kernels(op, a, m, s, v if op == "stream_copy" else None))
 
 
 def _rtol(dtype: torch.dtype) -> float:

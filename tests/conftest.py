@@ -21,6 +21,9 @@ from __future__ import annotations
 
 import math
 import os
+import subprocess
+import tempfile
+from pathlib import Path
 from typing import Optional, Sequence, Tuple
 
 import pytest
@@ -44,6 +47,34 @@ DEVICES = ["cpu", pytest.param("cuda", marks=[
 FLOAT_DTYPES = [torch.float32, torch.float16, torch.bfloat16, torch.float64]
 BOUNDARIES = ["zero", "replicate", "circular", "reflect"]
 REDUCE_OPS = ["sum", "mean", "amax", "amin"]
+
+
+def sass_functions(path, containing: str = "") -> dict:
+    """{kernel: SASS text} (cuobjdump) of a module, a cubin or a kernel cache file (its trailer
+    dropped). For a module, only its sm_90 cubins that name ``containing`` are disassembled (the
+    whole module's SASS takes minutes)."""
+    from cupipe import _kernel_cache
+
+    funcs, name = {}, None
+    with tempfile.TemporaryDirectory() as d:
+        path = Path(path)
+        if path.suffix == ".cubin":
+            data = _kernel_cache._read_valid(path) or path.read_bytes()
+            cubins = [Path(d) / "k.cubin"]
+            cubins[0].write_bytes(data)
+        else:
+            subprocess.run(["cuobjdump", "-xelf", "all", os.path.abspath(path)], cwd=d, check=True, capture_output=True)
+            cubins = [p for p in sorted(Path(d).glob("*.sm_90*.cubin")) if containing.encode() in p.read_bytes()]
+        for cubin in cubins:
+            out = subprocess.run(["cuobjdump", "-sass", str(cubin)], capture_output=True, text=True, check=True).stdout
+            for line in out.splitlines():
+                line = line.strip()
+                if line.startswith("Function :"):
+                    name = line.split(":", 1)[1].strip()
+                    funcs[name] = []
+                elif name is not None and line and not line.startswith(("code for", ".", "-")):
+                    funcs[name].append(line)
+    return {k: "\n".join(v) for k, v in funcs.items()}
 
 
 def pytest_collection_modifyitems(config, items):

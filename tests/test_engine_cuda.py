@@ -13,7 +13,8 @@ import torch
 import torch.nn.functional as F
 
 import cupipe
-from conftest import tma_supported
+from cupipe import _kernel_cache as kernel_cache
+from conftest import sass_functions, tma_supported
 
 pytestmark = [pytest.mark.cuda,
               pytest.mark.skipif(not cupipe.cuda_available(), reason="needs a CUDA device")]
@@ -234,34 +235,16 @@ def test_reduce_nan_propagates():
 
 # ------------------------------------------------------------------------------------ the SASS
 
-def _sass_functions(so_path, containing):
-    """{kernel: SASS} of the sm_90 cubins in the module that define a symbol with ``containing``
-    in its name: the cubins are extracted and only those are disassembled (the whole module's
-    SASS takes minutes)."""
-    funcs, name = {}, None
-    with tempfile.TemporaryDirectory() as d:
-        subprocess.run(["cuobjdump", "-xelf", "all", os.path.abspath(so_path)], cwd=d, check=True,
-                       capture_output=True)
-        cubins = [p for p in sorted(Path(d).glob("*.sm_90*.cubin")) if containing.encode() in p.read_bytes()]
-        for cubin in cubins:
-            out = subprocess.run(["cuobjdump", "-sass", str(cubin)], capture_output=True, text=True,
-                                 check=True).stdout
-            for line in out.splitlines():
-                line = line.strip()
-                if line.startswith("Function :"):
-                    name = line.split(":", 1)[1].strip()
-                    funcs[name] = []
-                elif name is not None:
-                    funcs[name].append(line)
-    return {k: "\n".join(v) for k, v in funcs.items()}
-
-
-@pytest.mark.skipif(shutil.which("cuobjdump") is None, reason="cuobjdump not on PATH")
-def test_sass_has_ldgsts_and_ublkcp():
-    """primitives kernels issue LDGSTS; tma kernels issue UBLKCP (the bulk copy)."""
-    funcs = _sass_functions(cupipe._C.__file__, "stream_copy_kernel")
-    copy = {k: v for k, v in funcs.items() if "stream_copy_kernel" in k}
-    assert copy, "no stream_copy kernels found in the sm_90 SASS"
+@pytest.mark.skipif(shutil.which("cuobjdump") is None or kernel_cache.nvcc_path() is None
+                    or not cupipe.build_info.get("kernel_flags"), reason="needs cuobjdump, nvcc and a CUDA build")
+def test_sass_has_ldgsts_and_ublkcp(tmp_path, monkeypatch):
+    """primitives kernels issue LDGSTS; tma kernels issue UBLKCP (the bulk copy); sync neither.
+    Compiled for sm_90 as a first use compiles them (no GPU needed)."""
+    monkeypatch.setenv("CUPIPE_CACHE_DIR", str(tmp_path))
+    cupipe.precompile("stream_copy", mechanism=["sync", "primitives", "tma"], stages=3, arch="sm_90")
+    copy = {}
+    for cubin in tmp_path.rglob("*.cubin"):
+        copy.update(sass_functions(cubin))
     prim = [v for k, v in copy.items() if "MechanismE3E" in k]   # Mechanism::Primitives == 3
     tma = [v for k, v in copy.items() if "MechanismE7E" in k]    # Mechanism::Tma == 7
     assert prim and all("LDGSTS" in v for v in prim)

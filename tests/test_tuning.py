@@ -7,9 +7,7 @@ import json
 import multiprocessing as mp
 import os
 import re
-import sys
 import warnings
-from pathlib import Path
 
 import pytest
 import torch
@@ -17,9 +15,6 @@ from torch._subclasses.fake_tensor import FakeTensorMode
 
 import cupipe
 from cupipe import tuning
-
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-import build_config  # noqa: E402  (the build's TORCH_CUDA_ARCH_LIST parser)
 
 HAS_TABLE = hasattr(cupipe._C, "resolve_config")
 needs_table = pytest.mark.skipif(not HAS_TABLE, reason="cupipe._C.resolve_config missing: rebuild")
@@ -547,22 +542,26 @@ def test_device_info_matches_torch():
         assert info["max_smem_optin"] == props.shared_memory_per_block_optin
         peak = 2 * props.memory_clock_rate * 1e3 * props.memory_bus_width / 8 / 1e9  # kHz, bits
         assert info["dram_peak_gbps"] == pytest.approx(peak, rel=1e-9) and info["dram_peak_gbps"] > 0
-        assert info["code_sm"] == _expected_code_sm(cupipe.build_info["arch_list"], props.major, props.minor)
+        code_sm, built = _expected_code_sm(cupipe.build_info["arch_list"], props.major, props.minor, with_built=True)
+        assert info["code_sm"] == code_sm and info["ahead_of_time_code"] == built
 
 
-def _expected_code_sm(arch_list: str, major: int, minor: int) -> int:
-    """The architecture a build for TORCH_CUDA_ARCH_LIST `arch_list` (read by the build's own parser,
-    build_config.arch_flags) runs as on an sm_<major><minor> device, by CUDA's rules: code for the
-    newest architecture of the device's major version not above it, else the newest PTX not above
-    the device (JIT-compiled)."""
+def _expected_code_sm(arch_list: str, major: int, minor: int, with_built: bool = False):
+    """The architecture a build for TORCH_CUDA_ARCH_LIST `arch_list` runs as on an
+    sm_<major><minor> device, by CUDA's rules: code for the newest architecture of the device's
+    major version not above it, else the newest PTX not above the device (JIT-compiled); where the
+    build has neither, every kernel compiles for the device itself on first use."""
     sass, ptx = [], []
-    for flag in build_config.arch_flags(arch_list):
-        kind, num = re.search(r"code=(sm|compute)_(\d+)[af]?$", flag).groups()
-        (sass if kind == "sm" else ptx).append((int(num[:-1]), int(num[-1])))
+    for entry in re.split(r"[;\s]+", arch_list.strip()):
+        m = re.fullmatch(r"(\d+)\.(\d+)[af]?(\+PTX)?", entry)
+        sass.append((int(m.group(1)), int(m.group(2))))
+        if m.group(3):
+            ptx.append((int(m.group(1)), int(m.group(2))))
     same = [v for v in sass if v[0] == major and v <= (major, minor)]
     older = [v for v in ptx if v <= (major, minor)]
-    best = max(same) if same else max(older, default=(0, 0))
-    return 10 * best[0] + best[1]
+    best = max(same) if same else max(older, default=(major, minor))
+    code_sm = 10 * best[0] + best[1]
+    return (code_sm, bool(same or older)) if with_built else code_sm
 
 
 def test_expected_code_sm():
@@ -572,7 +571,7 @@ def test_expected_code_sm():
     assert _expected_code_sm("8.0;9.0+PTX", 10, 0) == 90     # a Blackwell JIT-compiles sm_90 PTX
     assert _expected_code_sm("8.0+PTX", 9, 0) == 80          # no sm_90 code: 'tma' unavailable
     assert _expected_code_sm("9.0a", 9, 0) == 90
-    assert _expected_code_sm("9.0", 8, 0) == 0               # nothing this device can run
+    assert _expected_code_sm("9.0", 8, 0) == 80              # nothing built runs: first use compiles sm_80
 
 
 def test_tma_available():

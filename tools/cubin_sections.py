@@ -4,7 +4,7 @@ Compare the machine code of kernels in two cubins section by section, without cu
 alone suffices): every section whose name matches the pattern, with its size and a hash, SAME where
 both cubins hold it byte for byte. E.g. one kernel file before and after a change:
 
-    nvcc -cubin -O3 -std=c++17 -arch=sm_90a --expt-relaxed-constexpr -Icsrc -o /tmp/a.cubin csrc/kernels/stencil_tma.cu
+    nvcc -cubin -O3 -std=c++17 -arch=sm_90a --expt-relaxed-constexpr -Icsrc -o /tmp/a.cubin build/aot_kernels/stencil_000.cu
     python3 tools/cubin_sections.py /tmp/a.cubin /tmp/b.cubin 'text.*stencil_kernel'
 
 (The build's exact flags: `compile_flags("9.0a")` in build_config.py. `.nv.info.*` sections hold

@@ -4,8 +4,8 @@
 #   presets: engine | stencils | reductions   (build, that part's tests, sanitizers and suite)
 #   default: build tests sanitize sass bench examples notebook
 # Logs go to $OUT (else ./gpu_check_out); the summary also to 00_summary.txt, every log to 01_logs.tgz.
-# build links the prebuilt kernel objects in .kobj/ when present (tools/kernel_objects.py build;
-# CUPIPE_NO_KERNEL_OBJECTS=1 compiles everything) and rebuilds from source if they fail the smoke test.
+# build compiles the module (the default kernel instances; the rest compile on first use) and checks
+# one call of each op against the CPU.
 # Knobs: PYTEST_ARGS (one pytest process, those args), TEST_GROUPS="name:args;name:args",
 #   SAN_OPS, SAN_STAGES, SAN_RACE_STAGES, SAN_JOBS, BENCH_OPS, BENCH_SWEEP, PYTEST_TIMEOUT.
 # The whole default set does not fit one 600 s call: run build, then tests, then the rest.
@@ -35,11 +35,6 @@ LOG=${OUT:-$PWD/gpu_check_out}
 mkdir -p "$LOG"
 export PYTHONUNBUFFERED=1
 export CUDA_HOME=${CUDA_HOME:-/usr/local/cuda}
-# Prebuilt kernel objects match only the architectures they were built for.
-if [ -z "${TORCH_CUDA_ARCH_LIST:-}" ] && [ -f .kobj/manifest.json ]; then
-  TORCH_CUDA_ARCH_LIST=$(python3 -c "import json; print(json.load(open('.kobj/manifest.json'))['arch_list'])")
-fi
-export TORCH_CUDA_ARCH_LIST=${TORCH_CUDA_ARCH_LIST:-9.0}
 export MAX_JOBS=${MAX_JOBS:-16}
 # The device image's default g++ (/opt/gcc) links libstdc++ statically into the extension, and
 # then every C++ exception thrown across the boundary crashes; use the system compiler.
@@ -54,15 +49,9 @@ python3 -c "import torch, setuptools, sys; print('torch', torch.__version__, 'cu
 
 if has build; then
 t0=$(date +%s)
-# Kernel objects compiled on another machine (tools/kernel_objects.py build, carried as .kobj):
-# setup.py links those whose key matches this tree and compiles the rest. Should the module they
-# make fail to load, or one call of each op on the GPU differ from the CPU, the build is redone
-# from source.
-kobj=""
-if [ -f .kobj/manifest.json ] && [ "${CUPIPE_NO_KERNEL_OBJECTS:-0}" != 1 ]; then kobj=$PWD/.kobj; fi
-build_ok() {  # $1: the kernel objects' folder or ""; $2: the log
-  CUPIPE_KERNEL_OBJECTS=$1 python3 -m pip install --no-build-isolation --no-deps -e . >"$2" 2>&1 &&
-    python3 - >>"$2" 2>&1 <<'PY'
+build_ok() {  # $1: the log
+  python3 -m pip install --no-build-isolation --no-deps -e . >"$1" 2>&1 &&
+    python3 - >>"$1" 2>&1 <<'PY'
 import cupipe, torch  # the module loads and its kernels run: one call of each op against the CPU
 assert cupipe.build_info["with_cuda"] and torch.cuda.is_available()
 x, w = torch.randn(3, 70, 90), torch.randn(5, 3)
@@ -72,16 +61,10 @@ for f in (lambda t: cupipe.stream_copy(t), lambda t: cupipe.stencil2d(t, w.to(t.
 print("smoke: ok")
 PY
 }
-build_ok "$kobj" "$LOG/build.log"; rc=$?
-if [ $rc -ne 0 ] && [ -n "$kobj" ]; then
-  mv "$LOG/build.log" "$LOG/build_prebuilt.log"
-  echo ">>> the prebuilt kernel objects did not make a working module (build_prebuilt.log); building from source"
-  grep -iE "error|undefined" "$LOG/build_prebuilt.log" | head -10
-  build_ok "" "$LOG/build.log"; rc=$?
-fi
+build_ok "$LOG/build.log"; rc=$?
 if [ $rc -eq 0 ]; then
-  pre=$(python3 -c "import cupipe; print(cupipe.build_info.get('prebuilt_kernel_objects', 0))")
-  note "build: ok in $(( $(date +%s) - t0 ))s (arch $TORCH_CUDA_ARCH_LIST, $pre prebuilt kernel objects)"
+  info=$(python3 -c "import cupipe; b = cupipe.build_info; print(f\"arch {b['arch_list']}, {b['aot_instances']} kernel instances ahead of time\")")
+  note "build: ok in $(( $(date +%s) - t0 ))s ($info)"
 else
   grep -E "error|Error" "$LOG/build.log" | head -30; tail -30 "$LOG/build.log"; note "build: FAILED"; printf '%s\n' "${summary[@]}"; exit 1
 fi

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Usage: bash tools/multi_gpu_check.sh [build]      (2+ GPUs; logs go to $OUT or ./multi_gpu_out)
-# The multi-GPU check in one call: build in place (with `build`; links .kobj/ when present), the
+# The multi-GPU check in one call: build in place (with `build`), the
 # NCCL tests of cupipe.distributed, and the heat example's weak scaling (same grid per GPU on 1 and
 # N GPUs). Knobs: WEAK_OPTS (';'-separated option sets, default: halo 1 and 4, with and without
 # overlap), FREE_SMS (the --free-sms values tried with overlap, default "4 8 16"; empty: none).
@@ -8,11 +8,6 @@ set -uo pipefail
 LOG=${OUT:-$PWD/multi_gpu_out}
 mkdir -p "$LOG"
 export PYTHONUNBUFFERED=1 CUDA_HOME=${CUDA_HOME:-/usr/local/cuda} MAX_JOBS=${MAX_JOBS:-16}
-# Prebuilt kernel objects match only the architectures they were built for.
-if [ -z "${TORCH_CUDA_ARCH_LIST:-}" ] && [ -f .kobj/manifest.json ]; then
-  TORCH_CUDA_ARCH_LIST=$(python3 -c "import json; print(json.load(open('.kobj/manifest.json'))['arch_list'])")
-fi
-export TORCH_CUDA_ARCH_LIST=${TORCH_CUDA_ARCH_LIST:-9.0}
 # NVLink multicast stays off (NVLS): the shared hosts do not support it.
 export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
 if [ -x /usr/bin/g++ ]; then export CXX=/usr/bin/g++ CC=/usr/bin/gcc; fi
@@ -23,8 +18,7 @@ note() { summary+=("$1"); echo ">>> $1"; }
 
 if [[ " $* " == *" build "* ]]; then
   t0=$(date +%s)
-  kobj=""; [ -f .kobj/manifest.json ] && kobj=$PWD/.kobj
-  CUPIPE_KERNEL_OBJECTS=$kobj python3 -m pip install --no-build-isolation --no-deps -e . >"$LOG/build.log" 2>&1 \
+  python3 -m pip install --no-build-isolation --no-deps -e . >"$LOG/build.log" 2>&1 \
     && note "build: ok in $(( $(date +%s) - t0 ))s" || { tail -30 "$LOG/build.log"; exit 1; }
 fi
 

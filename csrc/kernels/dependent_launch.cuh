@@ -8,10 +8,6 @@
 
 #include <cuda_runtime.h>
 
-#include <utility>
-
-#include "kernels/launch_utils.cuh"
-
 namespace cupipe {
 
 // In the kernel that runs first: its dependents may be scheduled once every block has issued
@@ -29,23 +25,6 @@ __device__ __forceinline__ void wait_for_previous_grid() {
 #endif
 }
 
-// Launches kernel<<<grid, block, smem, stream>>>(args...), as a programmatic dependent of the
-// stream's previous kernel when `dependent` (callers pass dev.code_sm >= 90: with older code
-// the kernels' griddepcontrol instructions are not there, and nothing would wait).
-template <class... KArgs, class... Args>
-void launch_dependent(void (*kernel)(KArgs...), dim3 grid, dim3 block, size_t smem, cudaStream_t stream,
-                      bool dependent, Args&&... args) {
-  cudaLaunchConfig_t cfg{};
-  cfg.gridDim = grid;
-  cfg.blockDim = block;
-  cfg.dynamicSmemBytes = smem;
-  cfg.stream = stream;
-  cudaLaunchAttribute attr[1];
-  attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
-  attr[0].val.programmaticStreamSerializationAllowed = 1;
-  cfg.attrs = attr;
-  cfg.numAttrs = dependent ? 1 : 0;
-  CUPIPE_CUDA_CHECK(cudaLaunchKernelEx(&cfg, kernel, std::forward<Args>(args)...));
-}
+// The launch side: launch_kernel(..., dependent = true, ...) (launch_utils.cuh).
 
 }  // namespace cupipe

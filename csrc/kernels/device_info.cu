@@ -9,7 +9,7 @@ namespace {
 // picks for it on a device is the architecture all of this build's kernels run as there.
 __global__ void code_arch_probe_kernel() {}
 
-// DeviceInfo::code_sm of `device` (cudaFuncGetAttributes asks about the current device).
+// DeviceInfo::code_sm of `device`, or 0 when the build has no code it runs (cudaFuncGetAttributes asks about the current device).
 int query_code_sm(int device) {
   int current = 0;
   CUPIPE_CUDA_CHECK(cudaGetDevice(&current));
@@ -17,11 +17,13 @@ int query_code_sm(int device) {
   cudaFuncAttributes attr{};
   const cudaError_t err = cudaFuncGetAttributes(&attr, code_arch_probe_kernel);
   if (current != device) cudaSetDevice(current);
-  if (err != cudaSuccess) {
+  if (err == cudaErrorNoKernelImageForDevice || err == cudaErrorInvalidDeviceFunction) {
     cudaGetLastError();  // not sticky: keep it from being reported by the next launch check
-    // cudaErrorNoKernelImageForDevice: the build has neither code nor PTX this device can run.
-    throw_cuda(err, "cudaFuncGetAttributes (the kernels' architecture on this device; see TORCH_CUDA_ARCH_LIST)",
-               __FILE__, __LINE__);
+    return 0;  // the build has neither code nor PTX for this device: kernels compile on first use
+  }
+  if (err != cudaSuccess) {
+    cudaGetLastError();
+    throw_cuda(err, "cudaFuncGetAttributes (the kernels' architecture on this device)", __FILE__, __LINE__);
   }
   return attr.ptxVersion;
 }
@@ -36,6 +38,10 @@ DeviceInfo query_device_info(int device) {
       cudaDeviceGetAttribute(&info.max_smem_optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, device));
   info.sm = major * 10 + minor;
   info.code_sm = query_code_sm(device);
+  if (info.code_sm == 0) {
+    info.code_sm = info.sm;
+    info.ahead_of_time_code = false;
+  }
   int khz = 0, bits = 0;
   CUPIPE_CUDA_CHECK(cudaDeviceGetAttribute(&khz, cudaDevAttrMemoryClockRate, device));
   CUPIPE_CUDA_CHECK(cudaDeviceGetAttribute(&bits, cudaDevAttrGlobalMemoryBusWidth, device));

@@ -1,5 +1,5 @@
-// Host-side helpers shared by the launchers: error checks, compile-time dispatch of run-time
-// knobs, and a launch that opts in to large dynamic shared memory with a readable error.
+// Host-side helpers shared by the launchers: error checks, the per-kernel facts they cache, and
+// the launch of a kernel instance (registry.h) with its shared-memory opt-in and a readable error.
 #pragma once
 
 #include <cuda_runtime.h>
@@ -9,12 +9,14 @@
 #include <mutex>
 #include <stdexcept>
 #include <string>
+#include <tuple>
 #include <type_traits>
 #include <unordered_map>
 #include <utility>
 
 #include "engine/mechanism.h"
 #include "kernels/params.h"
+#include "kernels/registry.h"
 
 namespace cupipe {
 
@@ -28,36 +30,6 @@ namespace cupipe {
     cudaError_t cupipe_err_ = (expr);                                      \
     if (cupipe_err_ != cudaSuccess) throw_cuda(cupipe_err_, #expr, __FILE__, __LINE__); \
   } while (0)
-
-template <int N>
-using int_c = std::integral_constant<int, N>;
-
-// Calls f(int_c<S>{}) for the run-time stage count S in 1..8.
-template <class F>
-void dispatch_stages(int stages, F&& f) {
-  switch (stages) {
-    case 1: f(int_c<1>{}); break;
-    case 2: f(int_c<2>{}); break;
-    case 3: f(int_c<3>{}); break;
-    case 4: f(int_c<4>{}); break;
-    case 5: f(int_c<5>{}); break;
-    case 6: f(int_c<6>{}); break;
-    case 7: f(int_c<7>{}); break;
-    case 8: f(int_c<8>{}); break;
-    default: throw std::runtime_error("stages must be 1..8, got " + std::to_string(stages));
-  }
-}
-
-// Calls f(int_c<V>{}) for an async copy width V in {4, 8, 16}.
-template <class F>
-void dispatch_async_width(int v, F&& f) {
-  switch (v) {
-    case 4: f(int_c<4>{}); break;
-    case 8: f(int_c<8>{}); break;
-    case 16: f(int_c<16>{}); break;
-    default: throw std::runtime_error("async copy width must be 4, 8 or 16, got " + std::to_string(v));
-  }
-}
 
 inline int current_device() {
   int dev = 0;
@@ -79,7 +51,7 @@ struct LaunchKey {
     return kernel == o.kernel && device == o.device && what == o.what && smem == o.smem;
   }
 };
-constexpr int kFactStaticSmem = -2, kFactOptIn = -1;
+constexpr int kFactStaticSmem = -2, kFactOptIn = -1, kFactParams = -3;
 struct LaunchKeyHash {
   size_t operator()(const LaunchKey& k) const {
     size_t h = std::hash<const void*>()(k.kernel);
@@ -116,12 +88,11 @@ int launch_fact(const LaunchKey& key, F&& f) {
 // configuration when the device cannot give that much. The opt-in only grows (a launch with
 // less dynamic shared memory than the opted-in maximum is valid), so the runtime is asked again
 // only for a larger size than before on that device.
-template <class Kernel>
-void prepare_smem(Kernel kernel, size_t smem, const char* what) {
+inline void prepare_smem(const void* kernel, size_t smem, const char* what) {
+  if (kernel == nullptr) return;  // planning, the instance not loaded (registry.h)
   const int device = current_device();
-  const void* k = reinterpret_cast<const void*>(kernel);
   const size_t static_bytes =
-      static_cast<size_t>(detail::launch_fact(detail::LaunchKey{k, device, detail::kFactStaticSmem, 0}, [&] {
+      static_cast<size_t>(detail::launch_fact(detail::LaunchKey{kernel, device, detail::kFactStaticSmem, 0}, [&] {
         cudaFuncAttributes attr{};
         CUPIPE_CUDA_CHECK(cudaFuncGetAttributes(&attr, kernel));
         return static_cast<int>(attr.sharedSizeBytes);
@@ -138,21 +109,81 @@ void prepare_smem(Kernel kernel, size_t smem, const char* what) {
   if (total <= 48 * 1024) return;
   detail::LaunchFacts& c = detail::launch_facts();
   std::lock_guard<std::mutex> lock(c.mu);  // held across the call: another thread must not shrink it
-  int& opted = c.map[detail::LaunchKey{k, device, detail::kFactOptIn, 0}];  // 0 when new
+  int& opted = c.map[detail::LaunchKey{kernel, device, detail::kFactOptIn, 0}];  // 0 when new
   if (smem <= static_cast<size_t>(opted)) return;
   CUPIPE_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem)));
   opted = static_cast<int>(smem);
 }
 
 // Blocks per SM the kernel reaches with this block size and dynamic shared memory (>= 1).
-template <class Kernel>
-int blocks_per_sm(Kernel kernel, int threads, size_t smem) {
-  const detail::LaunchKey key{reinterpret_cast<const void*>(kernel), current_device(), threads, smem};
+inline int blocks_per_sm(const void* kernel, int threads, size_t smem) {
+  if (kernel == nullptr) return 1;  // planning, the instance not loaded (registry.h)
+  const detail::LaunchKey key{kernel, current_device(), threads, smem};
   return detail::launch_fact(key, [&] {
     int n = 0;
     CUPIPE_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&n, kernel, threads, smem));
     return n > 0 ? n : 1;
   });
+}
+
+// A kernel instance (registry.h) with the parameter types P... of its template: a launch converts
+// its arguments to them and passes their addresses, as the runtime's typed launch would. Made by
+// kernel_ref, which checks once that the instance's parameters have these sizes: an id that named
+// a kernel of another signature fails there, not as a corrupted launch.
+template <class... P>
+struct KernelRef {
+  const void* fn;
+  operator const void*() const { return fn; }
+};
+
+template <class... P>
+KernelRef<P...> kernel_ref(const char* header, const std::string& id, cudaStream_t stream) {
+  const void* fn = kernel_function(header, id, reinterpret_cast<Stream>(stream));
+  if (fn == nullptr) return KernelRef<P...>{fn};  // planning, the instance not loaded
+  detail::launch_fact(detail::LaunchKey{fn, -1, detail::kFactParams, 0}, [&] {
+    constexpr size_t sizes[] = {sizeof(P)..., 0};
+    for (size_t i = 0; i <= sizeof...(P); ++i) {
+      size_t offset = 0, size = 0;
+      const cudaError_t err = cudaFuncGetParamInfo(fn, i, &offset, &size);
+      if (i == sizeof...(P)) {
+        if (err == cudaSuccess) throw std::runtime_error("cupipe: kernel " + id + " takes more parameters than its launcher passes");
+        cudaGetLastError();  // past the last parameter: expected, not sticky
+      } else if (err != cudaSuccess || size != sizes[i]) {
+        if (err != cudaSuccess) cudaGetLastError();
+        throw std::runtime_error("cupipe: parameter " + std::to_string(i) + " of kernel " + id +
+                                 " does not match its launcher (" + std::to_string(size) + " bytes, expected " +
+                                 std::to_string(sizes[i]) + ")");
+      }
+    }
+    return 1;
+  });
+  return KernelRef<P...>{fn};
+}
+
+// Launches `k` on `stream`; `dependent`: as a programmatic dependent of the stream's previous
+// kernel (dependent_launch.cuh; callers pass dev.code_sm >= 90).
+template <class... P, class... A>
+void launch_kernel(KernelRef<P...> k, dim3 grid, dim3 block, size_t smem, cudaStream_t stream, bool dependent,
+                   A&&... args) {
+  static_assert(sizeof...(P) == sizeof...(A), "a launch passes every parameter");
+  if (planning_kernels()) return;  // recorded by kernel_ref (registry.h)
+  std::tuple<std::remove_const_t<P>...> values(static_cast<std::remove_const_t<P>>(std::forward<A>(args))...);
+  void* ptrs[sizeof...(P) > 0 ? sizeof...(P) : 1];
+  std::apply([&](auto&... v) {
+    int i = 0;
+    ((ptrs[i++] = static_cast<void*>(&v)), ...);
+  }, values);
+  cudaLaunchConfig_t cfg{};
+  cfg.gridDim = grid;
+  cfg.blockDim = block;
+  cfg.dynamicSmemBytes = smem;
+  cfg.stream = stream;
+  cudaLaunchAttribute attr[1];
+  attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+  attr[0].val.programmaticStreamSerializationAllowed = 1;
+  cfg.attrs = attr;
+  cfg.numAttrs = dependent ? 1 : 0;
+  CUPIPE_CUDA_CHECK(cudaLaunchKernelExC(&cfg, k.fn, ptrs));
 }
 
 #define CUPIPE_LAUNCH_CHECK() CUPIPE_CUDA_CHECK(cudaGetLastError())

@@ -138,6 +138,9 @@ struct DeviceInfo {
   // on an sm_90 device, whose kernels then have no sm_90 instructions: their 'tma' is a trap). What
   // needs sm_90 instructions in the kernels ('tma', dependent launches) and the tuning table ask this.
   int code_sm = 0;
+  // Whether the module's ahead-of-time kernels have code this device runs; when not, every kernel
+  // is compiled for the device on first use (registry.h) and code_sm is sm.
+  bool ahead_of_time_code = true;
   int num_sms = 0;
   int max_smem_optin = 0;      // bytes of dynamic shared memory a block may opt in to
   double dram_peak_gbps = 0;   // DRAM peak rate: memory clock x bus width, double data rate

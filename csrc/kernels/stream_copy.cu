@@ -2,18 +2,6 @@
 #include "kernels/stream_copy.cuh"
 
 namespace cupipe {
-namespace kernels {
-// Instantiated by the per-mechanism files, which compile in parallel; declared here so that
-// this file does not instantiate (and compile) every kernel once more.
-extern template void launch_stream_copy_mechanism<engine::Mechanism::Sync>(const StreamCopyParams&, int);
-extern template void launch_stream_copy_mechanism<engine::Mechanism::Pipeline>(const StreamCopyParams&, int);
-extern template void launch_stream_copy_mechanism<engine::Mechanism::PipelineThread>(const StreamCopyParams&, int);
-extern template void launch_stream_copy_mechanism<engine::Mechanism::Primitives>(const StreamCopyParams&, int);
-extern template void launch_stream_copy_mechanism<engine::Mechanism::Cg>(const StreamCopyParams&, int);
-extern template void launch_stream_copy_mechanism<engine::Mechanism::Barrier>(const StreamCopyParams&, int);
-extern template void launch_stream_copy_mechanism<engine::Mechanism::Specialized>(const StreamCopyParams&, int);
-extern template void launch_stream_copy_mechanism<engine::Mechanism::Tma>(const StreamCopyParams&, int);
-}  // namespace kernels
 
 void launch_stream_copy(const StreamCopyParams& p_in) {
   using engine::Mechanism;
@@ -29,16 +17,7 @@ void launch_stream_copy(const StreamCopyParams& p_in) {
   if (p.vec_bytes > agree) p.vec_bytes = agree;
   if (p.mechanism == Mechanism::Tma && p.vec_bytes < 16) p.mechanism = Mechanism::Primitives;
   if (p.vec_bytes < 4) p.mechanism = Mechanism::Sync;  // no async copy narrower than 4 bytes
-  switch (p.mechanism) {
-    case Mechanism::Sync: kernels::launch_stream_copy_mechanism<Mechanism::Sync>(p, head); break;
-    case Mechanism::Pipeline: kernels::launch_stream_copy_mechanism<Mechanism::Pipeline>(p, head); break;
-    case Mechanism::PipelineThread: kernels::launch_stream_copy_mechanism<Mechanism::PipelineThread>(p, head); break;
-    case Mechanism::Primitives: kernels::launch_stream_copy_mechanism<Mechanism::Primitives>(p, head); break;
-    case Mechanism::Cg: kernels::launch_stream_copy_mechanism<Mechanism::Cg>(p, head); break;
-    case Mechanism::Barrier: kernels::launch_stream_copy_mechanism<Mechanism::Barrier>(p, head); break;
-    case Mechanism::Specialized: kernels::launch_stream_copy_mechanism<Mechanism::Specialized>(p, head); break;
-    case Mechanism::Tma: kernels::launch_stream_copy_mechanism<Mechanism::Tma>(p, head); break;
-  }
+  kernels::launch_stream_copy_plan(p, head);
 }
 
 }  // namespace cupipe

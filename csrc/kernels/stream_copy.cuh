@@ -1,18 +1,21 @@
 // stream_copy on the engine: the body of the copy streams through the stage ring in tiles of
 // `tile_bytes`; consumers store each landed tile with 16-byte stores, except under `tma`, where
 // the tile leaves shared memory the way it came in: one bulk store (shared -> global) issued by
-// the producing thread, so a tile never passes through registers. The kernel template is
-// instantiated per mechanism in stream_copy_<mechanism>.cu so the files compile in parallel.
+// the producing thread, so a tile never passes through registers. The launcher is compiled per
+// mechanism in stream_copy_<mechanism>.cu; the kernel's instances come from the registry.
 #pragma once
 
 #include "engine/engine.cuh"
 #include "kernels/fast_div.cuh"
+#include "kernels/kernel_id.h"
 #include "kernels/launch_utils.cuh"
 
 namespace cupipe {
 namespace kernels {
 
 constexpr int kCopyThreads = 256;
+// The header that declares this file's kernel (a first-use compile includes it).
+constexpr const char* kStreamCopyHeader = "kernels/stream_copy.cuh";
 
 // Bytes per stage and tiles per block: grids of short-lived blocks of two 8 KiB tiles. Blocks that
 // retire and are replaced in address order keep the device's reads and writes in a narrow window
@@ -24,15 +27,13 @@ constexpr int kCopyThreads = 256;
 constexpr int kCopyTileBytes = 8192;
 constexpr int kCopyTilesPerBlock = 2;
 
-template <engine::Mechanism M>
-int default_copy_tile(int stages, const DeviceInfo& dev) {
-  int t = M == engine::Mechanism::Sync && stages == 1 ? 2 * kCopyTileBytes : kCopyTileBytes;
+inline int default_copy_tile(engine::Mechanism m, int stages, const DeviceInfo& dev) {
+  int t = m == engine::Mechanism::Sync && stages == 1 ? 2 * kCopyTileBytes : kCopyTileBytes;
   while (t > 1024 && static_cast<int64_t>(stages) * t + 1024 > dev.max_smem_optin) t /= 2;
   return t;
 }
-template <engine::Mechanism M>
-constexpr int copy_tiles_per_block(int stages) {
-  return M == engine::Mechanism::Sync && stages == 1 ? 1 : kCopyTilesPerBlock;
+constexpr int copy_tiles_per_block(engine::Mechanism m, int stages) {
+  return m == engine::Mechanism::Sync && stages == 1 ? 1 : kCopyTilesPerBlock;
 }
 
 // dst + head is 16-byte aligned; (src - dst) is a multiple of V (the launcher narrows V until it
@@ -90,40 +91,31 @@ __global__ void __launch_bounds__(kCopyThreads)
   }
 }
 
-// Launches mechanism M with the run-time stage count and copy width of `p` (already validated).
-template <engine::Mechanism M>
-void launch_stream_copy_mechanism(const StreamCopyParams& p, int head) {
-  dispatch_stages(p.stages, [&](auto s) {
-    constexpr int S = decltype(s)::value;
-    auto go = [&](auto v) {
-      constexpr int V = decltype(v)::value;
-      auto kernel = stream_copy_kernel<M, S, V>;
-      const DeviceInfo dev = device_info(current_device());
-      const int tile = p.tile_bytes > 0 ? p.tile_bytes : default_copy_tile<M>(S, dev);
-      const size_t smem = static_cast<size_t>(S) * tile;
-      prepare_smem(kernel, smem, "stream_copy");
-      const int64_t body = p.bytes - head;
-      const int64_t ntiles = (body + tile - 1) / tile;
-      const int tpb = copy_tiles_per_block<M>(S);
-      int64_t grid = p.max_blocks > 0 ? p.max_blocks : (ntiles + tpb - 1) / tpb;
-      if (grid > ntiles) grid = ntiles;
-      if (grid < 1) grid = 1;
-      kernel<<<static_cast<unsigned>(grid), kCopyThreads, smem, reinterpret_cast<cudaStream_t>(p.stream)>>>(
-          static_cast<const char*>(p.src), static_cast<char*>(p.dst), p.bytes, head, tile, TileShare(ntiles, grid));
-      CUPIPE_LAUNCH_CHECK();
-    };
-    if constexpr (M == engine::Mechanism::Tma) {
-      go(int_c<16>{});
-    } else if constexpr (M == engine::Mechanism::Sync) {
-      switch (p.vec_bytes) {
-        case 1: go(int_c<1>{}); break;
-        case 2: go(int_c<2>{}); break;
-        default: dispatch_async_width(p.vec_bytes, go);
-      }
-    } else {
-      dispatch_async_width(p.vec_bytes, go);
-    }
-  });
+// Launches p's mechanism, stage count and copy width (already validated and narrowed to what the
+// pointers allow: launch_stream_copy).
+inline void launch_stream_copy_plan(const StreamCopyParams& p, int head) {
+  const engine::Mechanism M = p.mechanism;
+  const int S = p.stages;
+  if (S < 1 || S > engine::kMaxStages) throw std::runtime_error("stages must be 1..8, got " + std::to_string(S));
+  const int V = M == engine::Mechanism::Tma ? 16 : p.vec_bytes;
+  const bool width_ok = V == 4 || V == 8 || V == 16 || (M == engine::Mechanism::Sync && (V == 1 || V == 2));
+  if (!width_ok) throw std::runtime_error("async copy width must be 4, 8 or 16, got " + std::to_string(V));
+  const cudaStream_t stream = reinterpret_cast<cudaStream_t>(p.stream);
+  const auto kernel = kernel_ref<const char*, char*, int64_t, int, int, TileShare>(
+      kStreamCopyHeader, kernel_id("stream_copy_kernel", M, S, V), stream);
+  const DeviceInfo dev = device_info(current_device());
+  const int tile = p.tile_bytes > 0 ? p.tile_bytes : default_copy_tile(M, S, dev);
+  const size_t smem = static_cast<size_t>(S) * tile;
+  prepare_smem(kernel, smem, "stream_copy");
+  const int64_t body = p.bytes - head;
+  const int64_t ntiles = (body + tile - 1) / tile;
+  const int tpb = copy_tiles_per_block(M, S);
+  int64_t grid = p.max_blocks > 0 ? p.max_blocks : (ntiles + tpb - 1) / tpb;
+  if (grid > ntiles) grid = ntiles;
+  if (grid < 1) grid = 1;
+  launch_kernel(kernel, dim3(static_cast<unsigned>(grid)), dim3(kCopyThreads), smem, stream, false,
+                static_cast<const char*>(p.src), static_cast<char*>(p.dst), p.bytes, head, tile,
+                TileShare(ntiles, grid));
 }
 
 }  // namespace kernels

@@ -7,7 +7,11 @@
 // autograd key, so every other key still applies (Python modes, fake tensors, the CPU or CUDA
 // kernel). The Python wrappers use them only when no input needs a gradient and nothing traces or
 // transforms the call (cupipe/ops.py `_direct`); everything else goes through torch.ops.
-#include <torch/extension.h>
+// Not <torch/extension.h>: it brings the whole C++ frontend, and a build took twice as long.
+#include <ATen/core/LegacyTypeDispatch.h>
+#include <ATen/core/Tensor.h>
+#include <ATen/core/dispatch/Dispatcher.h>
+#include <torch/csrc/utils/pybind.h>
 #include <torch/csrc/Exceptions.h>
 
 #include <optional>

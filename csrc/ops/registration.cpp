@@ -1,9 +1,14 @@
 // The op schemas (the API in README.md) and the Python module cupipe._C.
 // CPU kernels register in cpu_kernels.cpp, CUDA kernels in cuda_ops.cpp.
-#include <torch/extension.h>
+// Not <torch/extension.h>: it brings the whole C++ frontend, and a build took twice as long.
+#include <ATen/core/Tensor.h>
+#include <torch/csrc/utils/pybind.h>
 #include <torch/library.h>
 
 #include "kernels/params.h"
+#if CUPIPE_WITH_CUDA
+#include "kernels/registry.h"
+#endif
 #include "ops/tuning.h"
 
 TORCH_LIBRARY(cupipe, m) {
@@ -50,6 +55,7 @@ pybind11::dict cuda_device_info(int device) {
   auto info = cupipe::device_info(device);
   d["sm"] = info.sm;
   d["code_sm"] = info.code_sm;
+  d["ahead_of_time_code"] = info.ahead_of_time_code;
   d["num_sms"] = info.num_sms;
   d["max_smem_optin"] = info.max_smem_optin;
   d["dram_peak_gbps"] = info.dram_peak_gbps;
@@ -145,6 +151,20 @@ void bind_direct_calls(pybind11::module& m);  // direct_calls.cpp
 std::string stencil_family_cuda(const at::Tensor& x, const at::Tensor& weights, std::optional<int64_t> dim,
                                 c10::string_view boundary, c10::string_view mechanism, int64_t stages);  // cuda_ops.cpp
 #endif
+#if CUPIPE_WITH_CUDA
+// The registry's compiler hook (kernels/registry.h): cupipe/_kernel_cache.py compiles the instance
+// or finds it in the disk cache. Called from launchers, with or without the GIL held.
+std::string compile_kernel_in_python(const std::string& header, const std::string& id, int device) {
+  namespace py = pybind11;
+  py::gil_scoped_acquire gil;
+  try {
+    py::bytes cubin = py::module_::import("cupipe._kernel_cache").attr("compile_for_device")(header, id, device);
+    return std::string(cubin);
+  } catch (py::error_already_set& e) {
+    throw std::runtime_error(e.what());
+  }
+}
+#endif
 }  // namespace ops
 }  // namespace cupipe
 
@@ -202,5 +222,30 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
       "launches for these arguments on x's device",
       py::arg("x"), py::arg("weights"), py::arg("dim") = py::none(), py::arg("boundary") = "zero",
       py::arg("mechanism") = "auto", py::arg("stages") = 0);
+#if CUPIPE_WITH_CUDA
+  cupipe::set_kernel_compiler(&cupipe::ops::compile_kernel_in_python);
+  m.def(
+      "_load_kernel",
+      [](const std::string& id, const py::bytes& cubin) { cupipe::load_kernel_cubin(id, std::string(cubin)); },
+      "load a kernel instance's cubin into this process (cupipe.precompile)", py::arg("id"), py::arg("cubin"));
+  m.def("_kernel_origin", &cupipe::kernel_origin,
+        "'ahead-of-time', 'first-use' (loaded from a cubin) or '' (not loaded) for a kernel instance's id",
+        py::arg("id"));
+  m.def("_ahead_of_time_kernels", &cupipe::ahead_of_time_kernels, "the ids of the instances built into the module");
+  m.def(
+      "_plan_kernels",
+      [](const py::function& call) {
+        std::vector<cupipe::PlannedKernel> plan;
+        {
+          cupipe::KernelPlanScope scope(&plan);
+          call();
+        }
+        py::list out;
+        for (const auto& k : plan) out.append(py::make_tuple(k.id, k.origin));
+        return out;
+      },
+      "[(id, origin)] of the kernels call() launches, recorded instead of launched (kernels/registry.h)",
+      py::arg("call"));
+#endif
   cupipe::ops::bind_direct_calls(m);
 }

@@ -1,4 +1,4 @@
-// Build and run (H100/H200): nvcc -O3 -std=c++17 -arch=sm_90a --expt-relaxed-constexpr -Icsrc -o /tmp/probe_reduce tools/probes/probe_reduce_split.cu csrc/kernels/device_info.cu && /tmp/probe_reduce
+// Build and run (H100/H200): nvcc -O3 -std=c++17 -arch=sm_90a --expt-relaxed-constexpr -Icsrc -o /tmp/probe_reduce tools/probes/probe_reduce_split.cu csrc/kernels/device_info.cu csrc/kernels/registry.cu && /tmp/probe_reduce
 //   args: [reps = 50] [tma1 | tma2 | tma3 | primitives | primitives1] [blocks ...] (grids besides
 //   the plan's); PROBE_TILE=bytes, PROBE_ONLY=name part; PROBE_PASSES=1: the chunked whole-tensor
 //   sum's two passes timed apart (first pass, partials pass, both, with the dependent launch).
@@ -15,6 +15,7 @@
 #include <cstring>
 #include <vector>
 
+#include "kernels/instance.h"
 #include "kernels/reduce.cuh"
 #include "probe_common.cuh"
 
@@ -179,20 +180,23 @@ __global__ void __launch_bounds__(Threads) sum_rows_4096_persistent(const float*
 }
 
 // Configurations: tma/1 (the launcher's choice on sm_90+), tma/2, tma/3, primitives/2 and
-// primitives/1 (the launcher's for rows of 4-32 KiB). Only
-// fp32 and bf16 inputs are instantiated (compile time).
-template <engine::Mechanism M, int S>
-void run_typed(const ReduceParams& p) {
-  if (p.in_dtype == DType::F32) launch_reduce_typed<M, S, float>(p);
-  else launch_reduce_typed<M, S, __nv_bfloat16>(p);
-}
+// primitives/1 (the launcher's for rows of 4-32 KiB), for fp32 and bf16 inputs: the instances the
+// launcher may ask the registry for (compile time), registered here as the module's build does.
+#define PROBE_REDUCE(M, S)                                                                        \
+  CUPIPE_KERNEL_INSTANCE(reduce_rows_kernel<engine::Mechanism::M, S, float>)                      \
+  CUPIPE_KERNEL_INSTANCE(reduce_rows_kernel<engine::Mechanism::M, S, __nv_bfloat16>)
+PROBE_REDUCE(Tma, 1) PROBE_REDUCE(Tma, 2) PROBE_REDUCE(Tma, 3) PROBE_REDUCE(Primitives, 1) PROBE_REDUCE(Primitives, 2)
+CUPIPE_KERNEL_INSTANCE(reduce_wide_rows_kernel<engine::Mechanism::Tma, float, true>)
+CUPIPE_KERNEL_INSTANCE(reduce_wide_rows_kernel<engine::Mechanism::Tma, __nv_bfloat16, true>)
+CUPIPE_KERNEL_INSTANCE(reduce_wide_rows_kernel<engine::Mechanism::Primitives, float, true>)
+CUPIPE_KERNEL_INSTANCE(reduce_wide_rows_kernel<engine::Mechanism::Primitives, __nv_bfloat16, true>)
+CUPIPE_KERNEL_INSTANCE(reduce_partials_block_kernel<float>)
+CUPIPE_KERNEL_INSTANCE(reduce_partials_kernel<float>)
+CUPIPE_KERNEL_INSTANCE(reduce_col_partials_kernel<float>)
+
 void run_reduce(const ReduceParams& p) {
-  using engine::Mechanism;
-  if (p.mechanism == Mechanism::Tma && p.stages == 1) run_typed<Mechanism::Tma, 1>(p);
-  else if (p.mechanism == Mechanism::Tma && p.stages == 2) run_typed<Mechanism::Tma, 2>(p);
-  else if (p.mechanism == Mechanism::Tma) run_typed<Mechanism::Tma, 3>(p);
-  else if (p.stages == 1) run_typed<Mechanism::Primitives, 1>(p);
-  else run_typed<Mechanism::Primitives, 2>(p);
+  if (p.in_dtype == DType::F32) launch_reduce_typed<float>(p);
+  else launch_reduce_typed<__nv_bfloat16>(p);
 }
 
 int main(int argc, char** argv) {

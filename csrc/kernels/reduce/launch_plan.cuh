@@ -11,6 +11,7 @@
 #include "engine/engine.cuh"
 #include "kernels/dependent_launch.cuh"
 #include "kernels/fast_div.cuh"
+#include "kernels/kernel_id.h"
 #include "kernels/launch_utils.cuh"
 #include "kernels/numeric.cuh"
 #include "kernels/reduce/columns.cuh"
@@ -244,8 +245,15 @@ inline int64_t partial_count(const ReduceParams& p, const DeviceInfo& dev) {
   return pl.parts > 1 ? pl.parts * p.outer * p.inner : 0;
 }
 
-template <engine::Mechanism M, int S, typename T>
+// The header that declares the reduction kernels (a first-use compile includes it).
+constexpr const char* kReduceHeader = "kernels/reduce.cuh";
+
+// The mechanism and stage count are p's (run-time values here: only the kernels are compiled per
+// mechanism and stage count).
+template <typename T>
 void launch_reduce_typed(const ReduceParams& p) {
+  const engine::Mechanism M = p.mechanism;
+  const int S = p.stages;
   using A = acc_t<T>;
   const DeviceInfo dev = device_info(current_device());
   const cudaStream_t stream = reinterpret_cast<cudaStream_t>(p.stream);
@@ -253,21 +261,22 @@ void launch_reduce_typed(const ReduceParams& p) {
   constexpr int esz = sizeof(T);
   int64_t nout = p.outer * p.inner, parts = 1, stride_out = 1, stride_part = 1;
   if (p.inner == 1) {
-    auto kernel = reduce_rows_kernel<M, S, T>;
+    const auto kernel = kernel_ref<const T*, void*, DType, A*, RowsPlan, ReduceOp>(
+        kReduceHeader, kernel_id("reduce_rows_kernel", M, S, type_c<T>{}), stream);
     const int tile_bytes = rows_tile_bytes(p, dev);
     const size_t smem = static_cast<size_t>(S) * (tile_bytes + 32);
     prepare_smem(kernel, smem, "reduce");
     const int64_t resident = static_cast<int64_t>(dev.num_sms) * blocks_per_sm(kernel, kReduceThreads, smem);
     RowsPlan pl = make_rows_plan(p, esz, tile_bytes, target_blocks(p, resident));
     if (pl.wide) {
-      auto wide = pl.parts > 1 ? reduce_wide_rows_kernel<M, T, true> : reduce_wide_rows_kernel<M, T, false>;
+      const auto wide = kernel_ref<const T*, void*, DType, A*, RowsPlan, ReduceOp>(
+          kReduceHeader, kernel_id("reduce_wide_rows_kernel", M, type_c<T>{}, pl.parts > 1), stream);
       const size_t wide_smem = static_cast<size_t>(pl.tile_elems) * esz + 32;
       prepare_smem(wide, wide_smem, "reduce");
       if (pl.ntiles > 0x7fffffff) throw std::runtime_error("reduce: too many rows for one launch");
       if (pl.ntiles == 0) return;  // no rows, no outputs
-      wide<<<static_cast<unsigned>(pl.ntiles), kReduceThreads, wide_smem, stream>>>(
-          static_cast<const T*>(p.x), p.out, p.out_dtype, partials, pl, p.op);
-      CUPIPE_LAUNCH_CHECK();
+      launch_kernel(wide, dim3(static_cast<unsigned>(pl.ntiles)), dim3(kReduceThreads), wide_smem, stream, false,
+                    static_cast<const T*>(p.x), p.out, p.out_dtype, partials, pl, p.op);
     } else {
       int64_t grid;
       if (pl.rows_per_tile > 0) {
@@ -277,13 +286,13 @@ void launch_reduce_typed(const ReduceParams& p) {
         grid = p.outer * pl.parts;
       }
       if (grid > 0x7fffffff) throw std::runtime_error("reduce: too many rows for one launch");
-      kernel<<<static_cast<unsigned>(std::max<int64_t>(grid, 1)), kReduceThreads, smem, stream>>>(
-          static_cast<const T*>(p.x), p.out, p.out_dtype, partials, pl, p.op);
-      CUPIPE_LAUNCH_CHECK();
+      launch_kernel(kernel, dim3(static_cast<unsigned>(std::max<int64_t>(grid, 1))), dim3(kReduceThreads), smem,
+                    stream, false, static_cast<const T*>(p.x), p.out, p.out_dtype, partials, pl, p.op);
     }
     parts = pl.parts; stride_out = pl.parts; stride_part = 1;  // (parts == 1: no partials)
   } else {
-    auto kernel = reduce_cols_kernel<M, S, T>;
+    const auto kernel = kernel_ref<const T*, void*, DType, A*, ColsPlan, ReduceOp>(
+        kReduceHeader, kernel_id("reduce_cols_kernel", M, S, type_c<T>{}), stream);
     const ColsPlan shape = make_cols_plan(p, dev, esz, 1);  // tile geometry; the split needs `resident`
     const size_t smem = static_cast<size_t>(S) * shape.stage_bytes;
     prepare_smem(kernel, smem, "reduce");
@@ -291,41 +300,44 @@ void launch_reduce_typed(const ReduceParams& p) {
     const ColsPlan pl = make_cols_plan(p, dev, esz, target_blocks(p, resident));
     if (pl.grid > 0x7fffffff || p.outer * pl.col_chunks > 0x7fffffff)
       throw std::runtime_error("reduce: too many column blocks for one launch");
-    kernel<<<static_cast<unsigned>(pl.grid), kReduceThreads, smem, stream>>>(
-        static_cast<const T*>(p.x), p.out, p.out_dtype, partials, pl, p.op);
-    CUPIPE_LAUNCH_CHECK();
+    launch_kernel(kernel, dim3(static_cast<unsigned>(pl.grid)), dim3(kReduceThreads), smem, stream, false,
+                  static_cast<const T*>(p.x), p.out, p.out_dtype, partials, pl, p.op);
     parts = pl.parts; stride_out = 1; stride_part = nout;
   }
   const bool dependent = dev.code_sm >= 90;  // griddepcontrol is in the kernels' code
   if (parts > 1 && nout < dev.num_sms) {
-    launch_dependent(reduce_partials_block_kernel<A>, dim3(static_cast<unsigned>(nout)), dim3(kPartialsBlockThreads), 0,
-                     stream, dependent, static_cast<const A*>(partials), p.out, p.out_dtype, parts, stride_out,
-                     stride_part, p.op, p.r);
+    const auto k = kernel_ref<const A*, void*, DType, int64_t, int64_t, int64_t, ReduceOp, int64_t>(
+        kReduceHeader, kernel_id("reduce_partials_block_kernel", type_c<A>{}), stream);
+    launch_kernel(k, dim3(static_cast<unsigned>(nout)), dim3(kPartialsBlockThreads), 0,
+                  stream, dependent, static_cast<const A*>(partials), p.out, p.out_dtype, parts, stride_out,
+                  stride_part, p.op, p.r);
   } else if (parts > 1 && stride_out == 1) {
     int slices_log2 = 0;  // about 8-16 partials per thread, up to eight threads per output
     while (slices_log2 < 3 && (int64_t(16) << slices_log2) < parts) ++slices_log2;
     const int64_t blocks = ceil_div(nout << slices_log2, kColPartialsThreads);
     if (blocks > 0x7fffffff) throw std::runtime_error("reduce: too many outputs for the partials pass");
-    launch_dependent(reduce_col_partials_kernel<A>, dim3(static_cast<unsigned>(blocks)), dim3(kColPartialsThreads), 0,
-                     stream, dependent, static_cast<const A*>(partials), p.out, p.out_dtype, nout, parts, p.op, p.r,
-                     slices_log2);
+    const auto k = kernel_ref<const A*, void*, DType, int64_t, int64_t, ReduceOp, int64_t, int>(
+        kReduceHeader, kernel_id("reduce_col_partials_kernel", type_c<A>{}), stream);
+    launch_kernel(k, dim3(static_cast<unsigned>(blocks)), dim3(kColPartialsThreads), 0,
+                  stream, dependent, static_cast<const A*>(partials), p.out, p.out_dtype, nout, parts, p.op, p.r,
+                  slices_log2);
   } else if (parts > 1) {
     int lanes_log2 = 0;  // about 4 partials per lane, up to a warp per output
     while (lanes_log2 < 5 && (int64_t(4) << lanes_log2) < parts) ++lanes_log2;
     const int64_t blocks = ceil_div(nout << lanes_log2, 256);
     if (blocks > 0x7fffffff) throw std::runtime_error("reduce: too many outputs for the partials pass");
-    launch_dependent(reduce_partials_kernel<A>, dim3(static_cast<unsigned>(blocks)), dim3(256), 0, stream, dependent,
-                     static_cast<const A*>(partials), p.out, p.out_dtype, nout, parts, stride_out, stride_part, p.op,
-                     p.r, lanes_log2);
+    const auto k = kernel_ref<const A*, void*, DType, int64_t, int64_t, int64_t, int64_t, ReduceOp, int64_t, int>(
+        kReduceHeader, kernel_id("reduce_partials_kernel", type_c<A>{}), stream);
+    launch_kernel(k, dim3(static_cast<unsigned>(blocks)), dim3(256), 0, stream, dependent,
+                  static_cast<const A*>(partials), p.out, p.out_dtype, nout, parts, stride_out, stride_part, p.op,
+                  p.r, lanes_log2);
   }
 }
 
-template <engine::Mechanism M>
-void launch_reduce_mechanism(const ReduceParams& p) {
-  dispatch_stages(p.stages, [&](auto s) {
-    constexpr int S = decltype(s)::value;
-    dispatch_dtype(p.in_dtype, [&](auto tv) { launch_reduce_typed<M, S, decltype(tv)>(p); });
-  });
+inline void launch_reduce_plan(const ReduceParams& p) {
+  if (p.stages < 1 || p.stages > engine::kMaxStages)
+    throw std::runtime_error("stages must be 1..8, got " + std::to_string(p.stages));
+  dispatch_dtype(p.in_dtype, [&](auto tv) { launch_reduce_typed<decltype(tv)>(p); });
 }
 
 }  // namespace kernels

@@ -72,23 +72,39 @@ inline const char* stencil_family_name(StencilFamily f) {
   return "?";
 }
 
+// The enumerator as written in a kernel id (kernel_id.h).
+inline const char* stencil_family_enumerator(StencilFamily f) {
+  switch (f) {
+    case StencilFamily::Row: return "StencilFamily::Row";
+    case StencilFamily::Box: return "StencilFamily::Box";
+    case StencilFamily::Narrow3: return "StencilFamily::Narrow3";
+    case StencilFamily::Narrow5: return "StencilFamily::Narrow5";
+    case StencilFamily::Wide9: return "StencilFamily::Wide9";
+    case StencilFamily::Mma5: return "StencilFamily::Mma5";
+    case StencilFamily::Mma7: return "StencilFamily::Mma7";
+    case StencilFamily::Mma9: return "StencilFamily::Mma9";
+  }
+  return "?";
+}
+
 // The block size of a family (the host's view of StencilFamilyTraits::kThreads).
 constexpr int stencil_family_threads(StencilFamily f) {
   return f == StencilFamily::Row || f == StencilFamily::Box ? kStencilThreads : kNarrowThreads;
 }
 
-// Which families are compiled for a stage count and element type: the alone-kernels only where
+// Which families have instances for a stage count and element type: the alone-kernels only where
 // they are chosen (1-2 stages; deeper rings do not fit their blocks per SM), so that the
-// instantiations stay few. A family not compiled never gets chosen (launch_plan.cuh).
-template <StencilFamily F, int S, typename T>
-constexpr bool stencil_family_compiled() {
-  switch (F) {
+// instances stay few (cupipe/_kernels.py lists the same). The launcher runs Box where the plan's
+// family has none.
+template <typename T>
+constexpr bool stencil_family_exists(StencilFamily f, int stages) {
+  switch (f) {
     case StencilFamily::Row:
     case StencilFamily::Box: return true;
-    case StencilFamily::Narrow3: return S <= 2 && sizeof(T) <= 4;
-    case StencilFamily::Narrow5: return S <= 2 && std::is_same_v<T, float>;
-    case StencilFamily::Wide9: return S == 2 && std::is_same_v<T, float>;
-    default: return S == 2 && sizeof(T) == 2;  // Mma5/7/9
+    case StencilFamily::Narrow3: return stages <= 2 && sizeof(T) <= 4;
+    case StencilFamily::Narrow5: return stages <= 2 && std::is_same_v<T, float>;
+    case StencilFamily::Wide9: return stages == 2 && std::is_same_v<T, float>;
+    default: return stages == 2 && sizeof(T) == 2;  // Mma5/7/9
   }
 }
 

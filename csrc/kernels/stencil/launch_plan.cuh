@@ -6,6 +6,7 @@
 #include <cstdlib>
 #include <type_traits>
 
+#include "kernels/kernel_id.h"
 #include "kernels/launch_utils.cuh"
 #include "kernels/stencil/kernel.cuh"
 #include "kernels/tensor_map.cuh"
@@ -130,6 +131,13 @@ inline StencilFamily mma_family(const StencilGeom& g, int stages, int sm) {
   return kh == 5 ? StencilFamily::Mma5 : kh == 7 ? StencilFamily::Mma7 : kh == 9 ? StencilFamily::Mma9 : StencilFamily::Box;
 }
 
+// The header that declares stencil_kernel (a first-use compile includes it), and an instance's id.
+constexpr const char* kStencilHeader = "kernels/stencil.cuh";
+template <typename T>
+std::string stencil_kernel_id(engine::Mechanism m, int stages, StencilFamily f, int terms) {
+  return kernel_id("stencil_kernel", m, stages, type_c<T>{}, stencil_family_enumerator(f), terms);
+}
+
 struct StencilPlan {
   StencilGeom g;
   StencilFamily family;
@@ -137,10 +145,14 @@ struct StencilPlan {
 
 // The family and geometry of one call. The 2-byte Narrow3 tiles are twice as wide (32 x 256: two
 // 8-output items per thread and tile), which made the 2-byte types' 128-thread blocks win.
-template <engine::Mechanism M, int S, typename T>
+// The mechanism and stage count are p's (run-time values here: only the kernels are compiled
+// per mechanism and stage count).
+template <typename T>
 StencilPlan plan_stencil(const StencilParams& p, const DeviceInfo& dev) {
   using A = acc_t<T>;
-  constexpr bool kTma = M == engine::Mechanism::Tma;
+  const engine::Mechanism M = p.mechanism;
+  const int S = p.stages;
+  const bool kTma = M == engine::Mechanism::Tma;
   constexpr int64_t esz = sizeof(T);
   const int64_t smem_budget = dev.max_smem_optin - 1024, align = kTma ? 128 : 16;
   // A family of another block size tiles for its own consumer count (the fixed consumer's choice
@@ -191,66 +203,47 @@ StencilPlan plan_stencil(const StencilParams& p, const DeviceInfo& dev) {
   return StencilPlan{g, fam};
 }
 
-template <engine::Mechanism M>
-void launch_stencil_mechanism(const StencilParams& p) {
-  dispatch_stages(p.stages, [&](auto s) {
-    constexpr int S = decltype(s)::value;
-    dispatch_dtype(p.dtype, [&](auto tv) {
-      using T = decltype(tv);
-      const DeviceInfo dev = device_info(current_device());
-      StencilPlan plan = plan_stencil<M, S, T>(p, dev);
-      StencilGeom& g = plan.g;
-      CUtensorMap tmap{};
-      if (g.tensor_tiles)
-        tmap = make_plane_map(p.x, p.dtype, static_cast<int>(sizeof(T)), p.batch, p.ny, p.nx, g.xs_row, g.xs_plane,
-                              g.pitch, g.win_h, stencil_l2_promotion(dev));
-      const int threads = stencil_family_threads(plan.family);
-      auto launch = [&](auto kernel) {
-        const size_t smem = static_cast<size_t>(S) * g.stage_bytes + g.weight_bytes + g.frag_bytes;
-        prepare_smem(kernel, smem, "stencil");
-        // One wave of persistent blocks; free_sms leaves SMs for another stream's kernels (the
-        // halo exchange of cupipe.distributed's overlap), which could not start before it ends.
-        // With tiles_per_block, more blocks than one wave (the scheduler balances the SMs) except
-        // when SMs are to stay free: later waves would fill them.
-        const int sms = std::max(1, dev.num_sms - std::max(0, p.free_sms));
-        int64_t grid = static_cast<int64_t>(sms) * blocks_per_sm(kernel, threads, smem);
-        if (p.blocks > 0) grid = p.blocks;
-        else if (p.tiles_per_block > 0 && p.free_sms <= 0)
-          grid = std::max(grid, (g.ntiles + p.tiles_per_block - 1) / p.tiles_per_block);
-        if (grid > g.ntiles) grid = g.ntiles;
-        if (grid < 1) grid = 1;
-        if (p.blocks <= 0 && p.tiles_per_block <= 0 && grid < g.ntiles && g.blocking != StencilBlocking::Row)
-          grid = column_coprime_grid(grid, g.tiles_x);  // one wave of persistent 2-D blocks
-        set_block_tiles(g, grid);
-        kernel<<<static_cast<unsigned>(grid), threads, smem, reinterpret_cast<cudaStream_t>(p.stream)>>>(
-            static_cast<const T*>(p.x), static_cast<T*>(p.out), p.weights, g, p.boundary, tmap);
-        CUPIPE_LAUNCH_CHECK();
-      };
-      // One instance per family compiled for (S, T); Mma families also with one weight term, for
-      // weights that came in x's dtype.
-      auto launch_family = [&](auto fc) {
-        constexpr StencilFamily F = decltype(fc)::value;
-        if constexpr (stencil_family_compiled<F, S, T>()) {
-          if constexpr (is_mma_family(F)) {
-            if (p.weights_exact) return launch(stencil_kernel<M, S, T, F, 1>), true;
-          }
-          return launch(stencil_kernel<M, S, T, F>), true;
-        }
-        return false;
-      };
-      using SF = StencilFamily;
-      switch (plan.family) {
-        case SF::Row: launch_family(std::integral_constant<SF, SF::Row>{}); return;
-        case SF::Narrow3: if (launch_family(std::integral_constant<SF, SF::Narrow3>{})) return; break;
-        case SF::Narrow5: if (launch_family(std::integral_constant<SF, SF::Narrow5>{})) return; break;
-        case SF::Wide9: if (launch_family(std::integral_constant<SF, SF::Wide9>{})) return; break;
-        case SF::Mma5: if (launch_family(std::integral_constant<SF, SF::Mma5>{})) return; break;
-        case SF::Mma7: if (launch_family(std::integral_constant<SF, SF::Mma7>{})) return; break;
-        case SF::Mma9: if (launch_family(std::integral_constant<SF, SF::Mma9>{})) return; break;
-        case SF::Box: break;
-      }
-      launch_family(std::integral_constant<SF, SF::Box>{});
-    });
+inline void launch_stencil_plan(const StencilParams& p) {
+  if (p.stages < 1 || p.stages > engine::kMaxStages)
+    throw std::runtime_error("stages must be 1..8, got " + std::to_string(p.stages));
+  const int S = p.stages;
+  dispatch_dtype(p.dtype, [&](auto tv) {
+    using T = decltype(tv);
+    const DeviceInfo dev = device_info(current_device());
+    StencilPlan plan = plan_stencil<T>(p, dev);
+    StencilGeom& g = plan.g;
+    CUtensorMap tmap{};
+    if (g.tensor_tiles)
+      tmap = make_plane_map(p.x, p.dtype, static_cast<int>(sizeof(T)), p.batch, p.ny, p.nx, g.xs_row, g.xs_plane,
+                            g.pitch, g.win_h, stencil_l2_promotion(dev));
+    // The plan's family has an instance for (S, T) (plan_stencil picks those only); Box otherwise.
+    const StencilFamily fam = stencil_family_exists<T>(plan.family, S) ? plan.family : StencilFamily::Box;
+    const int threads = stencil_family_threads(fam);
+    const cudaStream_t stream = reinterpret_cast<cudaStream_t>(p.stream);
+    auto launch = [&](int terms) {
+      const auto kernel = kernel_ref<const T*, T*, const void*, StencilGeom, Boundary, CUtensorMap>(
+          kStencilHeader, stencil_kernel_id<T>(p.mechanism, S, fam, terms), stream);
+      const size_t smem = static_cast<size_t>(S) * g.stage_bytes + g.weight_bytes + g.frag_bytes;
+      prepare_smem(kernel, smem, "stencil");
+      // One wave of persistent blocks; free_sms leaves SMs for another stream's kernels (the
+      // halo exchange of cupipe.distributed's overlap), which could not start before it ends.
+      // With tiles_per_block, more blocks than one wave (the scheduler balances the SMs) except
+      // when SMs are to stay free: later waves would fill them.
+      const int sms = std::max(1, dev.num_sms - std::max(0, p.free_sms));
+      int64_t grid = static_cast<int64_t>(sms) * blocks_per_sm(kernel, threads, smem);
+      if (p.blocks > 0) grid = p.blocks;
+      else if (p.tiles_per_block > 0 && p.free_sms <= 0)
+        grid = std::max(grid, (g.ntiles + p.tiles_per_block - 1) / p.tiles_per_block);
+      if (grid > g.ntiles) grid = g.ntiles;
+      if (grid < 1) grid = 1;
+      if (p.blocks <= 0 && p.tiles_per_block <= 0 && grid < g.ntiles && g.blocking != StencilBlocking::Row)
+        grid = column_coprime_grid(grid, g.tiles_x);  // one wave of persistent 2-D blocks
+      set_block_tiles(g, grid);
+      launch_kernel(kernel, dim3(static_cast<unsigned>(grid)), dim3(threads), smem, stream, false,
+                    static_cast<const T*>(p.x), static_cast<T*>(p.out), p.weights, g, p.boundary, tmap);
+    };
+    // Mma families take one weight term for weights that came in x's dtype.
+    launch(is_mma_family(fam) && p.weights_exact ? 1 : kMmaTerms<T>);
   });
 }
 

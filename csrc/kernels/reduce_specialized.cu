@@ -1,8 +1,0 @@
-// Reduction kernels for mechanism 'specialized' (one file per mechanism: they compile in parallel).
-#include "kernels/reduce.cuh"
-
-namespace cupipe {
-namespace kernels {
-template void launch_reduce_mechanism<engine::Mechanism::Specialized>(const ReduceParams&);
-}  // namespace kernels
-}  // namespace cupipe

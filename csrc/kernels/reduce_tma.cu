@@ -1,8 +1,0 @@
-// Reduction kernels for mechanism 'tma' (one file per mechanism: they compile in parallel).
-#include "kernels/reduce.cuh"
-
-namespace cupipe {
-namespace kernels {
-template void launch_reduce_mechanism<engine::Mechanism::Tma>(const ReduceParams&);
-}  // namespace kernels
-}  // namespace cupipe

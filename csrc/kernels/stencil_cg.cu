@@ -1,8 +1,0 @@
-// Stencil kernels for mechanism 'cg' (one file per mechanism: they compile in parallel).
-#include "kernels/stencil.cuh"
-
-namespace cupipe {
-namespace kernels {
-template void launch_stencil_mechanism<engine::Mechanism::Cg>(const StencilParams&);
-}  // namespace kernels
-}  // namespace cupipe

@@ -1,8 +1,0 @@
-// stream_copy kernels for mechanism 'cg' (one file per mechanism: they compile in parallel).
-#include "kernels/stream_copy.cuh"
-
-namespace cupipe {
-namespace kernels {
-template void launch_stream_copy_mechanism<engine::Mechanism::Cg>(const StreamCopyParams&, int);
-}  // namespace kernels
-}  // namespace cupipe

@@ -1,0 +1,224 @@
+"""The kernel instances cupipe can launch, by id, and the ones built ahead of time.
+
+An instance is a kernel template with its arguments; its id is the template-id text the
+launchers compose (csrc/kernels/kernel_id.h), e.g.
+``stencil_kernel<engine::Mechanism::Tma,2,float,StencilFamily::Box,2>``. ``all_instances()`` is
+every id a launch can ask for; ``default_instances()`` the ones the tuning table's choices
+(mechanism="auto", stages=0: csrc/ops/tuning.cpp) lead to, which the build compiles ahead of
+time (``CUPIPE_AOT=all``: every one). Any other instance is compiled on first use
+(cupipe/_kernel_cache.py). tests/test_kernel_cache.py checks the table against DEFAULT_CHOICES.
+
+Standard library only: setup.py loads this file before torch or the package exist.
+"""
+from __future__ import annotations
+
+from typing import Dict, Iterable, List, NamedTuple, Optional, Sequence, Tuple
+
+MECHANISMS = ("sync", "pipeline", "pipeline_thread", "primitives", "cg", "barrier", "specialized", "tma")
+_ENUM = {"sync": "Sync", "pipeline": "Pipeline", "pipeline_thread": "PipelineThread", "primitives": "Primitives",
+         "cg": "Cg", "barrier": "Barrier", "specialized": "Specialized", "tma": "Tma"}
+STAGES = tuple(range(1, 9))
+# dtype name (as torch spells it) -> the C++ type of the kernels, and its size.
+DTYPES = {"float32": ("float", 4), "float16": ("__half", 2), "bfloat16": ("__nv_bfloat16", 2),
+          "float64": ("double", 8)}
+STENCIL_FAMILIES = ("Row", "Box", "Narrow3", "Narrow5", "Wide9", "Mma5", "Mma7", "Mma9")
+MMA_TERMS = 2  # kMmaTerms<T> (consumer_mma.cuh): a Mma instance's weight terms; 1 for exact weights
+WGRAD_BLOCKINGS = ("RowBlocking", "BoxBlocking<1>", "BoxBlocking<3>", "BoxBlocking<5>", "BoxBlocking<9>")
+
+HEADERS = {
+    "stream_copy": "kernels/stream_copy.cuh",
+    "stencil": "kernels/stencil.cuh",
+    "stencil_wgrad": "kernels/stencil/weight_grad.cuh",
+    "reduce": "kernels/reduce.cuh",
+}
+
+
+class Instance(NamedTuple):
+    op: str          # stream_copy, stencil, stencil_wgrad, reduce
+    header: str      # the header that declares its kernel
+    id: str          # the template-id
+    mechanism: str   # "" where the kernel has none
+    stages: int      # 0 where the kernel has none
+    dtype: str       # torch's name; "" for stream_copy (bytes)
+    family: str      # stencil family, reduce kernel, copy width, or wgrad blocking
+
+    @property
+    def cost(self) -> int:
+        """Rough compile cost, to order and group builds (stencils are the slowest)."""
+        return {"stencil": 8, "stencil_wgrad": 6, "reduce": 2}.get(self.op, 1)
+
+
+def _m(mech: str) -> str:
+    return "engine::Mechanism::" + _ENUM[mech]
+
+
+def stencil_family_exists(family: str, stages: int, dtype: str) -> bool:
+    """stencil_family_compiled<F, S, T> (csrc/kernels/stencil/family.cuh)."""
+    size = DTYPES[dtype][1]
+    if family in ("Row", "Box"):
+        return True
+    if family == "Narrow3":
+        return stages <= 2 and size <= 4
+    if family == "Narrow5":
+        return stages <= 2 and dtype == "float32"
+    if family == "Wide9":
+        return stages == 2 and dtype == "float32"
+    return stages == 2 and size == 2  # Mma5/7/9
+
+
+def stream_copy_widths(mech: str) -> Tuple[int, ...]:
+    """The copy widths launch_stream_copy_plan launches under a mechanism."""
+    return (16,) if mech == "tma" else (1, 2, 4, 8, 16) if mech == "sync" else (4, 8, 16)
+
+
+def stream_copy_instances(mech: str, stages: int, widths: Optional[Iterable[int]] = None) -> List[Instance]:
+    ws = stream_copy_widths(mech) if widths is None else [w for w in widths if w in stream_copy_widths(mech)]
+    return [Instance("stream_copy", HEADERS["stream_copy"], f"stream_copy_kernel<{_m(mech)},{stages},{v}>",
+                     mech, stages, "", f"v{v}") for v in ws]
+
+
+def stencil_instances(mech: str, stages: int, dtype: str, families: Optional[Iterable[str]] = None) -> List[Instance]:
+    out = []
+    ctype = DTYPES[dtype][0]
+    for fam in families if families is not None else STENCIL_FAMILIES:
+        if not stencil_family_exists(fam, stages, dtype):
+            continue
+        for terms in ((MMA_TERMS, 1) if fam.startswith("Mma") else (MMA_TERMS,)):
+            out.append(Instance("stencil", HEADERS["stencil"],
+                                f"stencil_kernel<{_m(mech)},{stages},{ctype},StencilFamily::{fam},{terms}>",
+                                mech, stages, dtype, fam.lower() + ("" if terms == MMA_TERMS else "_exact")))
+    return out
+
+
+def reduce_instances(mech: str, stages: int, dtype: str, kinds: Sequence[str] = ("rows", "cols")) -> List[Instance]:
+    ctype = DTYPES[dtype][0]
+    return [Instance("reduce", HEADERS["reduce"], f"reduce_{kind}_kernel<{_m(mech)},{stages},{ctype}>",
+                     mech, stages, dtype, kind) for kind in kinds]
+
+
+def reduce_wide_instances(mech: str, dtype: str) -> List[Instance]:
+    """reduce_wide_rows_kernel<M, T, chunks>: stage-less (one tile per block)."""
+    ctype = DTYPES[dtype][0]
+    return [Instance("reduce", HEADERS["reduce"], f"reduce_wide_rows_kernel<{_m(mech)},{ctype},{b}>",
+                     mech, 0, dtype, "wide_rows" + ("_chunks" if b == "true" else "")) for b in ("false", "true")]
+
+
+def reduce_partials_instances() -> List[Instance]:
+    """The partials passes, per accumulation type (float, double)."""
+    return [Instance("reduce", HEADERS["reduce"], f"{k}<{a}>", "", 0, "", k.replace("_kernel", "") + "_" + a)
+            for k in ("reduce_partials_block_kernel", "reduce_col_partials_kernel", "reduce_partials_kernel")
+            for a in ("float", "double")]
+
+
+def wgrad_instances(dtype: str) -> List[Instance]:
+    ctype = DTYPES[dtype][0]
+    return [Instance("stencil_wgrad", HEADERS["stencil_wgrad"], f"stencil_wgrad_kernel<{ctype},{b}>",
+                     "primitives", 2, dtype, b) for b in WGRAD_BLOCKINGS]
+
+
+def all_instances() -> List[Instance]:
+    """Every instance a launch can ask for."""
+    out: List[Instance] = []
+    for mech in MECHANISMS:
+        for s in STAGES:
+            out += stream_copy_instances(mech, s)
+            for dt in DTYPES:
+                out += stencil_instances(mech, s, dt)
+                out += reduce_instances(mech, s, dt)
+        for dt in DTYPES:
+            out += reduce_wide_instances(mech, dt)
+    out += reduce_partials_instances()
+    for dt in DTYPES:
+        out += wgrad_instances(dt)
+    return out
+
+
+# What the tuning table (csrc/ops/tuning.cpp) can choose, per op: (mechanism, stages, restriction).
+# Families and kernels within a choice follow from the call's geometry at run time, so each
+# choice takes every family its (stages, dtype) has, except where the table's rule fixes it.
+DEFAULT_CHOICES: Dict[str, List[Tuple[str, int]]] = {
+    # sync/1 on sm_90, primitives/2 before; widths under 4 bytes run sync at the same stages.
+    "stream_copy": [("sync", 1), ("primitives", 2), ("sync", 2)],
+    # tma/2 (2-byte rows, rows16 boxes, stepped boxes), primitives/2 (other boxes, strided, before
+    # sm_90), barrier/2 (4- and 8-byte rows), barrier/1 (stepped rows), primitives/1 (wide steps).
+    "stencil": [("tma", 2), ("primitives", 2), ("barrier", 2), ("barrier", 1), ("primitives", 1)],
+    # rows: tma/1 (sm_90), primitives/1 (4-32 KiB rows), primitives/2 (before sm_90);
+    # columns: tma/1 (rows under 4 KiB), tma/3 (congruent rows), primitives/2.
+    "reduce": [("tma", 1), ("primitives", 1), ("primitives", 2), ("tma", 3)],
+}
+
+
+def _before_sm90(arch_list: Optional[str]) -> bool:
+    """Whether the build's architectures include one below sm_90, where the table's other branch
+    (primitives/2 for every stencil) applies. None: assume so."""
+    if arch_list is None:
+        return True
+    for entry in arch_list.replace(";", " ").split():
+        try:
+            if float(entry.replace("+PTX", "").rstrip("af")) < 9.0:
+                return True
+        except ValueError:
+            return True
+    return False
+
+
+def default_instances(arch_list: Optional[str] = None) -> List[Instance]:
+    """The instances the table's choices lead to for devices of ``arch_list``
+    (TORCH_CUDA_ARCH_LIST; None: any): what the build compiles ahead of time. Within a choice, the
+    families its geometry can reach: the fixed consumers and their alone-kernels need rows of whole
+    16-byte multiples (rows16), which the sm_90 table sends to tma; primitives/2 takes the rest."""
+    old = _before_sm90(arch_list)
+    out: List[Instance] = []
+    out += stream_copy_instances("sync", 1) + stream_copy_instances("primitives", 2)
+    out += stream_copy_instances("sync", 2, widths=(1, 2))
+    for dt in DTYPES:
+        size = DTYPES[dt][1]
+        # tma/2: 2-byte rows (Row), rows16 boxes (every family), stepped boxes (Box).
+        out += stencil_instances("tma", 2, dt, families=None if size == 2 else
+                                 [f for f in STENCIL_FAMILIES if f != "Row"])
+        # primitives/2: boxes that are not rows16 (Box), fp64 boxes, fp32 boxes of unequal radii up
+        # to 5 wide (the fixed 3- and 5-row consumers), strided dims and points (Row, Box); before
+        # sm_90 everything.
+        out += stencil_instances("primitives", 2, dt, families=None if old else
+                                 ("Row", "Box", "Narrow3", "Narrow5"))
+        if size >= 4:
+            out += stencil_instances("barrier", 2, dt, families=("Row",))   # rows of 4- and 8-byte types
+        out += stencil_instances("barrier", 1, dt, families=("Row",))       # stepped rows
+        out += stencil_instances("primitives", 1, dt, families=("Box",))    # stepped boxes of wide points
+        out += reduce_instances("tma", 1, dt) + reduce_instances("primitives", 2, dt)
+        out += reduce_instances("primitives", 1, dt, kinds=("rows",))
+        out += reduce_instances("tma", 3, dt, kinds=("cols",))
+        out += reduce_wide_instances("tma", dt) + reduce_wide_instances("primitives", dt)
+        out += wgrad_instances(dt)
+    out += reduce_partials_instances()
+    return out
+
+
+def select(instances: Iterable[Instance], op=None, dtype=None, mechanism=None, stages=None) -> List[Instance]:
+    """The instances that match every filter given (each a value or a collection of values). An
+    instance without the property (a copy has no dtype, a partials pass no mechanism or stages)
+    matches any filter of it: the calls it serves need it whatever they choose."""
+    def ok(value, want):
+        if want is None or value in ("", 0):
+            return True
+        if isinstance(want, (str, int)):
+            want = (want,)
+        return value in tuple(want)
+    return [i for i in instances if ok(i.op, op) and ok(i.dtype, dtype) and ok(i.mechanism, mechanism)
+            and ok(i.stages, stages)]
+
+
+def normalize_id(instance_id: str) -> str:
+    """An id without blanks (registry.h compares them so)."""
+    return "".join(instance_id.split())
+
+
+def translation_unit(instances: Sequence[Instance]) -> str:
+    """The source of a file that compiles these instances (all of one header): the ahead-of-time
+    files and the one-instance files of first-use compiles are both this text."""
+    headers = sorted({i.header for i in instances})
+    lines = ['#include "kernels/instance.h"'] + [f'#include "{h}"' for h in headers]
+    lines += ["", "namespace cupipe {", "namespace kernels {"]
+    lines += [f"CUPIPE_KERNEL_INSTANCE({i.id})" for i in instances]
+    lines += ["}  // namespace kernels", "}  // namespace cupipe", ""]
+    return "\n".join(lines)
