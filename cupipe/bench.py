@@ -286,6 +286,19 @@ class Task:
         self.what, self.run = what, run
 
 
+def _precompile_task(b: "Bench", ops: List[str]) -> Task:
+    """The grid's kernels that are not built into the module, compiled in parallel up front (the
+    disk cache keeps them for later runs) rather than one by one at each point's first call."""
+    def run():
+        try:
+            got = cupipe.precompile(ops, dtype=b.dt, mechanism=b.mechanisms(), stages=b.stage_list())
+            b.res.note(f"{', '.join(ops)} kernels: {got['ahead_of_time']} built in, {got['cached']} cached, "
+                       f"{got['compiled']} compiled now")
+        except Exception as e:  # no nvcc: each point then reports its own error
+            b.res.note(f"{', '.join(ops)} kernels not precompiled: {str(e).splitlines()[0][:200]}")
+    return Task(f"precompile {', '.join(ops)} kernels", run)
+
+
 def _tol(dtype: torch.dtype):
     """(rtol, atol) for a result rounded to `dtype` against an fp32 reference."""
     return {torch.float16: (4e-3, 1e-3), torch.bfloat16: (1.6e-2, 1e-3)}.get(dtype, (1e-3, 1e-3))
@@ -364,6 +377,8 @@ def tasks_engine(b: Bench) -> List[Task]:
                       vs_copy=bw / b.copy_bw, bytes=nbytes)
         return Task(f"stream_copy {m}/{s}/vec{v}", run)
 
+    if not b.cpu:
+        tasks.append(_precompile_task(b, ["stream_copy"]))
     tasks.append(grid("auto", 0, 0, tbl, {}))   # the configuration stream_copy runs by default
     for m in b.mechanisms():
         for s in b.stage_list():
@@ -727,7 +742,7 @@ def tasks_sweep(b: Bench, ops: List[str]) -> List[Task]:
                    lambda i: i[0].numel() * i[0].element_size(),
                    lambda i: ("reduce", i[0])),
     }
-    tasks: List[Task] = []
+    tasks: List[Task] = [_precompile_task(b, ops)] if not b.cpu else []
     for op in ops:
         name, make, call, ref, nbytes_of, explain_args = cases[op]
         tbl = f"sweep: {name}{b.tag}"

@@ -6,6 +6,11 @@ Every test runs on CPU. Tests that take the ``device`` fixture also run on CUDA 
 
 Tests marked ``slow`` (large tensors) only run with ``CUPIPE_SLOW=1``.
 
+With ``CUPIPE_TEST_PRECOMPILE=1`` on a GPU machine, the session first compiles every kernel
+instance the module does not hold, in parallel, into the disk cache (cupipe.precompile): the tests'
+mechanism x stages matrix then loads them instead of compiling each at its first call
+(tools/gpu_check.sh sets it).
+
 Helpers (import them with ``from conftest import ...``; pytest puts tests/ on sys.path):
   tma_supported()                          mechanism='tma' runs on the current GPU and build
   make_input(shape, dtype, device, seed)   seeded random input
@@ -73,8 +78,21 @@ def sass_functions(path, containing: str = "") -> dict:
                     name = line.split(":", 1)[1].strip()
                     funcs[name] = []
                 elif name is not None and line and not line.startswith(("code for", ".", "-")):
-                    funcs[name].append(line)
+                    funcs[name].append(" ".join(line.split()))  # cuobjdump pads columns per file
     return {k: "\n".join(v) for k, v in funcs.items()}
+
+
+def pytest_sessionstart(session):
+    """CUPIPE_TEST_PRECOMPILE=1: precompile every instance for the GPU, once (in the xdist
+    controller, or the only process), before any test runs."""
+    if os.environ.get("CUPIPE_TEST_PRECOMPILE") != "1" or hasattr(session.config, "workerinput"):
+        return
+    if not cupipe.cuda_available():
+        return
+    from cupipe import _kernel_cache
+
+    arch = _kernel_cache.arch_of(cupipe._C.cuda_device_info(0)["sm"])
+    print(f"\ncupipe: precompiled for {arch}: {cupipe.precompile(arch=arch)}")
 
 
 def pytest_collection_modifyitems(config, items):

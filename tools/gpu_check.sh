@@ -34,6 +34,8 @@ has() { [[ " $STEPS " == *" $1 "* ]]; }
 LOG=${OUT:-$PWD/gpu_check_out}
 mkdir -p "$LOG"
 export PYTHONUNBUFFERED=1
+# The tests' mechanism x stages matrix: kernels compiled once, in parallel, before the tests (tests/conftest.py).
+export CUPIPE_TEST_PRECOMPILE=${CUPIPE_TEST_PRECOMPILE:-1}
 export CUDA_HOME=${CUDA_HOME:-/usr/local/cuda}
 export MAX_JOBS=${MAX_JOBS:-16}
 # The device image's default g++ (/opt/gcc) links libstdc++ statically into the extension, and
