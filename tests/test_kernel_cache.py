@@ -242,10 +242,13 @@ def test_the_module_holds_exactly_the_default_instances():
 # ----------------------------------------------------------------------------- on a GPU
 
 cuda = pytest.mark.skipif(not cupipe.cuda_available(), reason="needs a CUDA device")
+first_use_builds = pytest.mark.skipif(cupipe.build_info.get("aot") == "all",
+                                      reason="CUPIPE_AOT=all: every instance is built in")
 
 
 @cuda
 @needs_nvcc
+@first_use_builds
 def test_a_first_use_kernel_runs(cache):
     x = torch.randn(1 << 20, device="cuda")
     y = cupipe.stream_copy(x, mechanism="cg", stages=7, vec_bytes=8)
@@ -288,6 +291,7 @@ def test_auto_calls_compile_nothing(tmp_path):
 
 @cuda
 @needs_nvcc
+@first_use_builds
 def test_graph_capture_needs_precompile_then_replays(cache):
     x = torch.randn(1 << 16, device="cuda")
     s = torch.cuda.Stream()
