@@ -53,7 +53,7 @@ def _m(mech: str) -> str:
 
 
 def stencil_family_exists(family: str, stages: int, dtype: str) -> bool:
-    """stencil_family_compiled<F, S, T> (csrc/kernels/stencil/family.cuh)."""
+    """stencil_family_exists<T>(F, S) (csrc/kernels/stencil/family.cuh)."""
     size = DTYPES[dtype][1]
     if family in ("Row", "Box"):
         return True

@@ -1,5 +1,9 @@
 #include "ops/args.h"
 
+#include <ATen/ops/empty.h>
+#include <ATen/ops/empty_like.h>
+#include <ATen/ops/empty_strided.h>
+
 #include <algorithm>
 #include <iterator>
 #include <limits>

@@ -3,7 +3,7 @@
 // expects (ValueError for bad values, TypeError for bad dtypes, IndexError for bad dims).
 #pragma once
 
-#include <ATen/ATen.h>
+#include <ATen/core/Tensor.h>
 
 #include <functional>
 #include <optional>

@@ -1,7 +1,10 @@
 // CPU kernels for every op: plain C++ loops parallelised with at::parallel_for. They are the
 // portable path (and what CI tests), so they favour clarity over speed, but never call ATen's
 // own conv or reduction kernels.
-#include <ATen/ATen.h>
+#include <ATen/core/Tensor.h>
+#include <ATen/ops/empty.h>
+#include <ATen/ops/empty_like.h>
+#include <ATen/ops/zeros.h>
 #include <ATen/Dispatch.h>
 #include <ATen/Parallel.h>
 #include <torch/library.h>

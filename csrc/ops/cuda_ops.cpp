@@ -1,6 +1,9 @@
 // CUDA implementations of the ops: argument checks (shared with CPU), layout preparation and
 // output allocation with ATen, then a plain-struct call into csrc/kernels on the current stream.
-#include <ATen/ATen.h>
+#include <ATen/core/Tensor.h>
+#include <ATen/ops/empty.h>
+#include <ATen/ops/empty_like.h>
+#include <ATen/ops/zeros.h>
 #include <torch/library.h>
 
 #if CUPIPE_WITH_CUDA

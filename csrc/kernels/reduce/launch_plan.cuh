@@ -1,6 +1,6 @@
 // How a reduction is launched: the stage sizes, the rows and columns plans worked out on the host
 // (packed, wide, chunked or split rows; column chunks and parts of r), the workspace's partial
-// count, and launch_reduce_typed / launch_reduce_mechanism, which launch the main pass and, when r
+// count, and launch_reduce_typed / launch_reduce_plan, which launch the main pass and, when r
 // is split, the partials pass.
 #pragma once
 
