@@ -1,8 +1,8 @@
 // stream_copy on the engine: the body of the copy streams through the stage ring in tiles of
 // `tile_bytes`; consumers store each landed tile with 16-byte stores, except under `tma`, where
 // the tile leaves shared memory the way it came in: one bulk store (shared -> global) issued by
-// the producing thread, so a tile never passes through registers. The launcher is compiled per
-// mechanism in stream_copy_<mechanism>.cu; the kernel's instances come from the registry.
+// the producing thread, so a tile never passes through registers. The launcher takes mechanism,
+// stages and copy width at run time; the kernel's instances come from the registry (registry.h).
 #pragma once
 
 #include "engine/engine.cuh"
