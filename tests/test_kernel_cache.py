@@ -346,3 +346,16 @@ def test_first_use_sass_equals_ahead_of_time(cache):
     for name, text in first_use.items():
         assert name in module, name
         assert module[name] == text, name
+
+
+@cuda
+def test_explain_lists_the_kernels_a_call_launches_and_compiles_none():
+    x = torch.randn(64, 100, 1024, device="cuda")
+    e = cupipe.explain("reduce", x, "sum", 1)   # columns of 4 KiB: tma/3 (the table), built in
+    assert e.kernels[0] == ("reduce_cols_kernel<engine::Mechanism::Tma,3,float>", "built ahead of time")
+    kid = "stream_copy_kernel<engine::Mechanism::Specialized,8,4>"
+    before = _C._kernel_origin(kid)
+    (got, origin), = cupipe.explain("stream_copy", x, mechanism="specialized", stages=8, vec_bytes=4).kernels
+    assert got == kid and _C._kernel_origin(kid) == before
+    assert origin == "compiled on first use, loaded" if before == "first-use" else origin.startswith("first use:")
+    assert "kernels: " + kid in str(cupipe.explain("stream_copy", x, mechanism="specialized", stages=8, vec_bytes=4))
