@@ -116,13 +116,9 @@ const void* kernel_function(const char* header, const std::string& id_in, Stream
 
 std::string kernel_origin(const std::string& id_in) {
   const std::string id = normalize_kernel_id(id_in);
-  // Built-in instances serve only devices the module has code for (DeviceInfo::ahead_of_time_code).
-  int device = 0;
-  const bool ahead_usable = cudaGetDevice(&device) == cudaSuccess && device_info(device).ahead_of_time_code;
-  cudaGetLastError();  // no device: not an error to report later
   Registry& r = registry();
   std::lock_guard<std::mutex> lock(r.mu);
-  if (ahead_usable && r.ahead.count(id)) return "ahead-of-time";
+  if (r.ahead.count(id)) return "ahead-of-time";
   if (r.loaded.count(id)) return "first-use";
   return "";
 }

@@ -32,8 +32,7 @@ const void* kernel_function(const char* header, const std::string& id, Stream st
 // The instance loaded into this process from a cubin (first use or cupipe.precompile).
 void load_kernel_cubin(const std::string& id, const std::string& cubin);
 
-// "ahead-of-time" (built in, and the current device runs the module's code), "first-use" (loaded
-// from a cubin in this process) or "" (not loaded yet).
+// "ahead-of-time", "first-use" (loaded from a cubin in this process) or "" (not loaded yet).
 std::string kernel_origin(const std::string& id);
 
 // The ids of the ahead-of-time instances, sorted.
