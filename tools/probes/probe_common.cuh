@@ -8,7 +8,6 @@
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
-#include <utility>
 #include <vector>
 
 #define PROBE_CHECK(x)                                                                         \
@@ -66,23 +65,4 @@ __global__ void __launch_bounds__(256) sum_plain(const float4* __restrict__ s, f
     for (int i = 0; i < 8; ++i) t += w[i];
     part[blockIdx.x] = t;
   }
-}
-
-// kernel<<<grid, block, smem, stream>>>(args...), as a programmatic dependent of the stream's
-// previous kernel when `dependent` (the probes launch kernel templates directly, not through the
-// registry: see csrc/kernels/dependent_launch.cuh).
-template <class... KArgs, class... Args>
-void launch_dependent(void (*kernel)(KArgs...), dim3 grid, dim3 block, size_t smem, cudaStream_t stream,
-                      bool dependent, Args&&... args) {
-  cudaLaunchConfig_t cfg{};
-  cfg.gridDim = grid;
-  cfg.blockDim = block;
-  cfg.dynamicSmemBytes = smem;
-  cfg.stream = stream;
-  cudaLaunchAttribute attr[1];
-  attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
-  attr[0].val.programmaticStreamSerializationAllowed = 1;
-  cfg.attrs = attr;
-  cfg.numAttrs = dependent ? 1 : 0;
-  PROBE_CHECK(cudaLaunchKernelEx(&cfg, kernel, std::forward<Args>(args)...));
 }

@@ -331,9 +331,13 @@ int main(int argc, char** argv) {
     CUPIPE_CUDA_CHECK(cudaFuncSetAttribute(first, cudaFuncAttributeMaxDynamicSharedMemorySize, sm));
     float* parts = static_cast<float*>(ws);
     auto pass1 = [&] { first<<<static_cast<unsigned>(pl.ntiles), kReduceThreads, sm>>>(x, out, DType::F32, parts, pl, p.op); };
+    // The partials pass and a dependent that only waits, through the launchers' typed launch.
+    const KernelRef<const float*, void*, DType, int64_t, int64_t, int64_t, ReduceOp, int64_t> partials{
+        reinterpret_cast<const void*>(&reduce_partials_block_kernel<float>)};
+    const KernelRef<void*> waiter{reinterpret_cast<const void*>(&wait_and_store)};
     auto pass2 = [&](bool dep) {
-      launch_dependent(reduce_partials_block_kernel<float>, dim3(1), dim3(kPartialsBlockThreads), 0, nullptr, dep,
-                       static_cast<const float*>(parts), out, DType::F32, pl.parts, pl.parts, int64_t(1), p.op, p.r);
+      launch_kernel(partials, dim3(1), dim3(kPartialsBlockThreads), 0, nullptr, dep,
+                    static_cast<const float*>(parts), out, DType::F32, pl.parts, pl.parts, int64_t(1), p.op, p.r);
     };
     const float a = probe_median_ms(pass1, reps);
     const float b = probe_median_ms([&] { pass2(false); }, reps);
@@ -346,12 +350,12 @@ int main(int argc, char** argv) {
     // a quarter of the partials.
     const float f = probe_median_ms([&] {
       pass1();
-      launch_dependent(wait_and_store, dim3(1), dim3(kPartialsBlockThreads), 0, nullptr, true, out);
+      launch_kernel(waiter, dim3(1), dim3(kPartialsBlockThreads), 0, nullptr, true, out);
     }, reps);
     const float g = probe_median_ms([&] {
       pass1();
-      launch_dependent(reduce_partials_block_kernel<float>, dim3(1), dim3(kPartialsBlockThreads), 0, nullptr, true,
-                       static_cast<const float*>(parts), out, DType::F32, pl.parts / 4, pl.parts, int64_t(1), p.op, p.r);
+      launch_kernel(partials, dim3(1), dim3(kPartialsBlockThreads), 0, nullptr, true,
+                    static_cast<const float*>(parts), out, DType::F32, pl.parts / 4, pl.parts, int64_t(1), p.op, p.r);
     }, reps);
     std::printf("first pass + a dependent that only waits: %.4f ms; + the partials pass over a quarter: %.4f\n", f, g);
     std::printf("chunked sum 2^28 fp32, %lld partials: first pass %.4f ms, partials pass %.4f, both %.4f, both (PDL) "
