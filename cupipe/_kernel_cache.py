@@ -185,35 +185,44 @@ def cubin(instance_id: str, header: str, arch: str, *, quiet: bool = False) -> b
     return _cubin(instance_id, header, arch, quiet)[0]
 
 
+def _cache_path(instance_id: str, header: str, arch: str, nvcc_ver: str) -> Path:
+    key = kernel_key(instance_id, header, arch, kernel_flags(), nvcc_ver, source_digest())
+    return cache_dir() / "kernels" / arch / key[:2] / f"{key}.cubin"
+
+
+def _cached(instance_id: str, header: str, arch: str, nvcc_versions: Iterable[str]) -> Optional[bytes]:
+    """The valid cached cubin of the instance made by any of these nvcc versions, else None."""
+    for ver in nvcc_versions:
+        data = _read_valid(_cache_path(instance_id, header, arch, ver))
+        if data is not None:
+            return data
+    return None
+
+
 def _cubin(instance_id: str, header: str, arch: str, quiet: bool = False):
     """(cubin, whether it was compiled now)."""
-    flags = kernel_flags()
     nvcc = nvcc_path()
-    ver = nvcc_version(nvcc) if nvcc else ""
-    key = kernel_key(instance_id, header, arch, flags, ver or "no-nvcc", source_digest())
-    d = cache_dir() / "kernels" / arch / key[:2]
-    path = d / f"{key}.cubin"
-    if nvcc:
-        data = _read_valid(path)
-        if data is not None:
-            return data, False
-    else:
-        # Without nvcc a cache made elsewhere still serves: look for this id under any nvcc version.
-        for ver_seen in _versions_in_cache():
-            k2 = kernel_key(instance_id, header, arch, flags, ver_seen, source_digest())
-            data = _read_valid(cache_dir() / "kernels" / arch / k2[:2] / f"{k2}.cubin")
-            if data is not None:
-                return data, False
-        raise _no_nvcc_error(instance_id)
+    if nvcc is None:
+        # Without nvcc a cache made elsewhere still serves: this id under any nvcc version seen.
+        data = _cached(instance_id, header, arch, _versions_in_cache())
+        if data is None:
+            raise _no_nvcc_error(instance_id)
+        return data, False
+    ver = nvcc_version(nvcc) or "unknown"
+    path = _cache_path(instance_id, header, arch, ver)
+    data = _read_valid(path)
+    if data is not None:
+        return data, False
+    d = path.parent
     _writable_dir(d)
-    with open(d / f"{key}.lock", "a") as lock:
+    with open(path.with_suffix(".lock"), "a") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)  # one compile per key; the others wait and read its file
         data = _read_valid(path)
         if data is not None:
             return data, False
         if not quiet:
             log.info("cupipe: compiling %s for %s on first use (cached in %s)", instance_id, arch, d)
-        _compile(header, instance_id, arch, flags, nvcc, path)
+        _compile(header, instance_id, arch, kernel_flags(), nvcc, path)
         _remember_version(ver)
         data = _read_valid(path)
     if data is None:
@@ -228,17 +237,13 @@ def _headers_by_id() -> Dict[str, str]:
 
 def is_cached(instance_id: str, arch: str) -> bool:
     """Whether a valid cubin of the instance for ``arch`` is in the disk cache (compiles nothing)."""
-    header = _headers_by_id().get(_kernels.normalize_id(instance_id))
+    iid = _kernels.normalize_id(instance_id)
+    header = _headers_by_id().get(iid)
     if header is None or not _build_info().get("kernel_flags"):
         return False
     nvcc = nvcc_path()
-    versions = [nvcc_version(nvcc)] if nvcc else _versions_in_cache()
-    for ver in versions:
-        key = kernel_key(_kernels.normalize_id(instance_id), header, arch, kernel_flags(), ver, source_digest())
-        path = cache_dir() / "kernels" / arch / key[:2] / f"{key}.cubin"
-        if path.is_file() and _read_valid(path) is not None:
-            return True
-    return False
+    versions = [nvcc_version(nvcc) or "unknown"] if nvcc else _versions_in_cache()
+    return _cached(iid, header, arch, versions) is not None
 
 
 def _versions_in_cache() -> List[str]:
