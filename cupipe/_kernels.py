@@ -12,6 +12,8 @@ Standard library only: setup.py loads this file before torch or the package exis
 """
 from __future__ import annotations
 
+import re
+
 from typing import Dict, Iterable, List, NamedTuple, Optional, Sequence, Tuple
 
 MECHANISMS = ("sync", "pipeline", "pipeline_thread", "primitives", "cg", "barrier", "specialized", "tma")
@@ -21,7 +23,8 @@ STAGES = tuple(range(1, 9))
 # dtype name (as torch spells it) -> the C++ type of the kernels, and its size.
 DTYPES = {"float32": ("float", 4), "float16": ("__half", 2), "bfloat16": ("__nv_bfloat16", 2),
           "float64": ("double", 8)}
-STENCIL_FAMILIES = ("Row", "Box", "Narrow3", "Narrow5", "Wide9", "Mma5", "Mma7", "Mma9")
+STENCIL_FAMILIES = ("Row", "Box", "Narrow3", "Narrow5", "Wide9", "Mma5", "Mma7", "Mma9", "BoxMma", "BoxFixed",
+                    "SteppedRow", "SteppedBox")
 MMA_TERMS = 2  # kMmaTerms<T> (consumer_mma.cuh): a Mma instance's weight terms; 1 for exact weights
 WGRAD_BLOCKINGS = ("RowBlocking", "BoxBlocking<1>", "BoxBlocking<3>", "BoxBlocking<5>", "BoxBlocking<9>")
 
@@ -55,7 +58,7 @@ def _m(mech: str) -> str:
 def stencil_family_exists(family: str, stages: int, dtype: str) -> bool:
     """stencil_family_exists<T>(F, S) (csrc/kernels/stencil/family.cuh)."""
     size = DTYPES[dtype][1]
-    if family in ("Row", "Box"):
+    if family in ("Row", "Box", "BoxFixed", "SteppedRow", "SteppedBox"):
         return True
     if family == "Narrow3":
         return stages <= 2 and size <= 4
@@ -63,7 +66,14 @@ def stencil_family_exists(family: str, stages: int, dtype: str) -> bool:
         return stages <= 2 and dtype == "float32"
     if family == "Wide9":
         return stages == 2 and dtype == "float32"
+    if family == "BoxMma":
+        return size == 2
     return stages == 2 and size == 2  # Mma5/7/9
+
+
+def _family_name(family: str) -> str:
+    """stencil_family_name (family.cuh): "BoxMma" -> "box_mma"."""
+    return re.sub(r"(?<=[a-z0-9])(?=[A-Z])", "_", family).lower()
 
 
 def stream_copy_widths(mech: str) -> Tuple[int, ...]:
@@ -86,7 +96,7 @@ def stencil_instances(mech: str, stages: int, dtype: str, families: Optional[Ite
         for terms in ((MMA_TERMS, 1) if fam.startswith("Mma") else (MMA_TERMS,)):
             out.append(Instance("stencil", HEADERS["stencil"],
                                 f"stencil_kernel<{_m(mech)},{stages},{ctype},StencilFamily::{fam},{terms}>",
-                                mech, stages, dtype, fam.lower() + ("" if terms == MMA_TERMS else "_exact")))
+                                mech, stages, dtype, _family_name(fam) + ("" if terms == MMA_TERMS else "_exact")))
     return out
 
 
@@ -173,18 +183,18 @@ def default_instances(arch_list: Optional[str] = None) -> List[Instance]:
     out += stream_copy_instances("sync", 2, widths=(1, 2))
     for dt in DTYPES:
         size = DTYPES[dt][1]
-        # tma/2: 2-byte rows (Row), rows16 boxes (every family), stepped boxes (Box).
-        out += stencil_instances("tma", 2, dt, families=None if size == 2 else
-                                 [f for f in STENCIL_FAMILIES if f != "Row"])
-        # primitives/2: boxes that are not rows16 (Box), fp64 boxes, fp32 boxes of unequal radii up
-        # to 5 wide (the fixed 3- and 5-row consumers), strided dims and points (Row, Box); before
-        # sm_90 everything.
+        # tma/2: 2-byte rows (Row), rows16 boxes (every box family), stepped boxes (SteppedBox).
+        out += stencil_instances("tma", 2, dt, families=[f for f in STENCIL_FAMILIES if f != "SteppedRow" and
+                                                         (size == 2 or f != "Row")])
+        # primitives/2: boxes that are not rows16 (Box; BoxMma where only the pointer is unaligned),
+        # fp64 boxes (Box, BoxFixed), fp32 boxes of unequal radii up to 5 wide (the fixed 3- and
+        # 5-row consumers), strided dims and points (Row, Box); before sm_90 everything.
         out += stencil_instances("primitives", 2, dt, families=None if old else
-                                 ("Row", "Box", "Narrow3", "Narrow5"))
+                                 ("Row", "Box", "BoxFixed", "Narrow3", "Narrow5", "BoxMma"))
         if size >= 4:
             out += stencil_instances("barrier", 2, dt, families=("Row",))   # rows of 4- and 8-byte types
-        out += stencil_instances("barrier", 1, dt, families=("Row",))       # stepped rows
-        out += stencil_instances("primitives", 1, dt, families=("Box",))    # stepped boxes of wide points
+        out += stencil_instances("barrier", 1, dt, families=("SteppedRow",))     # stepped rows
+        out += stencil_instances("primitives", 1, dt, families=("SteppedBox",))  # stepped boxes of wide points
         out += reduce_instances("tma", 1, dt) + reduce_instances("primitives", 2, dt)
         out += reduce_instances("primitives", 1, dt, kinds=("rows",))
         out += reduce_instances("tma", 3, dt, kinds=("cols",))

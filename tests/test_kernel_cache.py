@@ -35,8 +35,8 @@ def test_instance_ids_are_unique_and_defaults_are_instances():
     assert len(ids) == len(set(ids))
     assert {i.id for i in ks.default_instances()} <= set(ids)
     # every stencil family that family.cuh compiles, for each (mechanism, stages, dtype)
-    assert len(ks.select(every, op="stencil", mechanism="tma", stages=2, dtype="float16")) == 9
-    assert len(ks.select(every, op="stencil", mechanism="sync", stages=5, dtype="float64")) == 2
+    assert len(ks.select(every, op="stencil", mechanism="tma", stages=2, dtype="float16")) == 13
+    assert len(ks.select(every, op="stencil", mechanism="sync", stages=5, dtype="float64")) == 5
     assert CHEAP.id not in {i.id for i in ks.default_instances()}
     hopper = {i.id for i in ks.default_instances("9.0")}
     assert hopper < {i.id for i in ks.default_instances("8.0;9.0+PTX")} == {i.id for i in ks.default_instances()}
@@ -315,6 +315,7 @@ SASS_SAMPLE = [
     "stream_copy_kernel<engine::Mechanism::Sync,1,16>",
     "stencil_kernel<engine::Mechanism::Tma,2,float,StencilFamily::Narrow3,2>",
     "stencil_kernel<engine::Mechanism::Tma,2,__nv_bfloat16,StencilFamily::Mma7,1>",
+    "stencil_kernel<engine::Mechanism::Tma,2,__half,StencilFamily::BoxMma,2>",
     "stencil_kernel<engine::Mechanism::Primitives,2,double,StencilFamily::Box,2>",
     "stencil_kernel<engine::Mechanism::Barrier,1,__half,StencilFamily::Row,2>",
     "reduce_cols_kernel<engine::Mechanism::Tma,3,float>",

@@ -927,12 +927,17 @@ FAMILY_CASES = [
     ((2, 150, 512), (5, 5), torch.float16, 2, None, 0, "mma5"),
     ((2, 150, 512), (7, 7), torch.bfloat16, 2, None, 0, "mma7"),
     ((2, 150, 512), (9, 9), torch.float16, 2, None, 0, "mma9"),
-    ((2, 150, 384), (3, 3), torch.float32, 3, None, 0, "box"),     # deeper rings: the general kernel
+    ((2, 150, 384), (3, 3), torch.float32, 3, None, 0, "box_fixed"),  # deeper rings: the fixed box on Box's block
+    ((1, 100, 600), (9, 9), torch.float32, 4, None, 0, "box_fixed"),  # the wide 9x9 there
     ((2, 150, 384), (3, 3), torch.float32, 2, None, 1, "box"),     # unaligned: no fixed consumer
-    ((2, 150, 384), (3, 3), torch.float64, 2, None, 0, "box"),
+    ((2, 150, 384), (3, 3), torch.float64, 2, None, 0, "box_fixed"),
+    ((2, 150, 384), (5, 3), torch.float64, 2, None, 0, "box"),
     ((2, 150, 384), (7, 7), torch.float32, 2, None, 0, "box"),
-    ((2, 150, 512), (7, 7), torch.float16, 3, None, 0, "box"),     # tensor cores inside the Box kernel
+    ((2, 150, 512), (7, 7), torch.float16, 3, None, 0, "box_mma"),  # the tensor cores at other stage counts
+    ((2, 200, 512), (11, 5), torch.bfloat16, 2, None, 0, "box_mma"),  # more tap rows than Mma9
     ((64, 3000), (7,), torch.float32, 2, 0, 0, "box"),             # 1-D along a strided dim: Box1
+    ((8, 500, 3), (5,), torch.float32, 2, 1, 0, "stepped_row"),    # taps 3 apart along the rows
+    ((8, 500, 3), (9,), torch.bfloat16, 1, 1, 0, "stepped_row"),
 ]
 
 
@@ -959,6 +964,23 @@ def test_stencil_kernel_families(case, boundary):
         ref = _ref1d(x, w, dim, boundary)
     atol, rtol = tol(dtype, w.numel())
     assert_close(y, ref, atol=atol, rtol=rtol, what=f"family {family} {shape} w={wshape} {boundary} {dtype}")
+
+
+@pytest.mark.cuda
+@pytest.mark.skipif(not torch.cuda.is_available() or not cupipe.build_info.get("with_cuda"),
+                    reason="needs a CUDA device and a CUDA build of cupipe")
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float16, torch.float64])
+@pytest.mark.parametrize("boundary", ["zero", "replicate"])
+def test_stencil_stepped_box_family(dtype, boundary):
+    """A channels_last plane: the taps along W lie C elements apart (the SteppedBox family)."""
+    x = make_input((2, 5, 70, 300), dtype, "cuda", seed=97).contiguous(memory_format=torch.channels_last)
+    w = make_weights((3, 5), dtype, "cuda", seed=98)
+    for mech, stages in (("primitives", 1), ("tma" if tma_supported() else "cg", 2)):
+        assert cupipe._C.stencil_family(x, w, None, boundary, mech, stages) == "stepped_box"
+        poison_allocator(x.numel() * x.element_size())
+        y = cupipe.stencil2d(x, w, boundary=boundary, mechanism=mech, stages=stages)
+        atol, rtol = tol(dtype, w.numel())
+        assert_close(y, _ref2d(x, w, boundary), atol=atol, rtol=rtol, what=f"stepped box {mech}/{stages} {boundary}")
 
 
 def test_stencil_family_errors():

@@ -8,8 +8,7 @@ const char* stencil_family(const StencilParams& p) {
   const char* name = "";
   kernels::dispatch_dtype(p.dtype, [&](auto tv) {
     using T = decltype(tv);
-    const kernels::StencilFamily f = kernels::plan_stencil<T>(p, device_info(current_device())).family;
-    name = kernels::stencil_family_name(kernels::stencil_family_exists<T>(f, p.stages) ? f : kernels::StencilFamily::Box);
+    name = kernels::stencil_family_name(kernels::plan_stencil<T>(p, device_info(current_device())).family);
   });
   return name;
 }

@@ -12,15 +12,21 @@ namespace kernels {
 enum class StencilFamily : int {
   Row,      // 1-D signals and planes too short for Box items: the Row blocking or a fixed row
             // consumer (Row3..Row9), light and inlined, three blocks per SM
-  Box,      // the general 2-D kernel: any box, through the Box blockings, or the fixed 3x3/5x5,
-            // the fp32 9x9 wide and the 2-byte tensor-core consumers, chosen per call at run time
+  Box,      // the general 2-D kernel: any box, through the Box blocking chosen per call
   Narrow3,  // the fixed 3x3 consumer alone (2- and 4-byte types, 1-2 stages)
   Narrow5,  // the fixed 5x5 consumer alone (fp32, 1-2 stages)
   Wide9,    // the fp32 9x9 wide consumer alone, on 3 x 12 items (two stages)
   Mma5,     // the 2-byte tensor-core consumer alone with 5, 7 or 9 tap rows in registers
   Mma7,     // (two stages)
   Mma9,
+  BoxMma,   // the 2-byte tensor-core consumer over any tap rows, on Box's block and tiles
+  SteppedRow,  // taps a step apart (g.step > 1): the stepped consumer on Row's items and block,
+  SteppedBox,  // on Box's
+  BoxFixed,    // the fixed 3x3/5x5 and fp32 9x9 wide consumers on Box's block and tiles (deeper
+               // rings, fp64, tiles the alone-kernels do not take)
 };
+// BoxMma, BoxFixed and the Stepped families were run-time branches of Box (and Row): apart, no
+// kernel compiles a consumer it does not run, which keeps each first-use compile short.
 
 // Output rows per item of the Narrow3/Narrow5 kernels: half a Box item, so that the 3x3 compiles
 // within its register budget without spilling.
@@ -35,9 +41,20 @@ constexpr bool is_mma_family(StencilFamily f) {
   return f == StencilFamily::Mma5 || f == StencilFamily::Mma7 || f == StencilFamily::Mma9;
 }
 
+constexpr bool is_stepped_family(StencilFamily f) {
+  return f == StencilFamily::SteppedRow || f == StencilFamily::SteppedBox;
+}
+
+// The families on Row's or Box's block size (the others run kNarrowThreads).
+constexpr bool is_wide_block_family(StencilFamily f) {
+  return f == StencilFamily::Row || f == StencilFamily::Box || f == StencilFamily::BoxMma ||
+         f == StencilFamily::BoxFixed || is_stepped_family(f);
+}
+
 template <StencilFamily F, typename T>
 struct StencilFamilyTraits {
-  static constexpr bool kBox = F != StencilFamily::Row;  // 2-D tiles of Box items
+  static constexpr bool kBox = F != StencilFamily::Row && F != StencilFamily::SteppedRow;  // 2-D tiles of Box items
+  static constexpr bool kStepped = is_stepped_family(F);
   // The CUDA-core consumers that run alone: they stage the weights while the first tile loads,
   // and every warp loads (no one-warp tensor-map load).
   static constexpr bool kFixedAlone =
@@ -45,14 +62,14 @@ struct StencilFamilyTraits {
   static constexpr int kFixedK = F == StencilFamily::Narrow3 ? 3 : F == StencilFamily::Narrow5 ? 5 : 0;
   // Tap rows held at compile time by the tensor-core families (0 otherwise).
   static constexpr int kMmaRows = F == StencilFamily::Mma5 ? 5 : F == StencilFamily::Mma7 ? 7 : F == StencilFamily::Mma9 ? 9 : 0;
-  static constexpr int kThreads = F == StencilFamily::Row || F == StencilFamily::Box ? kStencilThreads : kNarrowThreads;
+  static constexpr int kThreads = is_wide_block_family(F) ? kStencilThreads : kNarrowThreads;
   // Resident warps per SM the register budget is compiled for (65536 / (32 x warps) registers a
-  // thread): Row and Narrow3 24 (85, 80), Narrow5 20 (102), Box, Wide9 and Mma 16 (128), fp64 Box
-  // 8 (what its 9-wide passes need).
-  static constexpr int kMinWarps = F == StencilFamily::Row || F == StencilFamily::Narrow3 ? 24
-                                   : F == StencilFamily::Narrow5                          ? 20
-                                   : F == StencilFamily::Box && sizeof(T) == 8            ? 8
-                                                                                          : 16;
+  // thread): Row and Narrow3 24 (85, 80), Narrow5 20 (102), Box, Wide9 and the Mma kinds 16 (128), fp64 Box
+  // 8 (what its 9-wide passes need); SteppedRow as Row, SteppedBox and BoxFixed as Box.
+  static constexpr int kMinWarps = !kBox || F == StencilFamily::Narrow3                            ? 24
+                                   : F == StencilFamily::Narrow5                                     ? 20
+                                   : F != StencilFamily::BoxMma && kThreads == kStencilThreads && sizeof(T) == 8 ? 8
+                                                                                                     : 16;
   static constexpr int kMinBlocks = std::max(1, kMinWarps / (kThreads / 32));
   // Rows per tensor-core round: 8, halved for 9 tap rows, whose fragments need the registers.
   static constexpr int kMmaRoundRows = kMmaRows <= 7 ? 8 : 4;
@@ -68,6 +85,10 @@ inline const char* stencil_family_name(StencilFamily f) {
     case StencilFamily::Mma5: return "mma5";
     case StencilFamily::Mma7: return "mma7";
     case StencilFamily::Mma9: return "mma9";
+    case StencilFamily::BoxMma: return "box_mma";
+    case StencilFamily::SteppedRow: return "stepped_row";
+    case StencilFamily::SteppedBox: return "stepped_box";
+    case StencilFamily::BoxFixed: return "box_fixed";
   }
   return "?";
 }
@@ -83,27 +104,34 @@ inline const char* stencil_family_enumerator(StencilFamily f) {
     case StencilFamily::Mma5: return "StencilFamily::Mma5";
     case StencilFamily::Mma7: return "StencilFamily::Mma7";
     case StencilFamily::Mma9: return "StencilFamily::Mma9";
+    case StencilFamily::BoxMma: return "StencilFamily::BoxMma";
+    case StencilFamily::SteppedRow: return "StencilFamily::SteppedRow";
+    case StencilFamily::SteppedBox: return "StencilFamily::SteppedBox";
+    case StencilFamily::BoxFixed: return "StencilFamily::BoxFixed";
   }
   return "?";
 }
 
 // The block size of a family (the host's view of StencilFamilyTraits::kThreads).
 constexpr int stencil_family_threads(StencilFamily f) {
-  return f == StencilFamily::Row || f == StencilFamily::Box ? kStencilThreads : kNarrowThreads;
+  return is_wide_block_family(f) ? kStencilThreads : kNarrowThreads;
 }
 
 // Which families have instances for a stage count and element type: the alone-kernels only where
 // they are chosen (1-2 stages; deeper rings do not fit their blocks per SM), so that the
-// instances stay few (cupipe/_kernels.py lists the same). The launcher runs Box where the plan's
-// family has none.
+// instances stay few (cupipe/_kernels.py lists the same). plan_stencil picks only these.
 template <typename T>
 constexpr bool stencil_family_exists(StencilFamily f, int stages) {
   switch (f) {
     case StencilFamily::Row:
-    case StencilFamily::Box: return true;
+    case StencilFamily::Box:
+    case StencilFamily::SteppedRow:
+    case StencilFamily::SteppedBox:
+    case StencilFamily::BoxFixed: return true;
     case StencilFamily::Narrow3: return stages <= 2 && sizeof(T) <= 4;
     case StencilFamily::Narrow5: return stages <= 2 && std::is_same_v<T, float>;
     case StencilFamily::Wide9: return stages == 2 && std::is_same_v<T, float>;
+    case StencilFamily::BoxMma: return sizeof(T) == 2;
     default: return stages == 2 && sizeof(T) == 2;  // Mma5/7/9
   }
 }

@@ -20,7 +20,7 @@ namespace cupipe {
 namespace kernels {
 
 // Runs the fixed consumer the launcher chose (see StencilFixed): the Row shapes in the Row kernel,
-// the Box shapes in the Box kernel (each compiled under its kernel's register budget).
+// the Box shapes in the BoxFixed kernel (each compiled under its kernel's register budget).
 template <typename T, bool Box>
 __device__ __forceinline__ void consume_fixed(StencilFixed f, uint32_t st, uint32_t ws, const ConsumerGeom& cg, T* out,
                                               int rank, int size) {
@@ -59,8 +59,9 @@ __device__ __forceinline__ A weight_as(const void* w, DType t, int i) {
 }
 
 // F: the family (family.cuh), with its preconditions from the launch plan: Narrow3/Narrow5 need
-// g.fixed to be that box, Wide9 Box9x9 with widened weight rows (narrow_wide_geom), Mma5/7/9
-// g.fixed == Mma (choose_mma). Terms (Mma families): the weight terms the consumer multiplies,
+// g.fixed to be that box, Wide9 Box9x9 with widened weight rows (narrow_wide_geom), Mma5/7/9 and
+// BoxMma g.fixed == Mma (choose_mma), BoxFixed a fixed box, SteppedRow/SteppedBox g.step > 1, Box
+// no fixed consumer, Row a fixed row or none (family_fits in launch_plan.cuh). Terms (Mma families): the weight terms the consumer multiplies,
 // kMmaTerms<T>, or 1 for weights that came in x's dtype (a block whose fragments need more
 // computes its tiles on the exact path).
 template <engine::Mechanism M, int S, typename T, StencilFamily F, int Terms = kMmaTerms<T>>
@@ -98,8 +99,9 @@ __global__ void __launch_bounds__(StencilFamilyTraits<F, T>::kThreads, StencilFa
   // The tensor-core consumer: its weight fragments, and the stages zeroed once, for the bytes the
   // loads leave unwritten that its 16-byte runs read and multiply by zero weights (finite, they
   // add nothing; left as they were, a NaN there would send units to the exact path).
-  if constexpr (sizeof(T) == 2 && kBox && !Fam::kFixedAlone) {
-    if ((Fam::kMmaRows > 0 || g.fixed == StencilFixed::Mma) && !late_setup) {
+  if constexpr (Fam::kMmaRows > 0 || F == StencilFamily::BoxMma) {
+    static_assert(sizeof(T) == 2, "the tensor-core families are the 2-byte types'");
+    if (!late_setup) {
       build_mma_fragments<T>(w_s, kh, kw, g.kw_pad, g.mma_a, frag_s, threadIdx.x, blockDim.x);
       for (int64_t i = threadIdx.x; i < S * g.stage_bytes / 16; i += blockDim.x)
         reinterpret_cast<uint4*>(smem)[i] = make_uint4(0, 0, 0, 0);
@@ -122,6 +124,16 @@ __global__ void __launch_bounds__(StencilFamilyTraits<F, T>::kThreads, StencilFa
       const uint32_t st = static_cast<uint32_t>(__cvta_generic_to_shared(stage));
       const uint32_t fs = ws + static_cast<uint32_t>(g.weight_bytes);
       consume_tile_mma_rows<T, Fam::kMmaRows, Fam::kMmaRoundRows, Terms>(st, fs, ws, mg, out, team.rank, team.size);
+    } else if constexpr (F == StencilFamily::BoxMma) {
+      const MmaGeom mg{g.ny, g.nx, kh, kw, g.kw_pad, g.pitch, g.hdr_bytes, g.tile_h, g.cols_log2 - 5, g.mma_a};
+      const uint32_t ws = static_cast<uint32_t>(__cvta_generic_to_shared(w_s));
+      consume_tile_mma<T, 4>(static_cast<uint32_t>(__cvta_generic_to_shared(stage)),
+                             ws + static_cast<uint32_t>(g.weight_bytes), ws, mg, out, team.rank, team.size);
+    } else if constexpr (Fam::kStepped) {  // taps a step apart, on Row's or Box's items
+      const uint32_t st = static_cast<uint32_t>(__cvta_generic_to_shared(stage));
+      const uint32_t ws = static_cast<uint32_t>(__cvta_generic_to_shared(w_s));
+      consume_stepped_tile<T, std::conditional_t<kBox, BoxBlocking<9>, RowBlocking>>(st, ws, cg, out, team.rank,
+                                                                                      team.size);
     } else if constexpr (F == StencilFamily::Wide9) {
       static_assert(std::is_same_v<T, float>, "the Wide9 kernel is the fp32 wide consumer's");
       consume_tile_wide<9, 9, kNarrowWideTH, kNarrowWideTW>(static_cast<uint32_t>(__cvta_generic_to_shared(stage)),
@@ -135,26 +147,16 @@ __global__ void __launch_bounds__(StencilFamilyTraits<F, T>::kThreads, StencilFa
       consume_tile_fixed<T, kNarrowTH, Fam::kFixedK, Fam::kFixedK, kItemTW<T>>(
           static_cast<uint32_t>(__cvta_generic_to_shared(stage)), static_cast<uint32_t>(__cvta_generic_to_shared(w_s)),
           ng, out, team.rank, team.size);
+    } else if constexpr (F == StencilFamily::BoxFixed) {
+      consume_fixed<T, true>(g.fixed, static_cast<uint32_t>(__cvta_generic_to_shared(stage)),
+                             static_cast<uint32_t>(__cvta_generic_to_shared(w_s)), cg, out, team.rank, team.size);
     } else {
-      if constexpr (sizeof(T) == 2 && kBox) {
-        if (g.fixed == StencilFixed::Mma) {
-          const MmaGeom mg{g.ny, g.nx, kh, kw, g.kw_pad, g.pitch, g.hdr_bytes, g.tile_h, g.cols_log2 - 5, g.mma_a};
-          const uint32_t ws = static_cast<uint32_t>(__cvta_generic_to_shared(w_s));
-          consume_tile_mma<T, 4>(static_cast<uint32_t>(__cvta_generic_to_shared(stage)),
-                              ws + static_cast<uint32_t>(g.weight_bytes), ws, mg, out, team.rank, team.size);
-          return;
-        }
-      }
-      if (g.fixed != StencilFixed::None) {
-        consume_fixed<T, kBox>(g.fixed, static_cast<uint32_t>(__cvta_generic_to_shared(stage)),
-                               static_cast<uint32_t>(__cvta_generic_to_shared(w_s)), cg, out, team.rank, team.size);
-      } else if (g.step != 1) {  // taps a step apart: the stepped consumer, Row's or Box's items
-        const uint32_t st = static_cast<uint32_t>(__cvta_generic_to_shared(stage));
-        const uint32_t ws = static_cast<uint32_t>(__cvta_generic_to_shared(w_s));
-        if constexpr (kBox) consume_stepped_tile<T, BoxBlocking<9>>(st, ws, cg, out, team.rank, team.size);
-        else consume_stepped_tile<T, RowBlocking>(st, ws, cg, out, team.rank, team.size);
-      } else if constexpr (!kBox) {
-        consume_tile<T, RowBlocking>(stage, w_s, cg, out, team.rank, team.size);
+      if constexpr (!kBox) {
+        if (g.fixed != StencilFixed::None)
+          consume_fixed<T, false>(g.fixed, static_cast<uint32_t>(__cvta_generic_to_shared(stage)),
+                                  static_cast<uint32_t>(__cvta_generic_to_shared(w_s)), cg, out, team.rank, team.size);
+        else
+          consume_tile<T, RowBlocking>(stage, w_s, cg, out, team.rank, team.size);
       } else {
         const uint32_t st = static_cast<uint32_t>(__cvta_generic_to_shared(stage));
         const uint32_t ws = static_cast<uint32_t>(__cvta_generic_to_shared(w_s));

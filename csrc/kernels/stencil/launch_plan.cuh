@@ -4,6 +4,8 @@
 
 #include <algorithm>
 #include <cstdlib>
+#include <stdexcept>
+#include <string>
 #include <type_traits>
 
 #include "kernels/kernel_id.h"
@@ -197,10 +199,38 @@ StencilPlan plan_stencil(const StencilParams& p, const DeviceInfo& dev) {
                    reinterpret_cast<uintptr_t>(p.x) % 16 == 0 && g.pitch / tensor_map_unit(esz) <= 256 &&
                    g.win_h <= 256 && p.nx <= kMaxCoord && p.ny <= kMaxCoord && p.batch <= kMaxCoord;
   if constexpr (esz == 2) {
-    if (fam == StencilFamily::Box) choose_mma(g, p, dev, S);
+    if (fam == StencilFamily::Box) {
+      choose_mma(g, p, dev, S);
+      if (g.fixed == StencilFixed::Mma) fam = StencilFamily::BoxMma;
+    }
   }
   if (g.blocking == StencilBlocking::Row) fam = StencilFamily::Row;
+  if (g.step != 1) fam = fam == StencilFamily::Row ? StencilFamily::SteppedRow : StencilFamily::SteppedBox;
+  if (fam == StencilFamily::Box && g.fixed != StencilFixed::None) fam = StencilFamily::BoxFixed;
   return StencilPlan{g, fam};
+}
+
+// Whether family f's kernel runs the consumer the geometry asks for: each family compiles its own
+// consumers only (family.cuh), and another would read g.fixed as something else.
+inline bool family_fits(StencilFamily f, const StencilGeom& g) {
+  if ((g.step != 1) != is_stepped_family(f)) return false;
+  const bool fixed_box = g.fixed == StencilFixed::Box3x3 || g.fixed == StencilFixed::Box5x5 ||
+                         g.fixed == StencilFixed::Box9x9;
+  switch (f) {
+    case StencilFamily::Row: return g.fixed == StencilFixed::None || (g.fixed >= StencilFixed::Row3 && g.fixed <= StencilFixed::Row9);
+    case StencilFamily::Box:
+    case StencilFamily::SteppedRow:
+    case StencilFamily::SteppedBox: return g.fixed == StencilFixed::None;
+    case StencilFamily::BoxFixed: return fixed_box;
+    case StencilFamily::Narrow3: return g.fixed == StencilFixed::Box3x3;
+    case StencilFamily::Narrow5: return g.fixed == StencilFixed::Box5x5;
+    case StencilFamily::Wide9: return g.fixed == StencilFixed::Box9x9;
+    case StencilFamily::Mma5:
+    case StencilFamily::Mma7:
+    case StencilFamily::Mma9:
+    case StencilFamily::BoxMma: return g.fixed == StencilFixed::Mma;
+  }
+  return false;
 }
 
 inline void launch_stencil_plan(const StencilParams& p) {
@@ -217,7 +247,10 @@ inline void launch_stencil_plan(const StencilParams& p) {
       tmap = make_plane_map(p.x, p.dtype, static_cast<int>(sizeof(T)), p.batch, p.ny, p.nx, g.xs_row, g.xs_plane,
                             g.pitch, g.win_h, stencil_l2_promotion(dev));
     // The plan's family has an instance for (S, T) (plan_stencil picks those only); Box otherwise.
-    const StencilFamily fam = stencil_family_exists<T>(plan.family, S) ? plan.family : StencilFamily::Box;
+    const StencilFamily fam = plan.family;
+    if (!stencil_family_exists<T>(fam, S) || !family_fits(fam, g))
+      throw std::logic_error(std::string("cupipe: the stencil plan does not fit kernel family ") +
+                             stencil_family_name(fam));
     const int threads = stencil_family_threads(fam);
     const cudaStream_t stream = reinterpret_cast<cudaStream_t>(p.stream);
     auto launch = [&](int terms) {
