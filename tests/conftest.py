@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import math
 import os
+import re
 import subprocess
 import tempfile
 from pathlib import Path
@@ -56,7 +57,7 @@ REDUCE_OPS = ["sum", "mean", "amax", "amin"]
 
 def sass_functions(path, containing: str = "") -> dict:
     """{kernel: SASS text} (cuobjdump) of a module, a cubin or a kernel cache file (its trailer
-    dropped). For a module, only its sm_90 cubins that name ``containing`` are disassembled (the
+    dropped), calls' target addresses masked (a shared callee lies elsewhere in a module's cubin). For a module, only its sm_90 cubins that name ``containing`` are disassembled (the
     whole module's SASS takes minutes)."""
     from cupipe import _kernel_cache
 
@@ -78,7 +79,10 @@ def sass_functions(path, containing: str = "") -> dict:
                     name = line.split(":", 1)[1].strip()
                     funcs[name] = []
                 elif name is not None and line and not line.startswith(("code for", ".", "-")):
-                    funcs[name].append(" ".join(line.split()))  # cuobjdump pads columns per file
+                    line = " ".join(line.split())  # cuobjdump pads columns per file
+                    if " CALL." in line:  # a callee's address: where its cubin placed the function
+                        line = re.sub(r"0x[0-9a-f]+", "0x?", line)
+                    funcs[name].append(line)
     return {k: "\n".join(v) for k, v in funcs.items()}
 
 
