@@ -135,17 +135,19 @@ _ship_headers()
 
 def _aot_sources():
     """Write the ahead-of-time instance files (build/aot_kernels/*.cu, rewritten only when their
-    text changes) and return their paths: the instances grouped by header, in files of about the
-    same compile cost so that the build's jobs finish together."""
+    text changes) and return their paths: the instances grouped by header and mechanism, in files
+    of at most about the same compile cost so that the build's jobs finish together."""
     instances = kernel_set.all_instances() if aot_all else kernel_set.default_instances(os.environ["TORCH_CUDA_ARCH_LIST"])
     out_dir = ROOT / "build" / "aot_kernels"
     out_dir.mkdir(parents=True, exist_ok=True)
     files = {}
     budget = 96  # about twelve stencil instances a file: each file parses the headers once
-    for header in sorted({i.header for i in instances}):
-        group = sorted((i for i in instances if i.header == header), key=lambda i: i.id)
+    # One header and one mechanism a file: a first-use compile of one of its instances parses
+    # what the file parsed (the same rings), so the two compile alike.
+    for header, mech in sorted({(i.header, i.mechanism) for i in instances}):
+        group = sorted((i for i in instances if (i.header, i.mechanism) == (header, mech)), key=lambda i: i.id)
         chunk, cost, n = [], 0, 0
-        stem = Path(header).stem
+        stem = Path(header).stem + (f"_{mech}" if mech else "")
         for inst in group + [None]:
             if inst is None or (chunk and cost + inst.cost > budget):
                 files[out_dir / f"{stem}_{n:03d}.cu"] = kernel_set.translation_unit(chunk)

@@ -224,10 +224,16 @@ def normalize_id(instance_id: str) -> str:
 
 
 def translation_unit(instances: Sequence[Instance]) -> str:
-    """The source of a file that compiles these instances (all of one header): the ahead-of-time
-    files and the one-instance files of first-use compiles are both this text."""
+    """The source of a file that compiles these instances (all of one header and, for the ahead-of-
+    time files, one mechanism): the ahead-of-time files and the one-instance files of first-use
+    compiles are both this text."""
     headers = sorted({i.header for i in instances})
-    lines = ['#include "kernels/instance.h"'] + [f'#include "{h}"' for h in headers]
+    # Only the rings these instances name (CUPIPE_ENGINE_MECHANISMS, engine/rings.cuh); from the
+    # ids, which are all a first-use compile knows.
+    enums = list(_ENUM.values())
+    mask = sum(1 << enums.index(e) for e in {e for i in instances for e in re.findall(r"Mechanism::(\w+)", i.id)})
+    lines = [f"#define CUPIPE_ENGINE_MECHANISMS {mask:#04x}", '#include "kernels/instance.h"']
+    lines += [f'#include "{h}"' for h in headers]
     lines += ["", "namespace cupipe {", "namespace kernels {"]
     lines += [f"CUPIPE_KERNEL_INSTANCE({i.id})" for i in instances]
     lines += ["}  // namespace kernels", "}  // namespace cupipe", ""]

@@ -42,6 +42,18 @@ def test_instance_ids_are_unique_and_defaults_are_instances():
     assert hopper < {i.id for i in ks.default_instances("8.0;9.0+PTX")} == {i.id for i in ks.default_instances()}
 
 
+def test_translation_unit_compiles_only_the_rings_its_ids_name():
+    """CUPIPE_ENGINE_MECHANISMS (engine/rings.cuh): the mechanisms the ids name, a first-use file
+    (which knows only the id) and an ahead-of-time file alike."""
+    tu = ks.translation_unit
+    assert tu(ks.stencil_instances("tma", 2, "float32", ["Box"])).startswith("#define CUPIPE_ENGINE_MECHANISMS 0x80\n")
+    assert tu([CHEAP]).startswith("#define CUPIPE_ENGINE_MECHANISMS 0x10\n")
+    both = ks.reduce_instances("pipeline", 3, "float32") + ks.reduce_instances("specialized", 3, "float32")
+    assert tu(both).startswith("#define CUPIPE_ENGINE_MECHANISMS 0x42\n")
+    bare = [ks.Instance("", i.header, i.id, "", 0, "", "") for i in ks.wgrad_instances("float16")[:1]]
+    assert tu(bare).startswith("#define CUPIPE_ENGINE_MECHANISMS 0x00\n")
+
+
 def test_select_keeps_the_kernels_every_configuration_needs():
     got = ks.select(ks.all_instances(), op="reduce", mechanism="tma", stages=3, dtype="bfloat16")
     kinds = sorted(i.family for i in got)
@@ -318,7 +330,7 @@ SASS_SAMPLE = [
     "stencil_kernel<engine::Mechanism::Tma,2,float,StencilFamily::Narrow3,2>",
     "stencil_kernel<engine::Mechanism::Tma,2,__nv_bfloat16,StencilFamily::Mma7,1>",
     "stencil_kernel<engine::Mechanism::Primitives,2,double,StencilFamily::Box,2>",
-    "stencil_kernel<engine::Mechanism::Barrier,1,__half,StencilFamily::Row,2>",
+    "stencil_kernel<engine::Mechanism::Barrier,1,__half,StencilFamily::SteppedRow,2>",
     "reduce_cols_kernel<engine::Mechanism::Tma,3,float>",
     "reduce_rows_kernel<engine::Mechanism::Primitives,1,__nv_bfloat16>",
     "reduce_partials_kernel<float>",

@@ -28,10 +28,31 @@
 // the partitioned one (`specialized`) by run_partitioned.
 #pragma once
 
+// CUPIPE_ENGINE_MECHANISMS: the mechanisms a translation unit compiles, a bit mask over
+// Mechanism's values (default: all). The kernel instance files (cupipe/_kernels.py) set it to the
+// mechanisms their ids name, so that libcu++'s pipeline and barrier headers and cooperative
+// groups, about a second of every compile, are parsed only where a ring uses them: the rings on
+// those libraries are left out otherwise (a kernel of one does not compile); sync, primitives and
+// tma need none and are always there.
+#ifndef CUPIPE_ENGINE_MECHANISMS
+#define CUPIPE_ENGINE_MECHANISMS 0xff
+#endif
+#define CUPIPE_ENGINE_HAS(m) ((CUPIPE_ENGINE_MECHANISMS >> (m)) & 1)
+#define CUPIPE_ENGINE_HAS_PIPELINE (CUPIPE_ENGINE_HAS(1) || CUPIPE_ENGINE_HAS(2) || CUPIPE_ENGINE_HAS(6))
+#define CUPIPE_ENGINE_HAS_CG (CUPIPE_ENGINE_HAS(1) || CUPIPE_ENGINE_HAS(4) || CUPIPE_ENGINE_HAS(5) || CUPIPE_ENGINE_HAS(6))
+
+#if CUPIPE_ENGINE_HAS_CG
 #include <cooperative_groups.h>
+#endif
+#if CUPIPE_ENGINE_HAS(4)
 #include <cooperative_groups/memcpy_async.h>
-#include <cuda/barrier>
+#endif
+#if CUPIPE_ENGINE_HAS(4) || CUPIPE_ENGINE_HAS(5)
+#include <cuda/barrier>  // cuda::barrier, cuda::aligned_size_t
+#endif
+#if CUPIPE_ENGINE_HAS_PIPELINE
 #include <cuda/pipeline>
+#endif
 #include <cuda_pipeline_primitives.h>
 
 #include "engine/common.cuh"
@@ -40,7 +61,13 @@
 namespace cupipe {
 namespace engine {
 
+static_assert(int(Mechanism::Pipeline) == 1 && int(Mechanism::PipelineThread) == 2 && int(Mechanism::Cg) == 4 &&
+                  int(Mechanism::Barrier) == 5 && int(Mechanism::Specialized) == 6,
+              "CUPIPE_ENGINE_HAS numbers the mechanisms as Mechanism does");
+
+#if CUPIPE_ENGINE_HAS_CG
 namespace cg = cooperative_groups;
+#endif
 
 enum class TailMode { Exact, MayOverwrite };
 
@@ -259,6 +286,7 @@ struct Ring<Mechanism::Sync, Stages, V> : RingBase<Stages>, PerThreadCopies<Ring
   }
 };
 
+#if CUPIPE_ENGINE_HAS(1)
 // ---- pipeline: cuda::pipeline<thread_scope_block>, unified --------------------------------------
 template <int Stages, int V>
 struct Ring<Mechanism::Pipeline, Stages, V> : RingBase<Stages>, PerThreadCopies<Ring<Mechanism::Pipeline, Stages, V>, V> {
@@ -278,7 +306,9 @@ struct Ring<Mechanism::Pipeline, Stages, V> : RingBase<Stages>, PerThreadCopies<
   template <class St> CUPIPE_DEVICE void consumer_wait(const St&, int) { pipe.consumer_wait(); }
   template <class St> CUPIPE_DEVICE void consumer_release(const St&) { pipe.consumer_release(); }
 };
+#endif
 
+#if CUPIPE_ENGINE_HAS(2)
 // ---- pipeline_thread: a cuda::pipeline<thread_scope_thread> per thread + __syncthreads ----------
 template <int Stages, int V>
 struct Ring<Mechanism::PipelineThread, Stages, V> : RingBase<Stages>,
@@ -301,6 +331,7 @@ struct Ring<Mechanism::PipelineThread, Stages, V> : RingBase<Stages>,
     if (Stages == 1) __syncthreads();
   }
 };
+#endif
 
 // ---- primitives: __pipeline_memcpy_async / _commit / _wait_prior (LDGSTS), zero-filled tails ----
 template <int Stages, int V>
@@ -329,6 +360,7 @@ struct Ring<Mechanism::Primitives, Stages, V> : RingBase<Stages>,
   }
 };
 
+#if CUPIPE_ENGINE_HAS(4)
 // ---- cg: cooperative_groups::memcpy_async (one batch per call) + cg::wait_prior -----------------
 template <int Stages, int V>
 struct Ring<Mechanism::Cg, Stages, V> : RingBase<Stages>, CollectiveCopies<Ring<Mechanism::Cg, Stages, V>, V> {
@@ -361,7 +393,9 @@ struct Ring<Mechanism::Cg, Stages, V> : RingBase<Stages>, CollectiveCopies<Ring<
     if (Stages == 1) __syncthreads();
   }
 };
+#endif
 
+#if CUPIPE_ENGINE_HAS(5)
 // ---- barrier: cuda::memcpy_async completing on a cuda::barrier<thread_scope_block> per stage -----
 template <int Stages, int V>
 struct Ring<Mechanism::Barrier, Stages, V> : RingBase<Stages>,
@@ -392,7 +426,9 @@ struct Ring<Mechanism::Barrier, Stages, V> : RingBase<Stages>,
     if (Stages == 1) __syncthreads();
   }
 };
+#endif
 
+#if CUPIPE_ENGINE_HAS(6)
 // ---- specialized: partitioned cuda::pipeline, warp 0 produces, the other warps consume ----------
 template <int Stages, int V>
 struct Ring<Mechanism::Specialized, Stages, V> : RingBase<Stages>,
@@ -426,6 +462,7 @@ struct Ring<Mechanism::Specialized, Stages, V> : RingBase<Stages>,
   template <class St> CUPIPE_DEVICE void consumer_wait(const St&, int) { pipe.consumer_wait(); }
   template <class St> CUPIPE_DEVICE void consumer_release(const St&) { pipe.consumer_release(); }
 };
+#endif
 
 // ---- tma: sm_90 bulk copies (UBLKCP) completing on an mbarrier with expected transaction bytes --
 // Thread 0 issues the bulk copies; "full" barriers (every thread arrives, plus the tx bytes)
