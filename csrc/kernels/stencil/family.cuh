@@ -68,7 +68,7 @@ struct StencilFamilyTraits {
   // 8 (what its 9-wide passes need); SteppedRow as Row, SteppedBox and BoxFixed as Box.
   static constexpr int kMinWarps = !kBox || F == StencilFamily::Narrow3                            ? 24
                                    : F == StencilFamily::Narrow5                                     ? 20
-                                   : F != StencilFamily::BoxMma && kThreads == kStencilThreads && sizeof(T) == 8 ? 8
+                                   : kThreads == kStencilThreads && sizeof(T) == 8                  ? 8
                                                                                                      : 16;
   static constexpr int kMinBlocks = std::max(1, kMinWarps / (kThreads / 32));
   // Rows per tensor-core round: 8, halved for 9 tap rows, whose fragments need the registers.
