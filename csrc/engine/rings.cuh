@@ -31,9 +31,9 @@
 // CUPIPE_ENGINE_MECHANISMS: the mechanisms a translation unit compiles, a bit mask over
 // Mechanism's values (default: all). The kernel instance files (cupipe/_kernels.py) set it to the
 // mechanisms their ids name, so that libcu++'s pipeline and barrier headers and cooperative
-// groups, about a second of every compile, are parsed only where a ring uses them: the rings on
-// those libraries are left out otherwise (a kernel of one does not compile); sync, primitives and
-// tma need none and are always there.
+// groups, most of a compile's header parsing (docs/design.md), are parsed only where a ring uses
+// them: the rings on those libraries are left out otherwise (a kernel of one does not compile);
+// sync, primitives and tma need none and are always there.
 #ifndef CUPIPE_ENGINE_MECHANISMS
 #define CUPIPE_ENGINE_MECHANISMS 0xff
 #endif
