@@ -147,7 +147,7 @@ def _aot_sources():
     for header, mech in sorted({(i.header, i.mechanism) for i in instances}):
         group = sorted((i for i in instances if (i.header, i.mechanism) == (header, mech)), key=lambda i: i.id)
         chunk, cost, n = [], 0, 0
-        stem = Path(header).stem + (f"_{mech}" if mech else "")
+        stem = str(Path(header).relative_to("kernels").with_suffix("")).replace("/", "_") + (f"_{mech}" if mech else "")
         for inst in group + [None]:
             if inst is None or (chunk and cost + inst.cost > budget):
                 files[out_dir / f"{stem}_{n:03d}.cu"] = kernel_set.translation_unit(chunk)

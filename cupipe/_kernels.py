@@ -28,11 +28,15 @@ STENCIL_FAMILIES = ("Row", "Box", "Narrow3", "Narrow5", "Wide9", "Mma5", "Mma7",
 MMA_TERMS = 2  # kMmaTerms<T> (consumer_mma.cuh): a Mma instance's weight terms; 1 for exact weights
 WGRAD_BLOCKINGS = ("RowBlocking", "BoxBlocking<1>", "BoxBlocking<3>", "BoxBlocking<5>", "BoxBlocking<9>")
 
+# The header that defines each kernel: the kernel alone, without its launcher's host code (which
+# an instance's compile would only parse). The launchers name the same headers (kernel_ref).
 HEADERS = {
     "stream_copy": "kernels/stream_copy.cuh",
-    "stencil": "kernels/stencil.cuh",
+    "stencil": "kernels/stencil/kernel.cuh",
     "stencil_wgrad": "kernels/stencil/weight_grad.cuh",
-    "reduce": "kernels/reduce.cuh",
+    "reduce_rows": "kernels/reduce/rows.cuh",
+    "reduce_cols": "kernels/reduce/columns.cuh",
+    "reduce_partials": "kernels/reduce/partials.cuh",
 }
 
 
@@ -102,20 +106,20 @@ def stencil_instances(mech: str, stages: int, dtype: str, families: Optional[Ite
 
 def reduce_instances(mech: str, stages: int, dtype: str, kinds: Sequence[str] = ("rows", "cols")) -> List[Instance]:
     ctype = DTYPES[dtype][0]
-    return [Instance("reduce", HEADERS["reduce"], f"reduce_{kind}_kernel<{_m(mech)},{stages},{ctype}>",
+    return [Instance("reduce", HEADERS[f"reduce_{kind}"], f"reduce_{kind}_kernel<{_m(mech)},{stages},{ctype}>",
                      mech, stages, dtype, kind) for kind in kinds]
 
 
 def reduce_wide_instances(mech: str, dtype: str) -> List[Instance]:
     """reduce_wide_rows_kernel<M, T, chunks>: stage-less (one tile per block)."""
     ctype = DTYPES[dtype][0]
-    return [Instance("reduce", HEADERS["reduce"], f"reduce_wide_rows_kernel<{_m(mech)},{ctype},{b}>",
+    return [Instance("reduce", HEADERS["reduce_rows"], f"reduce_wide_rows_kernel<{_m(mech)},{ctype},{b}>",
                      mech, 0, dtype, "wide_rows" + ("_chunks" if b == "true" else "")) for b in ("false", "true")]
 
 
 def reduce_partials_instances() -> List[Instance]:
     """The partials passes, per accumulation type (float, double)."""
-    return [Instance("reduce", HEADERS["reduce"], f"{k}<{a}>", "", 0, "", k.replace("_kernel", "") + "_" + a)
+    return [Instance("reduce", HEADERS["reduce_partials"], f"{k}<{a}>", "", 0, "", k.replace("_kernel", "") + "_" + a)
             for k in ("reduce_partials_block_kernel", "reduce_col_partials_kernel", "reduce_partials_kernel")
             for a in ("float", "double")]
 

@@ -81,6 +81,13 @@ struct StencilParams {
   Stream stream = nullptr;
 };
 
+// The element a plane's map counts in: 8-byte words whatever the data type, so that a box row
+// may be up to 2 KiB wide (256 units) instead of 256 elements (512 bytes of a 2-byte type: the
+// stencils' tiles of 256 columns). Every box the stencils ask for starts and ends on a 16-byte
+// boundary and the rows are whole 16-byte multiples, so a word never holds an element inside the
+// plane and one outside it, and the zeros delivered for words outside are zeros of any type.
+constexpr int tensor_map_unit(int /*esz*/) { return 8; }
+
 // The weight gradient of that stencil: grad_w[a, c] = sum over outputs (b, i, j) of
 // grad[b, i, j] * x[b, map_y(i + a - ry), map_x(j + c - rx)]. The launcher writes one row of
 // (2ry+1)*(2rx+1) partial sums (accumulation type) per block into `partials` and returns the

@@ -10,14 +10,12 @@
 #include <string>
 #include <vector>
 
+#include "kernels/instance.h"
 #include "kernels/params.h"
 
 namespace cupipe {
 
 // Registers an ahead-of-time instance (a static object per instance, made by instance.h).
-struct KernelRegistration {
-  KernelRegistration(const char* id, const void* fn);
-};
 
 // Compiles (or finds in the disk cache) the cubin of instance `id` declared by `header` for
 // `device`, returning its bytes, or throws std::runtime_error with a message for the user.

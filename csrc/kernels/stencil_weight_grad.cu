@@ -1,4 +1,5 @@
 // The weight gradient's launcher: the kernel and how it works are in stencil/weight_grad.cuh.
+#include "kernels/stencil.cuh"
 #include "kernels/stencil/weight_grad.cuh"
 
 namespace cupipe {

@@ -1,7 +1,55 @@
 // launch_stream_copy: picks the widest copy the two pointers allow, then the mechanism's kernel.
 #include "kernels/stream_copy.cuh"
 
+#include <stdexcept>
+#include <string>
+
+#include "kernels/kernel_id.h"
+#include "kernels/launch_utils.cuh"
+
 namespace cupipe {
+namespace kernels {
+namespace {
+
+inline int default_copy_tile(engine::Mechanism m, int stages, const DeviceInfo& dev) {
+  int t = m == engine::Mechanism::Sync && stages == 1 ? 2 * kCopyTileBytes : kCopyTileBytes;
+  while (t > 1024 && static_cast<int64_t>(stages) * t + 1024 > dev.max_smem_optin) t /= 2;
+  return t;
+}
+constexpr int copy_tiles_per_block(engine::Mechanism m, int stages) {
+  return m == engine::Mechanism::Sync && stages == 1 ? 1 : kCopyTilesPerBlock;
+}
+
+// Launches p's mechanism, stage count and copy width (already validated and narrowed to what the
+// pointers allow: launch_stream_copy).
+inline void launch_stream_copy_plan(const StreamCopyParams& p, int head) {
+  const engine::Mechanism M = p.mechanism;
+  const int S = p.stages;
+  if (S < 1 || S > engine::kMaxStages) throw std::runtime_error("stages must be 1..8, got " + std::to_string(S));
+  const int V = M == engine::Mechanism::Tma ? 16 : p.vec_bytes;
+  const bool width_ok = V == 4 || V == 8 || V == 16 || (M == engine::Mechanism::Sync && (V == 1 || V == 2));
+  if (!width_ok) throw std::runtime_error("async copy width must be 4, 8 or 16, got " + std::to_string(V));
+  const cudaStream_t stream = reinterpret_cast<cudaStream_t>(p.stream);
+  const auto kernel = kernel_ref<const char*, char*, int64_t, int, int, TileShare>(
+      kStreamCopyHeader, kernel_id("stream_copy_kernel", M, S, V), stream);
+  const DeviceInfo dev = device_info(current_device());
+  const int tile = p.tile_bytes > 0 ? p.tile_bytes : default_copy_tile(M, S, dev);
+  const size_t smem = static_cast<size_t>(S) * tile;
+  prepare_smem(kernel, smem, "stream_copy");
+  const int64_t body = p.bytes - head;
+  const int64_t ntiles = (body + tile - 1) / tile;
+  const int tpb = copy_tiles_per_block(M, S);
+  int64_t grid = p.max_blocks > 0 ? p.max_blocks : (ntiles + tpb - 1) / tpb;
+  if (grid > ntiles) grid = ntiles;
+  if (grid < 1) grid = 1;
+  launch_kernel(kernel, dim3(static_cast<unsigned>(grid)), dim3(kCopyThreads), smem, stream, false,
+                static_cast<const char*>(p.src), static_cast<char*>(p.dst), p.bytes, head, tile,
+                TileShare(ntiles, grid));
+}
+
+}  // namespace
+}  // namespace kernels
+
 
 void launch_stream_copy(const StreamCopyParams& p_in) {
   using engine::Mechanism;

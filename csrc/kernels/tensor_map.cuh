@@ -40,13 +40,6 @@ inline CUtensorMapDataType tensor_map_dtype(DType t) {
   return CU_TENSOR_MAP_DATA_TYPE_FLOAT32;
 }
 
-// The element a plane's map counts in: 8-byte words whatever the data type, so that a box row
-// may be up to 2 KiB wide (256 units) instead of 256 elements (512 bytes of a 2-byte type: the
-// stencils' tiles of 256 columns). Every box the stencils ask for starts and ends on a 16-byte
-// boundary and the rows are whole 16-byte multiples, so a word never holds an element inside the
-// plane and one outside it, and the zeros delivered for words outside are zeros of any type.
-constexpr int tensor_map_unit(int /*esz*/) { return 8; }
-
 // The map of `batch` planes of ny x nx elements at `base` (16-byte aligned, nx * esz a multiple
 // of 16), read in boxes of box_bytes x box_h x 1 (box_bytes a multiple of 16, at most 256 units
 // of tensor_map_unit(esz); box_h at most 256). Elements of a box outside the tensor are delivered

@@ -245,8 +245,10 @@ inline int64_t partial_count(const ReduceParams& p, const DeviceInfo& dev) {
   return pl.parts > 1 ? pl.parts * p.outer * p.inner : 0;
 }
 
-// The header that declares the reduction kernels (a first-use compile includes it).
-constexpr const char* kReduceHeader = "kernels/reduce.cuh";
+// The headers that define the reduction kernels (an instance's compile includes its own).
+constexpr const char* kReduceRowsHeader = "kernels/reduce/rows.cuh";
+constexpr const char* kReduceColsHeader = "kernels/reduce/columns.cuh";
+constexpr const char* kReducePartialsHeader = "kernels/reduce/partials.cuh";
 
 // The mechanism and stage count are p's (run-time values here: only the kernels are compiled per
 // mechanism and stage count).
@@ -262,7 +264,7 @@ void launch_reduce_typed(const ReduceParams& p) {
   int64_t nout = p.outer * p.inner, parts = 1, stride_out = 1, stride_part = 1;
   if (p.inner == 1) {
     const auto kernel = kernel_ref<const T*, void*, DType, A*, RowsPlan, ReduceOp>(
-        kReduceHeader, kernel_id("reduce_rows_kernel", M, S, type_c<T>{}), stream);
+        kReduceRowsHeader, kernel_id("reduce_rows_kernel", M, S, type_c<T>{}), stream);
     const int tile_bytes = rows_tile_bytes(p, dev);
     const size_t smem = static_cast<size_t>(S) * (tile_bytes + 32);
     prepare_smem(kernel, smem, "reduce");
@@ -270,7 +272,7 @@ void launch_reduce_typed(const ReduceParams& p) {
     RowsPlan pl = make_rows_plan(p, esz, tile_bytes, target_blocks(p, resident));
     if (pl.wide) {
       const auto wide = kernel_ref<const T*, void*, DType, A*, RowsPlan, ReduceOp>(
-          kReduceHeader, kernel_id("reduce_wide_rows_kernel", M, type_c<T>{}, pl.parts > 1), stream);
+          kReduceRowsHeader, kernel_id("reduce_wide_rows_kernel", M, type_c<T>{}, pl.parts > 1), stream);
       const size_t wide_smem = static_cast<size_t>(pl.tile_elems) * esz + 32;
       prepare_smem(wide, wide_smem, "reduce");
       if (pl.ntiles > 0x7fffffff) throw std::runtime_error("reduce: too many rows for one launch");
@@ -292,7 +294,7 @@ void launch_reduce_typed(const ReduceParams& p) {
     parts = pl.parts; stride_out = pl.parts; stride_part = 1;  // (parts == 1: no partials)
   } else {
     const auto kernel = kernel_ref<const T*, void*, DType, A*, ColsPlan, ReduceOp>(
-        kReduceHeader, kernel_id("reduce_cols_kernel", M, S, type_c<T>{}), stream);
+        kReduceColsHeader, kernel_id("reduce_cols_kernel", M, S, type_c<T>{}), stream);
     const ColsPlan shape = make_cols_plan(p, dev, esz, 1);  // tile geometry; the split needs `resident`
     const size_t smem = static_cast<size_t>(S) * shape.stage_bytes;
     prepare_smem(kernel, smem, "reduce");
@@ -307,7 +309,7 @@ void launch_reduce_typed(const ReduceParams& p) {
   const bool dependent = dev.code_sm >= 90;  // griddepcontrol is in the kernels' code
   if (parts > 1 && nout < dev.num_sms) {
     const auto k = kernel_ref<const A*, void*, DType, int64_t, int64_t, int64_t, ReduceOp, int64_t>(
-        kReduceHeader, kernel_id("reduce_partials_block_kernel", type_c<A>{}), stream);
+        kReducePartialsHeader, kernel_id("reduce_partials_block_kernel", type_c<A>{}), stream);
     launch_kernel(k, dim3(static_cast<unsigned>(nout)), dim3(kPartialsBlockThreads), 0,
                   stream, dependent, static_cast<const A*>(partials), p.out, p.out_dtype, parts, stride_out,
                   stride_part, p.op, p.r);
@@ -317,7 +319,7 @@ void launch_reduce_typed(const ReduceParams& p) {
     const int64_t blocks = ceil_div(nout << slices_log2, kColPartialsThreads);
     if (blocks > 0x7fffffff) throw std::runtime_error("reduce: too many outputs for the partials pass");
     const auto k = kernel_ref<const A*, void*, DType, int64_t, int64_t, ReduceOp, int64_t, int>(
-        kReduceHeader, kernel_id("reduce_col_partials_kernel", type_c<A>{}), stream);
+        kReducePartialsHeader, kernel_id("reduce_col_partials_kernel", type_c<A>{}), stream);
     launch_kernel(k, dim3(static_cast<unsigned>(blocks)), dim3(kColPartialsThreads), 0,
                   stream, dependent, static_cast<const A*>(partials), p.out, p.out_dtype, nout, parts, p.op, p.r,
                   slices_log2);
@@ -327,7 +329,7 @@ void launch_reduce_typed(const ReduceParams& p) {
     const int64_t blocks = ceil_div(nout << lanes_log2, 256);
     if (blocks > 0x7fffffff) throw std::runtime_error("reduce: too many outputs for the partials pass");
     const auto k = kernel_ref<const A*, void*, DType, int64_t, int64_t, int64_t, int64_t, ReduceOp, int64_t, int>(
-        kReduceHeader, kernel_id("reduce_partials_kernel", type_c<A>{}), stream);
+        kReducePartialsHeader, kernel_id("reduce_partials_kernel", type_c<A>{}), stream);
     launch_kernel(k, dim3(static_cast<unsigned>(blocks)), dim3(256), 0, stream, dependent,
                   static_cast<const A*>(partials), p.out, p.out_dtype, nout, parts, stride_out, stride_part, p.op,
                   p.r, lanes_log2);

@@ -15,7 +15,6 @@
 
 #include "engine/engine.cuh"
 #include "kernels/fast_div.cuh"
-#include "kernels/launch_utils.cuh"
 
 namespace cupipe {
 namespace kernels {

@@ -4,6 +4,8 @@
 // (family.cuh); the family fixes the consumer, the block size and the register budget.
 #pragma once
 
+#include <cuda.h>  // CUtensorMap
+
 #include <type_traits>
 
 #include "engine/engine.cuh"

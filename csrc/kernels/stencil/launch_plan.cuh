@@ -133,8 +133,8 @@ inline StencilFamily mma_family(const StencilGeom& g, int stages, int sm) {
   return kh == 5 ? StencilFamily::Mma5 : kh == 7 ? StencilFamily::Mma7 : kh == 9 ? StencilFamily::Mma9 : StencilFamily::Box;
 }
 
-// The header that declares stencil_kernel (a first-use compile includes it), and an instance's id.
-constexpr const char* kStencilHeader = "kernels/stencil.cuh";
+// The header that defines stencil_kernel (an instance's compile includes it), and an instance's id.
+constexpr const char* kStencilHeader = "kernels/stencil/kernel.cuh";
 template <typename T>
 std::string stencil_kernel_id(engine::Mechanism m, int stages, StencilFamily f, int terms) {
   return kernel_id("stencil_kernel", m, stages, type_c<T>{}, stencil_family_enumerator(f), terms);
@@ -246,7 +246,8 @@ inline void launch_stencil_plan(const StencilParams& p) {
     if (g.tensor_tiles)
       tmap = make_plane_map(p.x, p.dtype, static_cast<int>(sizeof(T)), p.batch, p.ny, p.nx, g.xs_row, g.xs_plane,
                             g.pitch, g.win_h, stencil_l2_promotion(dev));
-    // The plan's family has an instance for (S, T) (plan_stencil picks those only); Box otherwise.
+    // plan_stencil picks families that have an instance for (S, T) and run its consumer; a plan
+    // that does not is a bug here, reported rather than launched.
     const StencilFamily fam = plan.family;
     if (!stencil_family_exists<T>(fam, S) || !family_fits(fam, g))
       throw std::logic_error(std::string("cupipe: the stencil plan does not fit kernel family ") +

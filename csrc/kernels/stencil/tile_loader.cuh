@@ -10,7 +10,6 @@
 
 #include "kernels/numeric.cuh"
 #include "kernels/stencil/geometry.cuh"
-#include "kernels/tensor_map.cuh"
 
 namespace cupipe {
 namespace kernels {

@@ -18,7 +18,7 @@
 // mechanism study. The launcher is stencil_weight_grad.cu.
 #pragma once
 
-#include "kernels/stencil.cuh"
+#include "kernels/stencil/kernel.cuh"
 
 namespace cupipe {
 namespace kernels {
