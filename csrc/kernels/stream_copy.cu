@@ -11,7 +11,7 @@ namespace cupipe {
 namespace kernels {
 namespace {
 
-inline int default_copy_tile(engine::Mechanism m, int stages, const DeviceInfo& dev) {
+int default_copy_tile(engine::Mechanism m, int stages, const DeviceInfo& dev) {
   int t = m == engine::Mechanism::Sync && stages == 1 ? 2 * kCopyTileBytes : kCopyTileBytes;
   while (t > 1024 && static_cast<int64_t>(stages) * t + 1024 > dev.max_smem_optin) t /= 2;
   return t;
@@ -22,7 +22,7 @@ constexpr int copy_tiles_per_block(engine::Mechanism m, int stages) {
 
 // Launches p's mechanism, stage count and copy width (already validated and narrowed to what the
 // pointers allow: launch_stream_copy).
-inline void launch_stream_copy_plan(const StreamCopyParams& p, int head) {
+void launch_stream_copy_plan(const StreamCopyParams& p, int head) {
   const engine::Mechanism M = p.mechanism;
   const int S = p.stages;
   if (S < 1 || S > engine::kMaxStages) throw std::runtime_error("stages must be 1..8, got " + std::to_string(S));
@@ -49,7 +49,6 @@ inline void launch_stream_copy_plan(const StreamCopyParams& p, int head) {
 
 }  // namespace
 }  // namespace kernels
-
 
 void launch_stream_copy(const StreamCopyParams& p_in) {
   using engine::Mechanism;

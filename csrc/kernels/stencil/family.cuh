@@ -64,8 +64,8 @@ struct StencilFamilyTraits {
   static constexpr int kMmaRows = F == StencilFamily::Mma5 ? 5 : F == StencilFamily::Mma7 ? 7 : F == StencilFamily::Mma9 ? 9 : 0;
   static constexpr int kThreads = is_wide_block_family(F) ? kStencilThreads : kNarrowThreads;
   // Resident warps per SM the register budget is compiled for (65536 / (32 x warps) registers a
-  // thread): Row and Narrow3 24 (85, 80), Narrow5 20 (102), Box, Wide9 and the Mma kinds 16 (128), fp64 Box
-  // 8 (what its 9-wide passes need); SteppedRow as Row, SteppedBox and BoxFixed as Box.
+  // thread): Row and Narrow3 24 (85, 80), Narrow5 20 (102), Box, Wide9 and the Mma kinds 16
+  // (128), fp64 Box 8 (what its 9-wide passes need); SteppedRow as Row, SteppedBox and BoxFixed as Box.
   static constexpr int kMinWarps = !kBox || F == StencilFamily::Narrow3                            ? 24
                                    : F == StencilFamily::Narrow5                                     ? 20
                                    : kThreads == kStencilThreads && sizeof(T) == 8                  ? 8

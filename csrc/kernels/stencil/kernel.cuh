@@ -63,9 +63,9 @@ __device__ __forceinline__ A weight_as(const void* w, DType t, int i) {
 // F: the family (family.cuh), with its preconditions from the launch plan: Narrow3/Narrow5 need
 // g.fixed to be that box, Wide9 Box9x9 with widened weight rows (narrow_wide_geom), Mma5/7/9 and
 // BoxMma g.fixed == Mma (choose_mma), BoxFixed a fixed box, SteppedRow/SteppedBox g.step > 1, Box
-// no fixed consumer, Row a fixed row or none (family_fits in launch_plan.cuh). Terms (Mma families): the weight terms the consumer multiplies,
-// kMmaTerms<T>, or 1 for weights that came in x's dtype (a block whose fragments need more
-// computes its tiles on the exact path).
+// no fixed consumer, Row a fixed row or none (family_fits in launch_plan.cuh). Terms (Mma
+// families): the weight terms the consumer multiplies, kMmaTerms<T>, or 1 for weights that came in
+// x's dtype (a block whose fragments need more computes its tiles on the exact path).
 template <engine::Mechanism M, int S, typename T, StencilFamily F, int Terms = kMmaTerms<T>>
 __global__ void __launch_bounds__(StencilFamilyTraits<F, T>::kThreads, StencilFamilyTraits<F, T>::kMinBlocks)
     stencil_kernel(const T* __restrict__ x, T* __restrict__ out, const void* __restrict__ weights,

@@ -217,7 +217,8 @@ inline bool family_fits(StencilFamily f, const StencilGeom& g) {
   const bool fixed_box = g.fixed == StencilFixed::Box3x3 || g.fixed == StencilFixed::Box5x5 ||
                          g.fixed == StencilFixed::Box9x9;
   switch (f) {
-    case StencilFamily::Row: return g.fixed == StencilFixed::None || (g.fixed >= StencilFixed::Row3 && g.fixed <= StencilFixed::Row9);
+    case StencilFamily::Row:
+      return g.fixed == StencilFixed::None || (g.fixed >= StencilFixed::Row3 && g.fixed <= StencilFixed::Row9);
     case StencilFamily::Box:
     case StencilFamily::SteppedRow:
     case StencilFamily::SteppedBox: return g.fixed == StencilFixed::None;
