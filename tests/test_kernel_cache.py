@@ -182,6 +182,38 @@ def test_a_corrupt_cache_file_is_compiled_again(cache, damage):
 
 
 @needs_nvcc
+def test_an_instance_compiles_alike_from_any_file_name(tmp_path):
+    """A first-use compile builds an instance from another file than the build did. A callee of
+    internal linkage (static, anonymous namespace) is named after its file, and that name alone
+    changed ptxas's code: the PTX of one default instance per header is the same under two names."""
+    import concurrent.futures
+
+    one_per_header = {}
+    for inst in ks.default_instances("9.0"):
+        one_per_header.setdefault(inst.header, inst)
+    jobs = []
+    for k, inst in enumerate(one_per_header.values()):
+        text = ks.translation_unit([inst])
+        for name in (f"a{k}.cu", f"stencil_kernel_primitives_{k:03d}.cu"):
+            (tmp_path / name).write_text(text)
+            jobs.append((inst.id, tmp_path / name))
+
+    def ptx(src):
+        cmd = [kc.nvcc_path(), f"-I{kc.include_dir()}", "-ptx", str(src), "-o", str(src.with_suffix(".ptx")),
+               "-arch=" + ARCH] + kc.kernel_flags()
+        subprocess.run(cmd, check=True, capture_output=True)
+        return src.with_suffix(".ptx").read_text()
+
+    with concurrent.futures.ThreadPoolExecutor(max_workers=os.cpu_count() or 1) as pool:
+        texts = list(pool.map(ptx, [src for _, src in jobs]))
+    assert len(one_per_header) >= 5
+    for i in range(0, len(jobs), 2):
+        iid = jobs[i][0]
+        assert "_INTERNAL_" not in texts[i], iid
+        assert texts[i] == texts[i + 1], iid
+
+
+@needs_nvcc
 def test_processes_compiling_the_same_kernel_at_once_all_succeed(cache):
     script = textwrap.dedent(f"""
         import sys, cupipe

@@ -15,8 +15,10 @@ namespace cupipe {
 namespace kernels {
 
 // The source index of a window index outside [0, n) (-1: a zero of the zero boundary). Not
-// inlined: only boundary rows and columns get here, and its 64-bit modulo is long code.
-static __device__ __noinline__ int64_t map_outside(int64_t i, int64_t n, Boundary b) {
+// inlined: only boundary rows and columns get here, and its 64-bit modulo is long code. Not
+// static either (here and below): a static callee's name carries its file's, and the name alone
+// changed ptxas's code, so a first-use compile would not match the ahead-of-time one.
+inline __device__ __noinline__ int64_t map_outside(int64_t i, int64_t n, Boundary b) {
   switch (b) {
     case Boundary::Zero: return -1;
     case Boundary::Replicate: return i < 0 ? 0 : n - 1;
@@ -54,8 +56,8 @@ __device__ __forceinline__ int row_shift(const T* plane, int64_t src_row, int64_
                            static_cast<uintptr_t>((src_row * nx + xw) * static_cast<int64_t>(sizeof(T)))) & 15u);
 }
 
-static __device__ __noinline__ TileHeader tile_origin_64(int64_t t, int64_t per_plane, int64_t tiles_x, int tile_h,
-                                                        int tile_w, int x_phase) {
+inline __device__ __noinline__ TileHeader tile_origin_64(int64_t t, int64_t per_plane, int64_t tiles_x, int tile_h,
+                                                         int tile_w, int x_phase) {
   const int64_t r = t % per_plane;
   return TileHeader{t / per_plane, r / tiles_x * tile_h, r % tiles_x * tile_w - x_phase};
 }
