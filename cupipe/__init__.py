@@ -55,7 +55,7 @@ if not hasattr(_C, "layout_plan"):  # pragma: no cover - a module built from an 
     raise ImportError("cupipe's compiled module is older than its Python package; rebuild it: pip "
                       "install --no-build-isolation --force-reinstall --no-deps -e .")
 
-from .ops import MECHANISMS, BOUNDARIES, REDUCE_OPS, reduce, stencil1d, stencil2d, stream_copy  # noqa: E402
+from .ops import MECHANISMS, BOUNDARIES, REDUCE_OPS, reduce, stencil1d, stencil2d, stencil3d, stream_copy  # noqa: E402
 from . import tuning  # noqa: E402
 from .tuning import explain, tune  # noqa: E402
 from ._kernel_cache import precompile  # noqa: E402
@@ -111,6 +111,7 @@ __all__ = [
     "stream_copy",
     "stencil1d",
     "stencil2d",
+    "stencil3d",
     "reduce",
     "explain",
     "tune",

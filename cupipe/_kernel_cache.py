@@ -295,7 +295,8 @@ def precompile(op=None, dtype=None, mechanism=None, stages=None, *, device=None,
     first use: before capturing CUDA graphs, before a sweep. Each filter is one value or a list;
     None takes every value.
 
-    op: "stream_copy", "stencil1d", "stencil2d" (a stencil brings its weight gradient) or "reduce";
+    op: "stream_copy", "stencil1d", "stencil2d", "stencil3d" (a stencil brings its weight gradient) or
+    "reduce";
     dtype: torch dtypes or their names; mechanism: cupipe.MECHANISMS; stages: 1..8.
     device: the CUDA device to compile for and load on (default: the current one).
     arch: e.g. "sm_90": only fill the disk cache for that architecture (no GPU needed, nothing loaded).
@@ -344,7 +345,7 @@ def precompile(op=None, dtype=None, mechanism=None, stages=None, *, device=None,
 
 
 def instances_for(ops: Optional[Iterable[str]] = None, dtype=None, mechanism=None, stages=None) -> List["_kernels.Instance"]:
-    """Every instance of the ops (stream_copy, stencil1d, stencil2d, reduce; None: all) that
+    """Every instance of the ops (stream_copy, stencil1d, stencil2d, stencil3d, reduce; None: all) that
     matches the filters. The stencils bring their weight gradient's instances."""
     ops_set = None
     if ops is not None:
@@ -352,9 +353,11 @@ def instances_for(ops: Optional[Iterable[str]] = None, dtype=None, mechanism=Non
         for op in ([ops] if isinstance(ops, str) else ops):
             if op in ("stencil1d", "stencil2d", "stencil"):
                 ops_set |= {"stencil", "stencil_wgrad"}
+            elif op == "stencil3d":  # a depth radius of 0 and the weight gradient run the 2-D kernels
+                ops_set |= {"stencil3d", "stencil", "stencil_wgrad"}
             elif op in ("stream_copy", "reduce"):
                 ops_set.add(op)
             else:
-                raise ValueError(f"cupipe.precompile: unknown op {op!r}; expected stream_copy, stencil1d, stencil2d "
-                                 "or reduce")
+                raise ValueError(f"cupipe.precompile: unknown op {op!r}; expected stream_copy, stencil1d, stencil2d, "
+                                 "stencil3d or reduce")
     return _kernels.select(_kernels.all_instances(), op=ops_set, dtype=dtype, mechanism=mechanism, stages=stages)

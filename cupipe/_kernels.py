@@ -27,6 +27,10 @@ STENCIL_FAMILIES = ("Row", "Box", "Narrow3", "Narrow5", "Wide9", "Mma5", "Mma7",
                     "SteppedRow", "SteppedBox")
 MMA_TERMS = 2  # kMmaTerms<T> (consumer_mma.cuh): a Mma instance's weight terms; 1 for exact weights
 WGRAD_BLOCKINGS = ("RowBlocking", "BoxBlocking<1>", "BoxBlocking<3>", "BoxBlocking<5>", "BoxBlocking<9>")
+# stencil3d_kernel<M, S, T, RZ, R> (csrc/kernels/stencil/volume.cuh): depth radius 1..4 (0 runs as
+# stencil2d), in-plane radius class R (volume_radius_class: ry, rx <= R).
+VOLUME_RZ = (1, 2, 3, 4)
+VOLUME_R = (1, 2, 4)
 
 # The header that defines each kernel: the kernel alone, without its launcher's host code (which
 # an instance's compile would only parse). The launchers name the same headers (kernel_ref).
@@ -34,6 +38,7 @@ HEADERS = {
     "stream_copy": "kernels/stream_copy.cuh",
     "stencil": "kernels/stencil/kernel.cuh",
     "stencil_wgrad": "kernels/stencil/weight_grad.cuh",
+    "stencil3d": "kernels/stencil/volume.cuh",
     "reduce_rows": "kernels/reduce/rows.cuh",
     "reduce_cols": "kernels/reduce/columns.cuh",
     "reduce_partials": "kernels/reduce/partials.cuh",
@@ -41,7 +46,7 @@ HEADERS = {
 
 
 class Instance(NamedTuple):
-    op: str          # stream_copy, stencil, stencil_wgrad, reduce
+    op: str          # stream_copy, stencil, stencil_wgrad, stencil3d, reduce
     header: str      # the header that declares its kernel
     id: str          # the template-id
     mechanism: str   # "" where the kernel has none
@@ -52,7 +57,7 @@ class Instance(NamedTuple):
     @property
     def cost(self) -> int:
         """Rough compile cost, to order and group builds (stencils are the slowest)."""
-        return {"stencil": 8, "stencil_wgrad": 6, "reduce": 2}.get(self.op, 1)
+        return {"stencil": 8, "stencil_wgrad": 6, "stencil3d": 6, "reduce": 2}.get(self.op, 1)
 
 
 def _m(mech: str) -> str:
@@ -104,6 +109,20 @@ def stencil_instances(mech: str, stages: int, dtype: str, families: Optional[Ite
     return out
 
 
+def volume_radius_class(ry: int, rx: int) -> int:
+    """volume_radius_class (csrc/kernels/stencil/volume.cuh)."""
+    return 1 if max(ry, rx) <= 1 else 2 if max(ry, rx) <= 2 else 4
+
+
+def stencil3d_instances(mech: str, stages: int, dtype: str, radii: Optional[Iterable[Tuple[int, int]]] = None
+                        ) -> List[Instance]:
+    """stencil3d_kernel instances for (rz, R) pairs (None: every depth radius and in-plane class)."""
+    ctype = DTYPES[dtype][0]
+    pairs = radii if radii is not None else [(rz, r) for rz in VOLUME_RZ for r in VOLUME_R]
+    return [Instance("stencil3d", HEADERS["stencil3d"], f"stencil3d_kernel<{_m(mech)},{stages},{ctype},{rz},{r}>",
+                     mech, stages, dtype, f"rz{rz}_r{r}") for rz, r in pairs]
+
+
 def reduce_instances(mech: str, stages: int, dtype: str, kinds: Sequence[str] = ("rows", "cols")) -> List[Instance]:
     ctype = DTYPES[dtype][0]
     return [Instance("reduce", HEADERS[f"reduce_{kind}"], f"reduce_{kind}_kernel<{_m(mech)},{stages},{ctype}>",
@@ -138,6 +157,7 @@ def all_instances() -> List[Instance]:
             out += stream_copy_instances(mech, s)
             for dt in DTYPES:
                 out += stencil_instances(mech, s, dt)
+                out += stencil3d_instances(mech, s, dt)
                 out += reduce_instances(mech, s, dt)
         for dt in DTYPES:
             out += reduce_wide_instances(mech, dt)

@@ -67,6 +67,16 @@ def _stencil2d_vmap(info, in_dims, x, weights, *, boundary="zero", mechanism="au
     return _ops.stencil2d(_front(x, bx), weights, boundary=boundary, mechanism=mechanism, stages=stages), 0
 
 
+@torch.library.register_vmap("cupipe::stencil3d")
+def _stencil3d_vmap(info, in_dims, x, weights, *, boundary="zero", mechanism="auto", stages=0):
+    def one(xi, wi):
+        return _ops.stencil3d(xi, wi, boundary=boundary, mechanism=mechanism, stages=stages)
+    bx, bw = in_dims
+    if bw is not None or bx is None or x.dim() - 1 < 3:
+        return _per_sample(info, in_dims, one, x, weights)  # per-sample weights; or the op's error
+    return _ops.stencil3d(_front(x, bx), weights, boundary=boundary, mechanism=mechanism, stages=stages), 0
+
+
 @torch.library.register_vmap("cupipe::reduce")
 def _reduce_vmap(info, in_dims, x, op="sum", dim=None, keepdim=False, *, dtype=None, mechanism="auto",
                  stages=0):

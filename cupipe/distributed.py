@@ -12,7 +12,8 @@ the whole (concatenated) tensor::
 
 Algorithms
 ----------
-*Stencils* (``stencil1d`` along its stencil dim, ``stencil2d`` along the rows, dim -2). The row
+*Stencils* (``stencil1d`` along its stencil dim, ``stencil2d`` along the rows, dim -2,
+``stencil3d`` along the planes, dim -3). The row
 counts of all ranks are exchanged once per call (one small ``all_gather``; it also checks that
 the other dims agree). Each rank then sends its first and last ``r`` rows (``r`` = stencil
 radius along the split dim) to its neighbours and receives their ``r`` edge rows, with one
@@ -365,6 +366,34 @@ def stencil2d(x_local: torch.Tensor, weights: torch.Tensor, *, boundary: str = "
     ry = (weights.shape[0] - 1) // 2
     lay = _layout(x_local, d, group, boundary == "circular", ry, name)
     return _halo_stencil(x_local, d, ry, apply, lay, overlap)
+
+
+def stencil3d(x_local: torch.Tensor, weights: torch.Tensor, *, boundary: str = "zero",
+              group=None, overlap: bool = False, mechanism: str = "auto",
+              stages: int = 0) -> torch.Tensor:
+    """Distributed ``cupipe.stencil3d``: ``x_local`` (``(..., d_rank, H, W)``) is this rank's block
+    of planes (dim -3) of a volume split across the ranks of ``group`` in rank order. Returns this
+    rank's planes of ``cupipe.stencil3d(x_global, weights, boundary=boundary)``. Exchanges ``rz``
+    halo planes (``weights`` is ``(2rz+1, 2ry+1, 2rx+1)``) with the neighbour ranks. ``overlap``
+    issues the interior while the halos are in flight (the 3-D kernel leaves no SMs free: its
+    blocks are not persistent, so the exchange's kernel starts between them). See the module
+    docstring for the algorithm and the preconditions."""
+    name = "cupipe.distributed.stencil3d"
+    _check_boundary(name, boundary)
+    _check_no_grad(name, x_local, weights)
+    if weights.dim() != 3 or any(k % 2 == 0 for k in weights.shape):
+        raise ValueError(f"{name}: weights must be 3-D of odd sizes (2rz+1, 2ry+1, 2rx+1), got shape "
+                         f"{tuple(weights.shape)}")
+    if x_local.dim() < 3:
+        raise ValueError(f"{name}: x_local must have at least 3 dims, got {x_local.dim()}")
+
+    def apply(blk, free_sms=0):
+        return _ops.stencil3d(blk, weights, boundary=boundary, mechanism=mechanism, stages=stages)
+
+    d = x_local.dim() - 3
+    rz = (weights.shape[0] - 1) // 2
+    lay = _layout(x_local, d, group, boundary == "circular", rz, name)
+    return _halo_stencil(x_local, d, rz, apply, lay, overlap)
 
 
 # ----------------------------------------------------------------------------- heat equation

@@ -133,6 +133,20 @@ def stencil2d(x: torch.Tensor, weights: torch.Tensor, *, boundary: str = "zero",
     return _op("stencil2d", x, weights, boundary=boundary, mechanism=mechanism, stages=stages)
 
 
+def stencil3d(x: torch.Tensor, weights: torch.Tensor, *, boundary: str = "zero",
+              mechanism: str = "auto", stages: int = 0) -> torch.Tensor:
+    """3-D stencil over the last three dims (any leading batch dims), ``weights`` of shape
+    ``(2rz+1, 2ry+1, 2rx+1)``, each radius 0..4. The zero boundary equals
+    ``F.conv3d(x.reshape(-1, 1, D, H, W), weights[None, None], padding=(rz, ry, rx))``; the others
+    pad like ``F.pad`` (``reflect`` needs each size > its radius). Accumulates in fp32 (fp64 for fp64
+    ``x``). Differentiable w.r.t. ``x`` and ``weights``.
+    """
+    if _direct(x, weights):
+        return _call(_C.call_stencil3d, _ops.stencil3d, x, weights, boundary=boundary,
+                     mechanism=mechanism, stages=stages)
+    return _op("stencil3d", x, weights, boundary=boundary, mechanism=mechanism, stages=stages)
+
+
 def reduce(x: torch.Tensor, op: str = "sum", dim: Union[int, Sequence[int], None] = None,
            keepdim: bool = False, *, dtype: Optional[torch.dtype] = None, mechanism: str = "auto",
            stages: int = 0) -> torch.Tensor:
@@ -172,6 +186,12 @@ def _stencil1d_fake(x, weights, *, dim=-1, boundary="zero", mechanism="auto", st
 @torch.library.register_fake("cupipe::stencil2d")
 def _stencil2d_fake(x, weights, *, boundary="zero", mechanism="auto", stages=0):
     torch._check(weights.dim() == 2, lambda: "cupipe.stencil2d: weights must be 2-D")
+    return torch.empty_like(x)
+
+
+@torch.library.register_fake("cupipe::stencil3d")
+def _stencil3d_fake(x, weights, *, boundary="zero", mechanism="auto", stages=0):
+    torch._check(weights.dim() == 3, lambda: "cupipe.stencil3d: weights must be 3-D")
     return torch.empty_like(x)
 
 
@@ -393,6 +413,76 @@ torch.library.register_autograd("cupipe::stencil2d", _stencil2d_backward,
                                 setup_context=_stencil2d_setup)
 
 
+def _stencil3d_input_grad(g, weights, boundary, mechanism="auto", stages=0):
+    radii = [(k - 1) // 2 for k in weights.shape]
+    wf = weights.flip(0, 1, 2)
+    if boundary == "zero" or not any(radii):
+        return stencil3d(g, wf, boundary="zero", mechanism=mechanism, stages=stages)
+    # The full correlation of g (zero-padded by the radii) with the flipped weights, then each dim's
+    # margins folded back onto the entries the boundary read them from. One stencil over a slightly
+    # larger volume: simpler than 2-D's strips, and the zero boundary (the common case) skips it.
+    nd = g.dim()
+    ext = g
+    for k, r in enumerate(radii):
+        ext = _zero_pad(ext, nd - 3 + k, r)
+    ext = stencil3d(ext, wf, boundary="zero", mechanism=mechanism, stages=stages)
+    for k, r in enumerate(radii):
+        if r == 0:
+            continue
+        d, n = nd - 3 + k, g.shape[nd - 3 + k]
+        lo = torch.tensor([_source_index(p - r, n, boundary) for p in range(r)], device=g.device)
+        hi = torch.tensor([_source_index(n + p, n, boundary) for p in range(r)], device=g.device)
+        ext = (ext.narrow(d, r, n).index_add(d, lo, ext.narrow(d, 0, r))
+               .index_add(d, hi, ext.narrow(d, r + n, r)))
+    return ext
+
+
+def _stencil3d_weight_grad(x, grad, weights, boundary):
+    """The weights' gradient (accumulation dtype) as 2-D weight gradients, one per depth tap: tap a
+    pairs output plane z with input plane z + a - rz, inside the volume as two shifted views, and
+    the boundary's planes outside it one by one."""
+    rz, D = (weights.shape[0] - 1) // 2, x.shape[-3]
+    parts = []
+    for a in range(2 * rz + 1):
+        s = a - rz  # output plane z reads input plane z + s
+        lo = min(max(0, -s), D)
+        hi = max(min(D, D - s), lo)
+        w2 = weights[a]
+        part = _op("_stencil2d_weight_grad", x.narrow(-3, lo + s, hi - lo), grad.narrow(-3, lo, hi - lo),
+                   w2, boundary)
+        if boundary != "zero":
+            for z in [*range(lo), *range(hi, D)]:
+                src = _source_index(z + s, D, boundary)
+                part = part + _op("_stencil2d_weight_grad", x.select(-3, src), grad.select(-3, z), w2,
+                                  boundary)
+        parts.append(part)
+    return torch.stack(parts)
+
+
+def _stencil3d_setup(ctx, inputs, keyword_only_inputs, output):
+    x, weights = inputs
+    kw = keyword_only_inputs
+    ctx.boundary, ctx.mechanism, ctx.stages = kw["boundary"], kw["mechanism"], kw["stages"]
+    ctx.save_for_backward(x if ctx.needs_input_grad[1] else None, weights)
+    ctx.x_shape = x.shape
+
+
+def _stencil3d_backward(ctx, grad):
+    x, weights = ctx.saved_tensors
+    grad_x = grad_w = None
+    if _numel(ctx.x_shape) == 0:
+        return _empty_grads(ctx, grad, weights)
+    if ctx.needs_input_grad[0]:
+        grad_x = _stencil3d_input_grad(grad, weights, ctx.boundary, ctx.mechanism, ctx.stages)
+    if ctx.needs_input_grad[1]:
+        grad_w = _stencil3d_weight_grad(x, grad.to(x.dtype), weights, ctx.boundary).to(weights.dtype)
+    return grad_x, grad_w
+
+
+torch.library.register_autograd("cupipe::stencil3d", _stencil3d_backward,
+                                setup_context=_stencil3d_setup)
+
+
 # The weight-gradient ops are bilinear in (x, grad): with upstream gw (weights-shaped),
 #   d/dgrad = stencil(x, gw) under the boundary, d/dx = the stencil's input gradient of grad.
 
@@ -507,6 +597,7 @@ _TRANSFORMABLE = {
     "stream_copy": _transformable("stream_copy", _stream_copy_setup, _stream_copy_backward),
     "stencil1d": _transformable("stencil1d", _stencil1d_setup, _stencil1d_backward),
     "stencil2d": _transformable("stencil2d", _stencil2d_setup, _stencil2d_backward),
+    "stencil3d": _transformable("stencil3d", _stencil3d_setup, _stencil3d_backward),
     "_stencil1d_weight_grad": _transformable("_stencil1d_weight_grad", _wgrad1d_setup, _wgrad1d_backward),
     "_stencil2d_weight_grad": _transformable("_stencil2d_weight_grad", _wgrad2d_setup, _wgrad2d_backward),
     "reduce": _transformable("reduce", _reduce_setup, _reduce_backward),

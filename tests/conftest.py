@@ -87,8 +87,10 @@ def sass_functions(path, containing: str = "") -> dict:
 
 
 def pytest_sessionstart(session):
-    """CUPIPE_TEST_PRECOMPILE=1: precompile every instance for the GPU, once (in the xdist
-    controller, or the only process), before any test runs."""
+    """CUPIPE_TEST_PRECOMPILE=1: precompile every instance of the 1-D/2-D stencils, copies and
+    reductions for the GPU (their tests walk the whole mechanism x stages matrix), once (in the
+    xdist controller, or the only process), before any test runs. stencil3d's tests use a few of
+    its instances and compile them on first use."""
     if os.environ.get("CUPIPE_TEST_PRECOMPILE") != "1" or hasattr(session.config, "workerinput"):
         return
     if not cupipe.cuda_available():
@@ -96,7 +98,8 @@ def pytest_sessionstart(session):
     from cupipe import _kernel_cache
 
     arch = _kernel_cache.arch_of(cupipe._C.cuda_device_info(0)["sm"])
-    print(f"\ncupipe: precompiled for {arch}: {cupipe.precompile(arch=arch)}")
+    got = cupipe.precompile(["stream_copy", "stencil2d", "reduce"], arch=arch)
+    print(f"\ncupipe: precompiled for {arch}: {got}")
 
 
 def pytest_collection_modifyitems(config, items):

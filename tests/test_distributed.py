@@ -38,7 +38,7 @@ if dist.is_available():
     import cupipe.distributed as cd
 
 WORLDS = [1, 2, 3, 4]
-FAMILIES = ["stencil2d", "stencil1d", "errors", "reduce", "heat", "misc"]
+FAMILIES = ["stencil2d", "stencil1d", "stencil3d", "errors", "reduce", "heat", "misc"]
 BOUNDARIES = ["zero", "replicate", "circular", "reflect"]
 REDUCE_OPS = ["sum", "mean", "amax", "amin"]
 ROOT = Path(__file__).resolve().parent.parent
@@ -127,6 +127,24 @@ def _stencil2d_cases(world):
                 ref = cupipe.stencil2d(x, w, boundary=boundary)
                 _close(y, _local(ref, 1, sizes, rank), f"rank {rank} {boundary} {dtype}", dtype)
             cases.append(("stencil2d", f"batch-{boundary}-{str(dtype)[6:]}", fn))
+    return cases
+
+
+def _stencil3d_cases(world):
+    cases = []
+    for boundary in BOUNDARIES:
+        for shape, rot in (((3, 3, 3), 0), ((5, 3, 1), 1), ((7, 1, 3), 2)):
+            for overlap in (False, True):
+                def fn(rank, world, boundary=boundary, shape=shape, rot=rot, overlap=overlap):
+                    rz = (shape[0] - 1) // 2
+                    sizes = _sizes(world, rz, rot)
+                    x = _inp((2, sum(sizes), 5, 6), torch.float64, seed=50 + rot)
+                    w = _wts(shape, torch.float64, seed=51 + rot)
+                    y = cd.stencil3d(_local(x, 1, sizes, rank), w, boundary=boundary, overlap=overlap)
+                    ref = cupipe.stencil3d(x, w, boundary=boundary)
+                    _close(y, _local(ref, 1, sizes, rank),
+                           f"rank {rank} sizes {sizes} w {shape} {boundary} overlap={overlap}")
+                cases.append(("stencil3d", f"{boundary}-w{'x'.join(map(str, shape))}-ov{int(overlap)}", fn))
     return cases
 
 
@@ -405,7 +423,7 @@ def _misc_cases(world):
 
 
 def _all_cases(world):
-    return (_stencil2d_cases(world) + _stencil1d_cases(world) + _error_cases(world)
+    return (_stencil2d_cases(world) + _stencil1d_cases(world) + _stencil3d_cases(world) + _error_cases(world)
             + _reduce_cases(world) + _heat_cases(world) + _misc_cases(world))
 
 

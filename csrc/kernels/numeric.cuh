@@ -67,5 +67,18 @@ void dispatch_dtype(DType t, F&& f) {
   }
 }
 
+// Weight i of `w` (dtype t) in the accumulation type A (round to nearest for fp64 -> fp32, exact
+// otherwise), once per block as a stencil stages its weights.
+template <typename A>
+__device__ __forceinline__ A weight_as(const void* w, DType t, int i) {
+  switch (t) {
+    case DType::F16: return static_cast<A>(__half2float(static_cast<const __half*>(w)[i]));
+    case DType::BF16: return static_cast<A>(__bfloat162float(static_cast<const __nv_bfloat16*>(w)[i]));
+    case DType::F64: return static_cast<A>(static_cast<const double*>(w)[i]);
+    case DType::F32: break;
+  }
+  return static_cast<A>(static_cast<const float*>(w)[i]);
+}
+
 }  // namespace kernels
 }  // namespace cupipe

@@ -105,6 +105,21 @@ struct StencilWeightGradParams {
 };
 constexpr int kMaxBlocksPerSm = 8;  // of the 256-thread stencil kernels (2048 threads per SM)
 
+// The 3-D stencil of a contiguous (batch, nz, ny, nx) stack into a contiguous out.
+struct Stencil3dParams {
+  const void* x = nullptr;
+  void* out = nullptr;
+  const void* weights = nullptr;  // (2rz+1)*(2ry+1)*(2rx+1) contiguous values of weights_dtype
+  DType dtype = DType::F32;
+  DType weights_dtype = DType::F32;
+  int64_t batch = 0, nz = 0, ny = 0, nx = 0;
+  int rz = 1, ry = 0, rx = 0;  // rz 1..4 (rz = 0 is stencil2d's), ry and rx 0..4
+  Boundary boundary = Boundary::Zero;
+  engine::Mechanism mechanism = engine::Mechanism::Sync;
+  int stages = 2;
+  Stream stream = nullptr;
+};
+
 // A reduction of a contiguous (outer, r, inner) view over its middle dim into (outer, inner).
 struct ReduceParams {
   const void* x = nullptr;
@@ -133,6 +148,7 @@ void launch_stencil(const StencilParams& p);
 // explain and the tests. Needs the device; p describes a non-empty input.
 const char* stencil_family(const StencilParams& p);
 int64_t launch_stencil_weight_grad(const StencilWeightGradParams& p);
+void launch_stencil3d(const Stencil3dParams& p);
 int64_t reduce_workspace_bytes(const ReduceParams& p);
 void launch_reduce(const ReduceParams& p);
 

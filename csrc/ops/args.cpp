@@ -246,6 +246,33 @@ StencilGeometry check_stencil2d(const at::Tensor& x, const at::Tensor& weights, 
   return g;
 }
 
+Stencil3dGeometry check_stencil3d(const at::Tensor& x, const at::Tensor& weights, Boundary boundary) {
+  const char* op = "stencil3d";
+  check_float_input(op, "x", x);
+  check_weights_common(op, x, weights);
+  TORCH_CHECK_VALUE(weights.dim() == 3, "cupipe.stencil3d: weights must be 3-D (2rz+1, 2ry+1, 2rx+1), got ",
+                    weights.dim(), "-D with shape ", weights.sizes());
+  for (int64_t d = 0; d < 3; ++d)
+    TORCH_CHECK_VALUE(weights.size(d) % 2 == 1 && weights.size(d) <= 2 * kStencil3dMaxRadius + 1,
+                      "cupipe.stencil3d: weights must have odd sizes of at most ", 2 * kStencil3dMaxRadius + 1,
+                      " (radii 0..", kStencil3dMaxRadius, "), got ", weights.sizes());
+  TORCH_CHECK_VALUE(x.dim() >= 3, "cupipe.stencil3d: x must have at least 3 dims (..., D, H, W), got ",
+                    x.dim(), "-D");
+  Stencil3dGeometry g;
+  g.esz = static_cast<int>(x.element_size());
+  g.rz = static_cast<int>((weights.size(0) - 1) / 2);
+  g.ry = static_cast<int>((weights.size(1) - 1) / 2);
+  g.rx = static_cast<int>((weights.size(2) - 1) / 2);
+  g.nz = x.size(-3);
+  g.ny = x.size(-2);
+  g.nx = x.size(-1);
+  for (int64_t d = 0; d < x.dim() - 3; ++d) g.batch *= x.size(d);
+  check_reflect(op, boundary, g.nz, g.rz, "D (dim -3)");
+  check_reflect(op, boundary, g.ny, g.ry, "H (dim -2)");
+  check_reflect(op, boundary, g.nx, g.rx, "W (dim -1)");
+  return g;
+}
+
 void check_stencil_grad(const char* op, const at::Tensor& x, const at::Tensor& grad) {
   TORCH_CHECK_VALUE(grad.sizes() == x.sizes(), "cupipe.", op, ": grad must have x's shape ", x.sizes(),
                     ", got ", grad.sizes());

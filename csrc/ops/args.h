@@ -87,6 +87,16 @@ struct StencilTensors {
 };
 StencilTensors stencil_tensors(const at::Tensor& x, const at::Tensor& weights, const StencilGeometry& g);
 
+// stencil3d: a contiguous (batch, nz, ny, nx) stack of volumes with a (2rz+1, 2ry+1, 2rx+1)
+// window, in x's logical order (the kernels read x.contiguous()).
+struct Stencil3dGeometry {
+  int64_t batch = 1, nz = 1, ny = 1, nx = 1;
+  int rz = 0, ry = 0, rx = 0;
+  int esz = 4;
+};
+constexpr int kStencil3dMaxRadius = 4;  // the API's radii 0..4 (the kernels unroll over them)
+Stencil3dGeometry check_stencil3d(const at::Tensor& x, const at::Tensor& weights, Boundary boundary);
+
 // The upstream gradient of a stencil's weight-gradient op: x's shape, dtype and device.
 void check_stencil_grad(const char* op, const at::Tensor& x, const at::Tensor& grad);
 

@@ -101,6 +101,57 @@ at::Tensor stencil2d_cpu(const at::Tensor& x, const at::Tensor& weights, c10::st
   return stencil_cpu(x, weights, g, std::nullopt, b);
 }
 
+// stencil3d over a contiguous (batch, nz, ny, nx) stack, one output row per work item.
+template <typename T, typename Acc>
+void stencil3d_cpu_impl(const T* x, T* out, const Acc* w, const Stencil3dGeometry& g, Boundary b) {
+  const int64_t nz = g.nz, ny = g.ny, nx = g.nx;
+  const int kh = 2 * g.ry + 1, kw = 2 * g.rx + 1;
+  at::parallel_for(0, g.batch * nz * ny, 16, [&](int64_t row0, int64_t row1) {
+    for (int64_t row = row0; row < row1; ++row) {
+      const int64_t i = row % ny, k = row / ny % nz, bi = row / (ny * nz);
+      const T* vol = x + bi * nz * ny * nx;
+      T* orow = out + row * nx;
+      for (int64_t j = 0; j < nx; ++j) {
+        Acc acc = 0;
+        for (int a = -g.rz; a <= g.rz; ++a) {
+          const int64_t zi = map_index(k + a, nz, b);
+          if (zi < 0) continue;
+          for (int c = -g.ry; c <= g.ry; ++c) {
+            const int64_t yi = map_index(i + c, ny, b);
+            if (yi < 0) continue;
+            const T* xrow = vol + (zi * ny + yi) * nx;
+            const Acc* wrow = w + (static_cast<int64_t>(a + g.rz) * kh + (c + g.ry)) * kw;
+            for (int e = -g.rx; e <= g.rx; ++e) {
+              const int64_t xj = map_index(j + e, nx, b);
+              if (xj >= 0) acc += wrow[e + g.rx] * static_cast<Acc>(xrow[xj]);
+            }
+          }
+        }
+        orow[j] = static_cast<T>(acc);
+      }
+    }
+  });
+}
+
+at::Tensor stencil3d_cpu(const at::Tensor& x, const at::Tensor& weights, c10::string_view boundary,
+                         c10::string_view mechanism, int64_t stages) {
+  const Boundary b = parse_boundary("stencil3d", boundary);
+  parse_mechanism("stencil3d", mechanism);
+  check_stages("stencil3d", stages);
+  const Stencil3dGeometry g = check_stencil3d(x, weights, b);
+  at::Tensor out = at::empty_like(x);  // x's layout when x is dense, as the fake kernel says
+  if (x.numel() == 0) return out;
+  const at::Tensor xc = x.contiguous(), w = weights_for_kernel(x, weights);
+  at::Tensor kout = out.is_contiguous() ? out : at::empty(x.sizes(), x.options());
+  AT_DISPATCH_FLOATING_TYPES_AND2(at::kHalf, at::kBFloat16, x.scalar_type(), "stencil3d_cpu", [&] {
+    using Acc = std::conditional_t<std::is_same_v<scalar_t, double>, double, float>;
+    stencil3d_cpu_impl<scalar_t, Acc>(xc.const_data_ptr<scalar_t>(), kout.mutable_data_ptr<scalar_t>(),
+                                      w.const_data_ptr<Acc>(), g, b);
+  });
+  if (!kout.is_same(out)) out.copy_(kout);
+  return out;
+}
+
 // Weight gradient: grad_w[a][c] = sum over outputs of grad * the input the tap read. Rows go in
 // fixed chunks, each with its own partial sums, added in chunk order: the result does not depend
 // on the thread count.
@@ -250,6 +301,7 @@ TORCH_LIBRARY_IMPL(cupipe, CPU, m) {
   m.impl("stream_copy", &stream_copy_cpu);
   m.impl("stencil1d", &stencil1d_cpu);
   m.impl("stencil2d", &stencil2d_cpu);
+  m.impl("stencil3d", &stencil3d_cpu);
   m.impl("_stencil1d_weight_grad", &stencil1d_weight_grad_cpu);
   m.impl("_stencil2d_weight_grad", &stencil2d_weight_grad_cpu);
   m.impl("reduce", &reduce_cpu);

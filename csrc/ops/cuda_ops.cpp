@@ -158,6 +158,45 @@ at::Tensor stencil2d_cuda(const at::Tensor& x, const at::Tensor& weights, c10::s
   return stencil_cuda("stencil2d", x, weights, g, std::nullopt, b, mech, stages);
 }
 
+at::Tensor stencil3d_cuda(const at::Tensor& x, const at::Tensor& weights, c10::string_view boundary,
+                          c10::string_view mechanism, int64_t stages) {
+  const char* op = "stencil3d";
+  const Boundary b = parse_boundary(op, boundary);
+  const MechanismArg mech = parse_mechanism(op, mechanism);
+  check_stages(op, stages);
+  const Stencil3dGeometry g = check_stencil3d(x, weights, b);
+  if (g.rz == 0) {  // a batch of 2-D stencils, the (..., D) dims its batch
+    const at::Tensor w2 = weights.select(0, 0);
+    return stencil_cuda(op, x, w2, check_stencil2d(x, w2, b), std::nullopt, b, mech, stages);
+  }
+  c10::cuda::CUDAGuard guard(x.device());
+  at::Tensor out = at::empty_like(x);  // x's layout when x is dense, as the fake kernel says
+  if (x.numel() == 0) return out;
+  const DeviceInfo dev = device_info(x.get_device());
+  const at::Tensor xc = x.contiguous();
+  at::Tensor kout = out.is_contiguous() ? out : at::empty(x.sizes(), x.options());
+  const at::ScalarType wt = weights.scalar_type();
+  const bool as_is = wt == at::kFloat || wt == at::kHalf || wt == at::kBFloat16 || wt == at::kDouble;
+  const at::Tensor w = as_is ? weights.contiguous() : weights_for_kernel(x, weights);
+  Stencil3dParams p;
+  p.x = xc.data_ptr();
+  p.out = kout.data_ptr();
+  p.weights = w.data_ptr();
+  p.dtype = to_kernel_dtype(x.scalar_type());
+  p.weights_dtype = to_kernel_dtype(w.scalar_type());
+  p.batch = g.batch; p.nz = g.nz; p.ny = g.ny; p.nx = g.nx;
+  p.rz = g.rz; p.ry = g.ry; p.rx = g.rx;
+  p.boundary = b;
+  const CopyConfig cfg = resolve_stencil3d(mech, stages);
+  check_mechanism_supported(op, cfg.mechanism, dev);
+  p.mechanism = cfg.mechanism;
+  p.stages = cfg.stages;
+  p.stream = current_stream();
+  run_launcher(op, [&] { launch_stencil3d(p); });
+  if (!kout.is_same(out)) out.copy_(kout);
+  return out;
+}
+
 void check_ex_grid_args(const char* op, int64_t free_sms, int64_t blocks) {
   TORCH_CHECK_VALUE(free_sms >= 0 && free_sms < (1 << 16), "cupipe.", op, ": free_sms must be in [0, 65535], got ",
                     free_sms);
@@ -305,6 +344,7 @@ TORCH_LIBRARY_IMPL(cupipe, CUDA, m) {
   m.impl("_stream_copy_ex", &stream_copy_ex_cuda);
   m.impl("stencil1d", &stencil1d_cuda);
   m.impl("stencil2d", &stencil2d_cuda);
+  m.impl("stencil3d", &stencil3d_cuda);
   m.impl("_stencil1d_ex", &stencil1d_ex_cuda);
   m.impl("_stencil2d_ex", &stencil2d_ex_cuda);
   m.impl("_stencil1d_weight_grad", &stencil1d_weight_grad_cuda);

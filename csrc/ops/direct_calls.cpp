@@ -56,6 +56,14 @@ at::Tensor call_stencil2d(const at::Tensor& x, const at::Tensor& weights, const 
   return below_autograd([&] { return op.call(x, weights, boundary, mechanism, stages); });
 }
 
+at::Tensor call_stencil3d(const at::Tensor& x, const at::Tensor& weights, const std::string& boundary,
+                          const std::string& mechanism, int64_t stages) {
+  static const auto op =
+      typed_op<at::Tensor(const at::Tensor&, const at::Tensor&, c10::string_view, c10::string_view, int64_t)>(
+          "cupipe::stencil3d");
+  return below_autograd([&] { return op.call(x, weights, boundary, mechanism, stages); });
+}
+
 at::Tensor call_reduce(const at::Tensor& x, const std::string& op_name, std::optional<std::vector<int64_t>> dim,
                        bool keepdim, std::optional<at::ScalarType> dtype, const std::string& mechanism,
                        int64_t stages) {
@@ -80,6 +88,8 @@ void bind_direct_calls(pybind11::module& m) {
   m.def("call_stencil1d", &call_stencil1d, "torch.ops.cupipe.stencil1d below the autograd key", py::arg("x"),
         py::arg("weights"), py::arg("dim"), py::arg("boundary"), py::arg("mechanism"), py::arg("stages"));
   m.def("call_stencil2d", &call_stencil2d, "torch.ops.cupipe.stencil2d below the autograd key", py::arg("x"),
+        py::arg("weights"), py::arg("boundary"), py::arg("mechanism"), py::arg("stages"));
+  m.def("call_stencil3d", &call_stencil3d, "torch.ops.cupipe.stencil3d below the autograd key", py::arg("x"),
         py::arg("weights"), py::arg("boundary"), py::arg("mechanism"), py::arg("stages"));
   m.def("call_reduce", &call_reduce, "torch.ops.cupipe.reduce below the autograd key", py::arg("x"),
         py::arg("op"), py::arg("dim"), py::arg("keepdim"), py::arg("dtype"), py::arg("mechanism"),

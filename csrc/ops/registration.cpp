@@ -19,6 +19,9 @@ TORCH_LIBRARY(cupipe, m) {
   m.def(
       "stencil2d(Tensor x, Tensor weights, *, str boundary=\"zero\", str mechanism=\"auto\", "
       "int stages=0) -> Tensor");
+  m.def(
+      "stencil3d(Tensor x, Tensor weights, *, str boundary=\"zero\", str mechanism=\"auto\", "
+      "int stages=0) -> Tensor");
   // Not part of the public API: stream_copy with the engine's tile size and grid cap exposed, for
   // benchmarks and the latency study (tile_bytes = 0 / max_blocks = 0: defaults).
   m.def(

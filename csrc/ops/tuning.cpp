@@ -123,6 +123,14 @@ CopyConfig resolve_stream_copy(const DeviceInfo& dev, MechanismArg mech, int64_t
 
 // sm_90: bulk copies along the last dim, tensor-map boxes where the rows allow them (rows16),
 // primitives elsewhere; tiles_per_block where short-lived blocks beat one persistent wave.
+constexpr const char* kStencil3d =
+    "3-D stencils: primitives with 4 stages (a plane tile is consumed quickly, so more planes stay in "
+    "flight; not yet measured against the other mechanisms)";
+
+CopyConfig resolve_stencil3d(MechanismArg mech, int64_t stages) {
+  return apply_explicit(choice(Mechanism::Primitives, 4, kStencil3d), mech, stages, 0);
+}
+
 CopyConfig resolve_stencil(const DeviceInfo& dev, MechanismArg mech, int64_t stages, const StencilGeometry& g) {
   CopyConfig best;
   if (dev.code_sm < 90) {

@@ -47,19 +47,6 @@ __device__ __forceinline__ void consume_fixed(StencilFixed f, uint32_t st, uint3
   }
 }
 
-// Weight i of `w` (dtype t) in the accumulation type A (round to nearest for fp64 -> fp32, exact
-// otherwise), once per block as the weights are staged.
-template <typename A>
-__device__ __forceinline__ A weight_as(const void* w, DType t, int i) {
-  switch (t) {
-    case DType::F16: return static_cast<A>(__half2float(static_cast<const __half*>(w)[i]));
-    case DType::BF16: return static_cast<A>(__bfloat162float(static_cast<const __nv_bfloat16*>(w)[i]));
-    case DType::F64: return static_cast<A>(static_cast<const double*>(w)[i]);
-    case DType::F32: break;
-  }
-  return static_cast<A>(static_cast<const float*>(w)[i]);
-}
-
 // F: the family (family.cuh), with its preconditions from the launch plan: Narrow3/Narrow5 need
 // g.fixed to be that box, Wide9 Box9x9 with widened weight rows (narrow_wide_geom), Mma5/7/9 and
 // BoxMma g.fixed == Mma (choose_mma), BoxFixed a fixed box, SteppedRow/SteppedBox g.step > 1, Box

@@ -126,13 +126,15 @@ __device__ __noinline__ void fill_stage(uint32_t stage_smem, const T* plane, Til
   }
 }
 
-// Fills the stage behind the ring's write handle `w` with tile `tile`'s window: the rows inside
-// the plane as async copies (one box when they share a shift), boundary rows from their mapped
-// source rows, and the store team's plain stores (header, zero rows, halo columns).
-// OneWarpBox: the zero boundary's tensor-map tiles are loaded by warp 0 alone (see below).
-template <typename T, bool OneWarpBox = true, class W>
-__device__ __forceinline__ void load_stencil_tile(const W& w, const T* x, const StencilGeom& g, Boundary boundary,
-                                                  int64_t tile, const void* tmap) {
+// Fills the stage behind the ring's write handle `w` with the window of the tile origin() gives
+// (a TileHeader: plane, first output row and column): the rows inside the plane as async copies
+// (one box when they share a shift), boundary rows from their mapped source rows, and the store
+// team's plain stores (header, zero rows, halo columns). origin() is called where the header is
+// needed, so that threads that leave early never derive it. OneWarpBox: the zero boundary's
+// tensor-map tiles are loaded by warp 0 alone (see below).
+template <typename T, bool OneWarpBox = true, class W, class Origin>
+__device__ __forceinline__ void load_stencil_window(const W& w, const T* x, const StencilGeom& g, Boundary boundary,
+                                                    Origin&& origin, const void* tmap) {
   constexpr int64_t esz = sizeof(T);
   // A box's x coordinate: the 16-byte boundary at or before window column xw (row shift `shift`
   // bytes), in the map's units (tensor_map_unit).
@@ -144,7 +146,7 @@ __device__ __forceinline__ void load_stencil_tile(const W& w, const T* x, const 
     // gained nothing or lost, and keep every warp loading (docs/design.md).
     if (g.tensor_tiles && boundary == Boundary::Zero) {
       if (threadIdx.x >= 32) return;
-      const TileHeader t = tile_origin(tile, g);
+      const TileHeader t = origin();
       const int64_t yw = t.y0 - g.ry, xw = t.x0 - int64_t(g.rx) * g.step;
       const int shift = row_shift(x + t.b * g.xs_plane, yw, g.xs_row, xw);
       w.copy_tensor_3d(g.hdr_bytes, tmap, map_x(xw, shift), static_cast<int>(yw),
@@ -158,7 +160,7 @@ __device__ __forceinline__ void load_stencil_tile(const W& w, const T* x, const 
   // Rows a multiple of 16 bytes apart: every row of a plane has the same shift.
   const bool uniform_rows = g.xs_row * esz % 16 == 0;
   TileWindow tw;
-  tw.t = tile_origin(tile, g);
+  tw.t = origin();
   tw.yw = tw.t.y0 - g.ry;
   tw.xw = tw.t.x0 - int64_t(g.rx) * g.step;
   tw.c_lo = max(tw.xw, int64_t(0));
@@ -214,6 +216,13 @@ __device__ __forceinline__ void load_stencil_tile(const W& w, const T* x, const 
   }
   const FillGeom fg{g.ny, g.nx, g.xs_row, g.win_h, g.win_w, g.pitch, g.hdr_bytes, g.step, boundary};
   fill_stage<T>(static_cast<uint32_t>(__cvta_generic_to_shared(w.stage)), plane, tw, fg, st.rank, st.size);
+}
+
+// The window of tile `tile` of the 2-D stencil's tile grid (tile_origin).
+template <typename T, bool OneWarpBox = true, class W>
+__device__ __forceinline__ void load_stencil_tile(const W& w, const T* x, const StencilGeom& g, Boundary boundary,
+                                                  int64_t tile, const void* tmap) {
+  load_stencil_window<T, OneWarpBox>(w, x, g, boundary, [&] { return tile_origin(tile, g); }, tmap);
 }
 
 }  // namespace kernels

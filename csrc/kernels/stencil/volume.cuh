@@ -1,0 +1,156 @@
+// The 3-D stencil kernel (stencil3d): 2.5-D blocking on the engine's stage ring. A block owns a
+// column of the volume: one 2-D tile of the plane (with its halo) over a chunk of consecutive
+// output planes. The input planes of the chunk (and RZ more on each side) stream through the ring
+// one tile window a stage, loaded by the 2-D stencil's tile loader (every mechanism, every
+// boundary within the plane); the depth boundary maps a plane index to the plane loaded.
+//
+// A thread keeps 2*RZ+1 partial output tiles in registers (a queue): a landed input plane p adds
+// its 2-D correlation with weight slice a to the output plane p + RZ - a, for every a at once
+// (each window value is read from shared memory once and used by every slice). After plane p the
+// oldest entry, output plane p - RZ, is complete: it is stored, and the queue moves up by one. So
+// the volume is read once and written once, with one plane tile a stage on chip.
+//
+// RZ is the depth radius (1..4; rz = 0 is a batch of 2-D stencils and runs as stencil2d); R the
+// in-plane radius class (1, 2 or 4: the window the loops unroll over), ry, rx <= R at run time.
+#pragma once
+
+#include <cuda.h>  // CUtensorMap
+
+#include "engine/engine.cuh"
+#include "kernels/numeric.cuh"
+#include "kernels/stencil/consumer_io.cuh"
+#include "kernels/stencil/geometry.cuh"
+#include "kernels/stencil/tile_loader.cuh"
+
+namespace cupipe {
+namespace kernels {
+
+constexpr int kVolumeThreads = 256;
+constexpr int kVolumeItemsX = 16;  // work items across a tile; the rows of items fill the consumers
+constexpr int kVolumeTH = 2;       // output rows of a work item
+// The outputs of a work item along x: one 16-byte vector of fp32/fp64, 8 bytes of a 2-byte type.
+template <typename T>
+constexpr int kVolumeTW = sizeof(T) == 8 ? 2 : 4;
+
+// The in-plane radius class a call's radii (ry, rx) run in.
+constexpr int volume_radius_class(int ry, int rx) {
+  return ry <= 1 && rx <= 1 ? 1 : ry <= 2 && rx <= 2 ? 2 : 4;
+}
+
+struct VolumeGeom {
+  StencilGeom g;           // the loader's view: batch * nz planes of ny x nx, windows of the tiles
+  int64_t nz;
+  int rz;
+  int64_t tiles_x, tiles_per_plane;
+  int64_t chunk, nchunks;  // output planes per block, blocks along the depth
+  int items_y;             // rows of work items in a tile (consumers / kVolumeItemsX)
+  int64_t weight_bytes;    // (2rz+1) x (2R+1)^2 weights in the accumulation type, in shared memory
+};
+
+template <engine::Mechanism M, int S, typename T, int RZ, int R>
+__global__ void __launch_bounds__(kVolumeThreads, 1)
+    stencil3d_kernel(const T* __restrict__ x, T* __restrict__ out, const void* __restrict__ weights, VolumeGeom v,
+                     Boundary boundary, const __grid_constant__ CUtensorMap tmap) {
+  if constexpr (!engine::mechanism_in_this_pass(M)) { __trap(); return; }  // tma below sm_90 (mechanism.h)
+  static_assert(RZ >= 1 && (R == 1 || R == 2 || R == 4), "depth radius 1..4, in-plane classes 1, 2, 4");
+  using A = acc_t<T>;
+  using Ring = engine::Ring<M, S, 16>;
+  constexpr int KZ = 2 * RZ + 1, K = 2 * R + 1, TH = kVolumeTH, TW = kVolumeTW<T>;
+  extern __shared__ __align__(engine::kStageAlign) char smem[];
+  __shared__ engine::RawShared<typename Ring::SharedState> ss;
+  const StencilGeom& g = v.g;
+
+  // Weights (a, b, c) of the (2rz+1, 2ry+1, 2rx+1) tensor at slot (a, b + R - ry, c + R - rx) of
+  // a K x K plane; the slots outside the radii are never multiplied (an input's Inf times a
+  // padded zero would be NaN).
+  A* w_s = reinterpret_cast<A*>(smem + static_cast<int64_t>(S) * g.stage_bytes);
+  {
+    const int kh = 2 * g.ry + 1, kw = 2 * g.rx + 1;
+    for (int i = threadIdx.x; i < KZ * K * K; i += blockDim.x) {
+      const int a = i / (K * K), b = i / K % K - (R - g.ry), c = i % K - (R - g.rx);
+      w_s[i] = b >= 0 && b < kh && c >= 0 && c < kw ? weight_as<A>(weights, g.wdt, (a * kh + b) * kw + c) : A(0);
+    }
+    __syncthreads();
+  }
+  Ring ring(ss.get(), smem, static_cast<int>(g.stage_bytes));
+
+  // This block's column and chunk; consecutive blocks take neighbouring tiles of one chunk, so
+  // that the halos they share are read from L2 while it still holds them.
+  const int64_t unit = blockIdx.x;
+  const int64_t tile = unit % v.tiles_per_plane, bc = unit / v.tiles_per_plane;
+  const int64_t chunk = bc % v.nchunks, bi = bc / v.nchunks;
+  const int64_t z0 = chunk * v.chunk, z1 = min(v.nz, z0 + v.chunk);
+  const int64_t y0 = tile / v.tiles_x * g.tile_h, x0 = tile % v.tiles_x * g.tile_w;
+  const int64_t nplanes = z1 - z0 + 2 * RZ;  // input planes z0 - RZ .. z1 + RZ - 1
+
+  auto load = [&](const auto& w, int64_t k) {
+    const int64_t p = z0 - RZ + k;
+    int64_t src = p >= 0 && p < v.nz ? p : map_outside(p, v.nz, boundary);
+    if (src < 0) src = p < 0 ? 0 : v.nz - 1;  // a zero plane: any plane will do, it is not read
+    load_stencil_window<T, false>(w, x, g, boundary, [&] { return TileHeader{bi * v.nz + src, y0, x0}; }, &tmap);
+  };
+
+  A acc[KZ][TH][TW];
+#pragma unroll
+  for (int a = 0; a < KZ; ++a)
+#pragma unroll
+    for (int i = 0; i < TH; ++i)
+#pragma unroll
+      for (int j = 0; j < TW; ++j) acc[a][i][j] = A(0);
+
+  auto consume = [&](const char* stage, int64_t k, engine::Team team) {
+    const int iy = team.rank / kVolumeItemsX, ix = team.rank % kVolumeItemsX;
+    const int64_t p = z0 - RZ + k;
+    const bool zero_plane = boundary == Boundary::Zero && (p < 0 || p >= v.nz);
+    const int* shifts = reinterpret_cast<const int*>(stage + sizeof(TileHeader));
+    if (!zero_plane && iy < v.items_y) {
+#pragma unroll
+      for (int b = 0; b < K; ++b) {
+        if (b < R - g.ry || b > R + g.ry) continue;  // block-uniform
+#pragma unroll
+        for (int i = 0; i < TH; ++i) {
+          const int wr = iy * TH + i + b - (R - g.ry);  // window row (the window has ry rows of halo)
+          A xv[TW + 2 * R];
+          load_window<T, 16>(stage + g.hdr_bytes + static_cast<int64_t>(wr) * g.pitch + shifts[wr] +
+                                 (static_cast<int64_t>(ix) * TW - (R - g.rx)) * static_cast<int64_t>(sizeof(T)),
+                             xv);
+#pragma unroll
+          for (int c = 0; c < K; ++c) {
+            if (c < R - g.rx || c > R + g.rx) continue;  // block-uniform
+#pragma unroll
+            for (int a = 0; a < KZ; ++a) {
+              const A wv = w_s[(a * K + b) * K + c];
+#pragma unroll
+              for (int j = 0; j < TW; ++j) acc[a][i][j] += wv * xv[j + c];
+            }
+          }
+        }
+      }
+    }
+    // Plane p completed output plane p - RZ (the last slice's); the first 2*RZ planes only fill
+    // the queue.
+    if (k >= 2 * RZ && iy < v.items_y) {
+      const int64_t z = p - RZ;
+      T* oplane = out + (bi * v.nz + z) * g.ny * g.nx;
+#pragma unroll
+      for (int i = 0; i < TH; ++i) {
+        const int64_t y = y0 + iy * TH + i, xo = x0 + static_cast<int64_t>(ix) * TW;
+        if (y < g.ny && xo < g.nx) store_outputs<T, TW>(oplane + y * g.nx + xo, g.nx - xo, acc[KZ - 1][i]);
+      }
+    }
+#pragma unroll
+    for (int a = KZ - 1; a > 0; --a)
+#pragma unroll
+      for (int i = 0; i < TH; ++i)
+#pragma unroll
+        for (int j = 0; j < TW; ++j) acc[a][i][j] = acc[a - 1][i][j];
+#pragma unroll
+    for (int i = 0; i < TH; ++i)
+#pragma unroll
+      for (int j = 0; j < TW; ++j) acc[0][i][j] = A(0);
+  };
+  engine::run_ring(ring, nplanes, load, consume);
+}
+
+}  // namespace kernels
+}  // namespace cupipe

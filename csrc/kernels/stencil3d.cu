@@ -1,0 +1,103 @@
+// launch_stencil3d: the tile and chunk geometry of stencil/volume.cuh's kernel, and its launch.
+#include "kernels/stencil/volume.cuh"
+
+#include <algorithm>
+#include <stdexcept>
+#include <string>
+
+#include "kernels/kernel_id.h"
+#include "kernels/launch_utils.cuh"
+
+namespace cupipe {
+namespace kernels {
+namespace {
+
+constexpr const char* kVolumeHeader = "kernels/stencil/volume.cuh";
+
+// The geometry for `consumers` consuming threads: tiles of kVolumeItemsX x items_y work items,
+// each TH x TW outputs; the window (ry, rx of halo) as the 2-D loader lays it out, rows pitched
+// for the consumer's reach (R - rx columns either side of the window, whole vectors past it).
+template <typename T>
+VolumeGeom volume_geom(const Stencil3dParams& p, int consumers, int R) {
+  constexpr int64_t esz = sizeof(T);
+  VolumeGeom v{};
+  StencilGeom& g = v.g;
+  g.batch = p.batch * p.nz; g.ny = p.ny; g.nx = p.nx;
+  g.xs_row = p.nx; g.xs_plane = p.ny * p.nx;
+  g.ry = p.ry; g.rx = p.rx; g.step = 1;
+  g.wdt = p.weights_dtype;
+  g.fixed = StencilFixed::None;
+  g.tensor_tiles = false;
+  v.items_y = consumers / kVolumeItemsX;
+  g.tile_w = kVolumeItemsX * kVolumeTW<T>;
+  g.tile_h = v.items_y * kVolumeTH;
+  g.win_h = g.tile_h + 2 * p.ry;
+  g.win_w = g.tile_w + 2 * p.rx;
+  g.pitch = static_cast<int>(engine::align_up((g.tile_w + 2 * int64_t(R)) * esz + 32, 16));
+  g.hdr_bytes = static_cast<int>(engine::align_up(static_cast<int64_t>(sizeof(TileHeader)) + 4 * g.win_h, 16));
+  g.stage_bytes = engine::align_up(g.hdr_bytes + int64_t(g.win_h) * g.pitch + 16, engine::kStageAlign);
+  v.nz = p.nz;
+  v.rz = p.rz;
+  v.tiles_x = (p.nx + g.tile_w - 1) / g.tile_w;
+  v.tiles_per_plane = (p.ny + g.tile_h - 1) / g.tile_h * v.tiles_x;
+  const int64_t K = 2 * R + 1;
+  v.weight_bytes = engine::align_up((2 * int64_t(p.rz) + 1) * K * K * static_cast<int64_t>(sizeof(acc_t<T>)), 16);
+  return v;
+}
+
+template <typename T>
+std::string volume_kernel_id(engine::Mechanism m, int stages, int rz, int R) {
+  return kernel_id("stencil3d_kernel", m, stages, type_c<T>{}, rz, R);
+}
+
+}  // namespace
+
+void launch_stencil3d_plan(const Stencil3dParams& p) {
+  if (p.stages < 1 || p.stages > engine::kMaxStages)
+    throw std::runtime_error("stages must be 1..8, got " + std::to_string(p.stages));
+  if (p.rz < 1 || p.rz > 4 || p.ry < 0 || p.ry > 4 || p.rx < 0 || p.rx > 4)
+    throw std::logic_error("cupipe: stencil3d's kernel takes depth radii 1..4 and plane radii 0..4");
+  dispatch_dtype(p.dtype, [&](auto tv) {
+    using T = decltype(tv);
+    const DeviceInfo dev = device_info(current_device());
+    const int R = volume_radius_class(p.ry, p.rx);
+    VolumeGeom v = volume_geom<T>(p, engine::consumer_threads(p.mechanism, kVolumeThreads), R);
+    const size_t smem = static_cast<size_t>(p.stages) * v.g.stage_bytes + v.weight_bytes;
+    if (static_cast<int64_t>(smem) > dev.max_smem_optin - 1024)
+      throw std::runtime_error("stencil3d: " + std::to_string(p.stages) + " stages of " +
+                               std::to_string(v.g.stage_bytes) + " bytes do not fit in shared memory");
+    const cudaStream_t stream = reinterpret_cast<cudaStream_t>(p.stream);
+    const auto kernel = kernel_ref<const T*, T*, const void*, VolumeGeom, Boundary, CUtensorMap>(
+        kVolumeHeader, volume_kernel_id<T>(p.mechanism, p.stages, p.rz, R), stream);
+    prepare_smem(kernel, smem, "stencil3d");
+    // The chunk count with the shortest estimated time: waves of resident blocks times the planes
+    // a block streams (its chunk and 2 * rz more), chunks of at least 8 depth radii.
+    const int64_t columns = p.batch * v.tiles_per_plane;
+    const int64_t resident =
+        std::max<int64_t>(1, static_cast<int64_t>(dev.num_sms) * blocks_per_sm(kernel, kVolumeThreads, smem));
+    const int64_t max_chunks = std::max<int64_t>(
+        1, std::min(p.nz / (8 * int64_t(p.rz)), 8 * resident / std::max<int64_t>(1, columns)));
+    int64_t best = 1, best_cost = -1;
+    for (int64_t n = 1; n <= max_chunks; ++n) {
+      const int64_t len = (p.nz + n - 1) / n;
+      const int64_t cost = (columns * n + resident - 1) / resident * (len + 2 * int64_t(p.rz));
+      if (best_cost < 0 || cost < best_cost) best = n, best_cost = cost;
+    }
+    v.chunk = (p.nz + best - 1) / best;
+    v.nchunks = (p.nz + v.chunk - 1) / v.chunk;
+    const int64_t grid = columns * v.nchunks;
+    if (grid > 0x7fffffff) throw std::runtime_error("stencil3d: the volume needs more than 2^31 - 1 blocks");
+    CUtensorMap tmap{};
+    launch_kernel(kernel, dim3(static_cast<unsigned>(grid)), dim3(kVolumeThreads), smem, stream, false,
+                  static_cast<const T*>(p.x), static_cast<T*>(p.out), p.weights, v, p.boundary, tmap);
+  });
+}
+
+}  // namespace kernels
+
+void launch_stencil3d(const Stencil3dParams& p) {
+  if (p.batch * p.nz * p.ny * p.nx == 0) return;
+  kernels::launch_stencil3d_plan(p);
+}
+
+}  // namespace cupipe

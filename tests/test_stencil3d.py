@@ -1,0 +1,164 @@
+"""stencil3d against an eager reference (the boundary as index maps, then a valid F.conv3d in
+float64), its gradients against autograd through that reference, and its arguments' errors."""
+from __future__ import annotations
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+import cupipe
+from conftest import BOUNDARIES, FLOAT_DTYPES, assert_close, make_input, make_weights, poison_allocator, tol
+
+MECHANISMS = [m for m in cupipe.MECHANISMS if m != "auto"]
+
+
+def _pad_index(n: int, r: int, boundary: str, device) -> torch.Tensor:
+    """Source index of each of the n + 2r padded positions of a dim (-1: a zero)."""
+    out = []
+    for i in range(-r, n + r):
+        if 0 <= i < n:
+            out.append(i)
+        elif boundary == "zero":
+            out.append(-1)
+        elif boundary == "replicate":
+            out.append(0 if i < 0 else n - 1)
+        elif boundary == "circular":
+            out.append(i % n)
+        else:  # reflect, without repeating the edge
+            p = 2 * (n - 1)
+            m = i % p if p else 0
+            out.append(m if m < n else p - m)
+    return torch.tensor(out, device=device)
+
+
+def stencil3d_ref(x: torch.Tensor, w: torch.Tensor, boundary: str = "zero") -> torch.Tensor:
+    """F.conv3d (valid) of x padded by the boundary along its last three dims, in x's dtype
+    (float64 in, for a reference). Differentiable."""
+    radii = [(k - 1) // 2 for k in w.shape]
+    t = x
+    for k, r in enumerate(radii):
+        d = x.dim() - 3 + k
+        idx = _pad_index(x.shape[d], r, boundary, x.device)
+        t = t.index_select(d, idx.clamp(min=0))
+        if (idx < 0).any():
+            shape = [1] * t.dim()
+            shape[d] = idx.numel()
+            t = t * (idx >= 0).to(t.dtype).view(shape)
+    D, H, W = x.shape[-3:]
+    flat = t.reshape(-1, 1, *t.shape[-3:])
+    return F.conv3d(flat, w.to(t.dtype)[None, None]).reshape(x.shape)
+
+
+def _check(x, w, boundary="zero", what="", **kw):
+    poison_allocator(x.numel() * x.element_size(), x.device)
+    y = cupipe.stencil3d(x, w, boundary=boundary, **kw)
+    assert y.shape == x.shape and y.dtype == x.dtype
+    assert y.stride() == torch.empty_like(x).stride()
+    atol, rtol = tol(x.dtype, w.numel())
+    assert_close(y, stencil3d_ref(x.double(), w.double(), boundary).to(x.dtype), atol=atol, rtol=rtol,
+                 what=f"stencil3d {what} shape={tuple(x.shape)} w={tuple(w.shape)} {boundary} {x.dtype} {kw}")
+    return y
+
+
+WEIGHT_SHAPES = [(3, 3, 3), (1, 3, 3), (3, 1, 1), (5, 5, 5), (3, 5, 1), (9, 3, 3), (3, 9, 7), (7, 1, 5)]
+
+
+@pytest.mark.parametrize("wshape", WEIGHT_SHAPES, ids=lambda s: "x".join(map(str, s)))
+@pytest.mark.parametrize("boundary", BOUNDARIES)
+def test_every_boundary_and_radius(device, wshape, boundary):
+    x = make_input((2, 11, 13, 70), device=device)
+    _check(x, make_weights(wshape, device=device), boundary)
+
+
+@pytest.mark.parametrize("dtype", FLOAT_DTYPES, ids=str)
+@pytest.mark.parametrize("shape", [(9, 17, 33), (1, 1, 1), (4, 2, 3, 5), (2, 3, 40, 131), (6, 70, 9)])
+def test_dtypes_and_odd_sizes(device, dtype, shape):
+    x = make_input(shape, dtype, device)
+    for wshape in [(3, 3, 3), (5, 5, 5)]:
+        w = make_weights(wshape, device=device)
+        _check(x, w, "zero")
+        _check(x, w.to(dtype), "replicate", "weights in x's dtype")
+
+
+def test_sizes_below_the_radius(device):
+    """Dims shorter than their radius: every boundary but reflect (which needs size > radius)."""
+    x = make_input((2, 1, 3), device=device)
+    w = make_weights((5, 9, 9), device=device)
+    for boundary in ("zero", "replicate", "circular"):
+        _check(x, w, boundary)
+
+
+def test_non_contiguous_inputs(device):
+    base = make_input((3, 20, 24, 34), device=device)
+    w = make_weights((3, 3, 5), device=device)
+    _check(base.permute(0, 3, 1, 2), w, "reflect", "permuted")
+    _check(base[:, 2:17:2, 1:, 3:30], w, "circular", "sliced")
+    _check(base.to(memory_format=torch.channels_last), w, "zero", "channels_last")
+    _check(make_input((24, 34), device=device).expand(5, 24, 34), w, "replicate", "expanded")
+
+
+@pytest.mark.cuda
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+@pytest.mark.parametrize("mechanism", MECHANISMS)
+def test_every_mechanism_and_stage_count(mechanism):
+    if mechanism == "tma" and not cupipe.tma_available():
+        pytest.skip("tma needs sm_90")
+    x = make_input((2, 37, 45, 150), device="cuda")
+    for stages, wshape, boundary in [(1, (3, 3, 3), "zero"), (2, (5, 3, 1), "reflect"),
+                                     (4, (9, 5, 5), "circular"), (8, (3, 9, 9), "replicate")]:
+        _check(x, make_weights(wshape, device="cuda"), boundary, mechanism=mechanism, stages=stages)
+    for dtype in (torch.float16, torch.bfloat16, torch.float64):
+        _check(x.to(dtype), make_weights((3, 3, 3), device="cuda"), "zero", mechanism=mechanism, stages=3)
+
+
+@pytest.mark.parametrize("boundary", BOUNDARIES)
+def test_gradients_match_autograd_through_the_reference(device, boundary):
+    x = make_input((2, 5, 6, 7), torch.float64, device).requires_grad_()
+    w = make_weights((3, 3, 5), torch.float64, device).requires_grad_()
+    g = make_input((2, 5, 6, 7), torch.float64, device, seed=7)
+    gx, gw = torch.autograd.grad(cupipe.stencil3d(x, w, boundary=boundary), (x, w), g)
+    rx, rw = torch.autograd.grad(stencil3d_ref(x, w, boundary), (x, w), g)
+    assert_close(gx, rx, atol=1e-10, rtol=1e-10, what=f"grad x {boundary}")
+    assert_close(gw, rw, atol=1e-10, rtol=1e-10, what=f"grad w {boundary}")
+
+
+def test_gradcheck(device):
+    x = make_input((1, 4, 5, 6), torch.float64, device).requires_grad_()
+    w = make_weights((3, 1, 3), torch.float64, device).requires_grad_()
+    for boundary in ("zero", "reflect"):
+        assert torch.autograd.gradcheck(lambda a, b: cupipe.stencil3d(a, b, boundary=boundary), (x, w))
+        assert torch.autograd.gradgradcheck(lambda a, b: cupipe.stencil3d(a, b, boundary=boundary), (x, w))
+
+
+def test_compile_and_vmap(device):
+    x = make_input((3, 2, 6, 7, 9), device=device)
+    w = make_weights((3, 3, 3), device=device)
+    ref = cupipe.stencil3d(x, w, boundary="circular")
+    got = torch.compile(lambda a, b: cupipe.stencil3d(a, b, boundary="circular"), fullgraph=True)(x, w)
+    assert_close(got, ref, atol=1e-6, rtol=1e-6, what="torch.compile")
+    got = torch.vmap(lambda a: cupipe.stencil3d(a, w, boundary="circular"), in_dims=1)(x)
+    assert_close(got, ref.movedim(1, 0), atol=1e-6, rtol=1e-6, what="vmap")
+
+
+def test_opcheck(device):
+    x = make_input((2, 4, 5, 6), device=device)
+    w = make_weights((3, 3, 3), device=device)
+    torch.library.opcheck(torch.ops.cupipe.stencil3d.default, (x, w), {"boundary": "reflect"})
+
+
+@pytest.mark.parametrize("args, match", [
+    (((4, 5, 6), (3, 3)), "weights must be 3-D"),
+    (((4, 5, 6), (3, 4, 3)), "odd sizes of at most 9"),
+    (((4, 5, 6), (11, 3, 3)), "odd sizes of at most 9"),
+    (((5, 6), (3, 3, 3)), "at least 3 dims"),
+])
+def test_bad_arguments_name_the_argument(device, args, match):
+    (xs, ws) = args
+    with pytest.raises(ValueError, match=match):
+        cupipe.stencil3d(make_input(xs, device=device), make_weights(ws, device=device))
+
+
+def test_reflect_needs_each_size_above_its_radius(device):
+    with pytest.raises(ValueError, match=r"D \(dim -3\)"):
+        cupipe.stencil3d(make_input((2, 5, 6), device=device), make_weights((5, 3, 3), device=device),
+                         boundary="reflect")
