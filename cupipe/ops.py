@@ -139,8 +139,11 @@ def stencil3d(x: torch.Tensor, weights: torch.Tensor, *, boundary: str = "zero",
     ``(2rz+1, 2ry+1, 2rx+1)``, each radius 0..4. The zero boundary equals
     ``F.conv3d(x.reshape(-1, 1, D, H, W), weights[None, None], padding=(rz, ry, rx))``; the others
     pad like ``F.pad`` (``reflect`` needs each size > its radius). Accumulates in fp32 (fp64 for fp64
-    ``x``). Differentiable w.r.t. ``x`` and ``weights``.
+    ``x``). Differentiable w.r.t. ``x`` and ``weights``. ``mechanism="auto"`` consults the tuning
+    cache first, like ``stream_copy``.
     """
+    if mechanism == "auto":
+        mechanism, stages, _ = _tuning.cached_config("stencil3d", x, mechanism, stages, weights=weights)
     if _direct(x, weights):
         return _call(_C.call_stencil3d, _ops.stencil3d, x, weights, boundary=boundary,
                      mechanism=mechanism, stages=stages)

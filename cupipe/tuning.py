@@ -195,7 +195,7 @@ def shape_class(op: str, shape: Sequence[int], *, dim=None, radius=None, strides
     """A coarse key for ``op`` on an input of ``shape``: ndim, the log2 bucket of each size
     (:func:`_bucket`), the memory order of the dims when it is not the logical one (``strides``),
     and what else selects a different kernel geometry -- the stencil's radius (``radius``: r for
-    stencil1d, (ry, rx) for stencil2d) and dim, or the reduced dims.
+    stencil1d, (ry, rx) for stencil2d, (rz, ry, rx) for stencil3d) and dim, or the reduced dims.
 
     >>> shape_class("stencil2d", (8192, 8192), radius=(1, 1))
     'nd2:14x14:r1x1'
@@ -213,6 +213,9 @@ def shape_class(op: str, shape: Sequence[int], *, dim=None, radius=None, strides
     if op == "stencil2d":
         ry, rx = radius
         return f"{key}:r{ry}x{rx}"
+    if op == "stencil3d":
+        rz, ry, rx = radius
+        return f"{key}:r{rz}x{ry}x{rx}"
     if op == "reduce":
         if dim is None or len(dim) == 0:
             dims = "all"
@@ -274,6 +277,10 @@ def cached_config(op: str, x: torch.Tensor, mechanism: str, stages: int, vec_byt
             if weights.dim() != 2:
                 return mechanism, stages, vec_bytes
             radius = ((weights.shape[0] - 1) // 2, (weights.shape[1] - 1) // 2)
+        elif op == "stencil3d":
+            if weights.dim() != 3:
+                return mechanism, stages, vec_bytes
+            radius = tuple((k - 1) // 2 for k in weights.shape)
         cls = shape_class(op, shape, dim=dim, radius=radius, strides=tuple(x.stride()))
     except Exception:  # let the op produce its own error message
         return mechanism, stages, vec_bytes
@@ -321,6 +328,8 @@ def _geometry(op: str, a: Dict[str, object]) -> Dict[str, object]:
     if op == "stencil2d":
         w = a["weights"]
         return {"radius": ((w.shape[0] - 1) // 2, (w.shape[1] - 1) // 2)}
+    if op == "stencil3d":
+        return {"radius": tuple((k - 1) // 2 for k in a["weights"].shape)}
     if op == "reduce":
         d = a["dim"]
         return {"dim": None if d is None else ([d] if isinstance(d, int) else list(d))}
@@ -331,7 +340,7 @@ def _table_args(op: str, a: Dict[str, object]) -> Dict[str, object]:
     """The keywords of ``_C.table_shape`` / ``_C.layout_plan`` for the bound arguments ``a``."""
     if op == "stencil1d":
         kw = {"weights": a["weights"], "dim": a["dim"], "boundary": a["boundary"]}
-    elif op == "stencil2d":
+    elif op in ("stencil2d", "stencil3d"):
         kw = {"weights": a["weights"], "boundary": a["boundary"]}
     elif op == "reduce":
         kw = {"dim": a["dim"], "reduce_op": a["op"], "dtype": a["dtype"]}
@@ -575,6 +584,9 @@ def _direct_call(op: str, a: Dict[str, object]):
                                              mechanism=m, stages=s)
     if op == "stencil2d":
         return lambda m, s, v: ops.stencil2d(x, a["weights"], boundary=a["boundary"],
+                                             mechanism=m, stages=s)
+    if op == "stencil3d":
+        return lambda m, s, v: ops.stencil3d(x, a["weights"], boundary=a["boundary"],
                                              mechanism=m, stages=s)
     d = a["dim"]
     dims = None if d is None else ([d] if isinstance(d, int) else list(d))

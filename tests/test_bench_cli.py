@@ -59,7 +59,7 @@ def test_cpu_quick_end_to_end(tmp_path):
     assert doc["meta"]["cpu"] is True and "perf_counter" in doc["meta"]["timer"]
     assert doc["meta"]["failures"] == []
     ops = {r["op"] for r in doc["rows"]}
-    assert ops == {"stream_copy", "stencil1d", "stencil2d", "reduce"}
+    assert ops == {"stream_copy", "stencil1d", "stencil2d", "stencil3d", "reduce"}
     assert all(r["table"].endswith("[CPU]") for r in doc["rows"])
     # the engine table's first row is what stream_copy runs by default, named as such
     auto = [r for r in doc["rows"] if r["table"].startswith("stream_copy 2^") and r["mechanism"] == "auto"]

@@ -162,3 +162,16 @@ def test_reflect_needs_each_size_above_its_radius(device):
     with pytest.raises(ValueError, match=r"D \(dim -3\)"):
         cupipe.stencil3d(make_input((2, 5, 6), device=device), make_weights((5, 3, 3), device=device),
                          boundary="reflect")
+
+
+def test_explain_names_the_plan(device):
+    x = make_input((4, 6, 8, 10), device=device)
+    e = cupipe.explain("stencil3d", x, make_weights((3, 3, 3), device=device))
+    assert e.op == "stencil3d" and "in place" in e.layout
+    flat = cupipe.explain("stencil3d", x.transpose(-1, -2), make_weights((1, 3, 3), device=device))
+    assert "stencil2d over the (..., D) planes" in flat.layout
+    if device == "cuda":
+        assert (e.mechanism, e.stages) == ("primitives", 4)
+        assert e.kernels and e.kernels[0][0] == "stencil3d_kernel<engine::Mechanism::Primitives,4,float,1,1>"
+    else:
+        assert e.source == "cpu"

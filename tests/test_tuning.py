@@ -461,7 +461,7 @@ def test_names_are_defined_once_in_cpp():
                                  "barrier", "specialized", "tma") == tuple(cupipe._C.MECHANISMS)
     assert cupipe.BOUNDARIES == ("zero", "replicate", "circular", "reflect") == tuple(cupipe._C.BOUNDARIES)
     assert cupipe.REDUCE_OPS == ("sum", "mean", "amax", "amin") == tuple(cupipe._C.REDUCE_OPS)
-    assert tuning.OPS == ("stream_copy", "stencil1d", "stencil2d", "reduce") == tuple(cupipe._C.TUNED_OPS)
+    assert tuning.OPS == ("stream_copy", "stencil1d", "stencil2d", "stencil3d", "reduce") == tuple(cupipe._C.TUNED_OPS)
     assert tuning.ALL_MECHANISMS == cupipe.MECHANISMS[1:]
     x, w = torch.randn(4, 8), torch.ones(3)
     for m in cupipe.MECHANISMS:   # validated on the CPU, then ignored

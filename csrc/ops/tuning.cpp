@@ -180,7 +180,7 @@ CopyConfig resolve_reduce(const DeviceInfo& dev, MechanismArg mech, int64_t stag
   return apply_explicit(best, mech, stages, 0);
 }
 
-std::vector<std::string> tuned_op_names() { return {"stream_copy", "stencil1d", "stencil2d", "reduce"}; }
+std::vector<std::string> tuned_op_names() { return {"stream_copy", "stencil1d", "stencil2d", "stencil3d", "reduce"}; }
 
 TableShape table_shape(const std::string& op, const at::Tensor& x, const std::optional<at::Tensor>& weights,
                        const std::optional<std::vector<int64_t>>& dim, const std::string& boundary,
@@ -205,6 +205,24 @@ TableShape table_shape(const std::string& op, const at::Tensor& x, const std::op
     s.esz = g.esz;
     s.rows16 = rows16_of(x, g);
     s.step = g.step;
+  } else if (op == "stencil3d") {
+    TORCH_CHECK_VALUE(weights.has_value(), "cupipe.stencil3d: weights are required");
+    const Boundary b = parse_boundary("stencil3d", boundary);
+    const Stencil3dGeometry g3 = check_stencil3d(x, *weights, b);
+    s.rz = g3.rz;
+    s.ry = g3.ry;
+    s.rx = g3.rx;
+    if (g3.rz == 0) {  // stencil2d over the planes, with its layout plan and table
+      StencilGeometry g = check_stencil2d(x, weights->select(0, 0), b);
+      if (x.numel() > 0) g = stencil_memory_geometry(x, g, std::nullopt, &s.layout);
+      s.rows16 = rows16_of(x, g);
+      s.step = g.step;
+      s.layout = "a depth radius of 0: stencil2d over the (..., D) planes; " + s.layout;
+    } else {
+      s.layout = x.is_contiguous() ? "the kernels read x's volumes in place"
+                                   : "x is not contiguous: the kernels read x.contiguous()";
+    }
+    if (x.numel() == 0) s.layout = "x is empty: nothing runs";
   } else if (op == "reduce") {
     const ReducePlan plan =
         check_reduce(x, reduce_op, dim ? at::OptionalIntArrayRef(*dim) : at::OptionalIntArrayRef(), false, dtype);
@@ -232,6 +250,16 @@ CopyConfig resolve_op(const std::string& op, int sm, MechanismArg mech, int64_t 
   dev.code_sm = sm;
   if (op == "stream_copy") return resolve_stream_copy(dev, mech, stages, vec_bytes, 0);
   if (op == "stencil1d" || op == "stencil2d") {
+    StencilGeometry g;
+    g.ry = shape.ry;
+    g.rx = shape.rx;
+    g.esz = shape.esz;
+    g.rows16 = shape.rows16;
+    g.step = shape.step;
+    return resolve_stencil(dev, mech, stages, g);
+  }
+  if (op == "stencil3d") {
+    if (shape.rz > 0) return resolve_stencil3d(mech, stages);
     StencilGeometry g;
     g.ry = shape.ry;
     g.rx = shape.rx;

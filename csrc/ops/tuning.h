@@ -42,6 +42,7 @@ std::vector<std::string> tuned_op_names();
 struct TableShape {
   int64_t outer = 1, r = 1, inner = 1;
   int ry = 0, rx = 0;
+  int rz = 0;  // stencil3d's depth radius (0: it runs as stencil2d, whose table then applies)
   int esz = 4;
   bool rows16 = false;
   int64_t step = 1;  // stencils: elements between x taps (StencilGeometry::step)
