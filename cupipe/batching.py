@@ -46,35 +46,37 @@ def _stream_copy_vmap(info, in_dims, x, *, mechanism="auto", stages=0, vec_bytes
 
 
 @torch.library.register_vmap("cupipe::stencil1d")
-def _stencil1d_vmap(info, in_dims, x, weights, *, dim=-1, boundary="zero", mechanism="auto", stages=0):
+def _stencil1d_vmap(info, in_dims, x, weights, *, dim=-1, boundary="zero", mechanism="auto", stages=0, steps=1):
     def one(xi, wi):
-        return _ops.stencil1d(xi, wi, dim=dim, boundary=boundary, mechanism=mechanism, stages=stages)
+        return _ops.stencil1d(xi, wi, dim=dim, boundary=boundary, mechanism=mechanism, stages=stages, steps=steps)
     bx, bw = in_dims
     n = x.dim() - 1
     if bw is not None or bx is None or n < 1 or not -n <= dim < n:
         return _per_sample(info, in_dims, one, x, weights)  # per-sample weights; or the op's error
     return _ops.stencil1d(_front(x, bx), weights, dim=_shift(dim), boundary=boundary, mechanism=mechanism,
-                          stages=stages), 0
+                          stages=stages, steps=steps), 0
 
 
 @torch.library.register_vmap("cupipe::stencil2d")
-def _stencil2d_vmap(info, in_dims, x, weights, *, boundary="zero", mechanism="auto", stages=0):
+def _stencil2d_vmap(info, in_dims, x, weights, *, boundary="zero", mechanism="auto", stages=0, steps=1):
     def one(xi, wi):
-        return _ops.stencil2d(xi, wi, boundary=boundary, mechanism=mechanism, stages=stages)
+        return _ops.stencil2d(xi, wi, boundary=boundary, mechanism=mechanism, stages=stages, steps=steps)
     bx, bw = in_dims
     if bw is not None or bx is None or x.dim() - 1 < 2:
         return _per_sample(info, in_dims, one, x, weights)  # per-sample weights; or the op's error
-    return _ops.stencil2d(_front(x, bx), weights, boundary=boundary, mechanism=mechanism, stages=stages), 0
+    return _ops.stencil2d(_front(x, bx), weights, boundary=boundary, mechanism=mechanism, stages=stages,
+                           steps=steps), 0
 
 
 @torch.library.register_vmap("cupipe::stencil3d")
-def _stencil3d_vmap(info, in_dims, x, weights, *, boundary="zero", mechanism="auto", stages=0):
+def _stencil3d_vmap(info, in_dims, x, weights, *, boundary="zero", mechanism="auto", stages=0, steps=1):
     def one(xi, wi):
-        return _ops.stencil3d(xi, wi, boundary=boundary, mechanism=mechanism, stages=stages)
+        return _ops.stencil3d(xi, wi, boundary=boundary, mechanism=mechanism, stages=stages, steps=steps)
     bx, bw = in_dims
     if bw is not None or bx is None or x.dim() - 1 < 3:
         return _per_sample(info, in_dims, one, x, weights)  # per-sample weights; or the op's error
-    return _ops.stencil3d(_front(x, bx), weights, boundary=boundary, mechanism=mechanism, stages=stages), 0
+    return _ops.stencil3d(_front(x, bx), weights, boundary=boundary, mechanism=mechanism, stages=stages,
+                           steps=steps), 0
 
 
 @torch.library.register_vmap("cupipe::reduce")

@@ -7,6 +7,7 @@ this one).
 """
 from __future__ import annotations
 
+import math
 from typing import List, Optional, Sequence, Union
 
 import torch
@@ -98,56 +99,59 @@ def stream_copy(x: torch.Tensor, *, mechanism: str = "auto", stages: int = 0,
 
 
 def stencil1d(x: torch.Tensor, weights: torch.Tensor, *, dim: int = -1, boundary: str = "zero",
-              mechanism: str = "auto", stages: int = 0) -> torch.Tensor:
+              mechanism: str = "auto", stages: int = 0, steps: int = 1) -> torch.Tensor:
     """1-D stencil (cross-correlation, like ``F.conv1d``) along ``dim``.
 
     ``out[i] = sum_k weights[k] * x[i + k - r]`` with ``weights`` of odd length ``2r+1``; indices
     outside the dim follow ``boundary`` (``zero``, ``replicate``, ``circular``, ``reflect`` =
     ``F.pad`` modes; ``reflect`` needs size > r). Accumulates in fp32 (fp64 for fp64 ``x``).
     Differentiable w.r.t. ``x`` and ``weights``. ``mechanism="auto"`` consults the tuning cache
-    first, like ``stream_copy``.
+    first, like ``stream_copy``. ``steps=k`` applies the stencil k times (see ``stencil2d``).
     """
     if mechanism == "auto":
         mechanism, stages, _ = _tuning.cached_config("stencil1d", x, mechanism, stages,
                                                      weights=weights, dim=dim)
     if _direct(x, weights):
         return _call(_C.call_stencil1d, _ops.stencil1d, x, weights, dim=dim, boundary=boundary,
-                     mechanism=mechanism, stages=stages)
-    return _op("stencil1d", x, weights, dim=dim, boundary=boundary, mechanism=mechanism, stages=stages)
+                     mechanism=mechanism, stages=stages, steps=steps)
+    return _op("stencil1d", x, weights, dim=dim, boundary=boundary, mechanism=mechanism, stages=stages,
+               steps=steps)
 
 
 def stencil2d(x: torch.Tensor, weights: torch.Tensor, *, boundary: str = "zero",
-              mechanism: str = "auto", stages: int = 0) -> torch.Tensor:
+              mechanism: str = "auto", stages: int = 0, steps: int = 1) -> torch.Tensor:
     """2-D stencil over the last two dims (any leading batch dims), ``weights`` of shape
     ``(2ry+1, 2rx+1)``. The zero boundary equals
     ``F.conv2d(x.reshape(-1, 1, H, W), weights[None, None], padding=(ry, rx))``.
     Differentiable w.r.t. ``x`` and ``weights``. ``mechanism="auto"`` consults the tuning cache
-    first, like ``stream_copy``.
+    first, like ``stream_copy``. ``steps=k`` applies the stencil k times, the boundary at every
+    step: equal to k calls (one kernel pass per step for now; fused steps are to come). Its
+    gradient recomputes the states in segments of about sqrt(k) steps.
     """
     if mechanism == "auto":
         mechanism, stages, _ = _tuning.cached_config("stencil2d", x, mechanism, stages,
                                                      weights=weights)
     if _direct(x, weights):
         return _call(_C.call_stencil2d, _ops.stencil2d, x, weights, boundary=boundary,
-                     mechanism=mechanism, stages=stages)
-    return _op("stencil2d", x, weights, boundary=boundary, mechanism=mechanism, stages=stages)
+                     mechanism=mechanism, stages=stages, steps=steps)
+    return _op("stencil2d", x, weights, boundary=boundary, mechanism=mechanism, stages=stages, steps=steps)
 
 
 def stencil3d(x: torch.Tensor, weights: torch.Tensor, *, boundary: str = "zero",
-              mechanism: str = "auto", stages: int = 0) -> torch.Tensor:
+              mechanism: str = "auto", stages: int = 0, steps: int = 1) -> torch.Tensor:
     """3-D stencil over the last three dims (any leading batch dims), ``weights`` of shape
     ``(2rz+1, 2ry+1, 2rx+1)``, each radius 0..4. The zero boundary equals
     ``F.conv3d(x.reshape(-1, 1, D, H, W), weights[None, None], padding=(rz, ry, rx))``; the others
     pad like ``F.pad`` (``reflect`` needs each size > its radius). Accumulates in fp32 (fp64 for fp64
     ``x``). Differentiable w.r.t. ``x`` and ``weights``. ``mechanism="auto"`` consults the tuning
-    cache first, like ``stream_copy``.
+    cache first, like ``stream_copy``. ``steps=k`` applies the stencil k times (see ``stencil2d``).
     """
     if mechanism == "auto":
         mechanism, stages, _ = _tuning.cached_config("stencil3d", x, mechanism, stages, weights=weights)
     if _direct(x, weights):
         return _call(_C.call_stencil3d, _ops.stencil3d, x, weights, boundary=boundary,
-                     mechanism=mechanism, stages=stages)
-    return _op("stencil3d", x, weights, boundary=boundary, mechanism=mechanism, stages=stages)
+                     mechanism=mechanism, stages=stages, steps=steps)
+    return _op("stencil3d", x, weights, boundary=boundary, mechanism=mechanism, stages=stages, steps=steps)
 
 
 def reduce(x: torch.Tensor, op: str = "sum", dim: Union[int, Sequence[int], None] = None,
@@ -181,19 +185,19 @@ def _stream_copy_fake(x, *, mechanism="auto", stages=0, vec_bytes=0):
 # The stencils' results have x's layout when x is dense (the kernels write them in the order they
 # read x), as torch.empty_like gives it.
 @torch.library.register_fake("cupipe::stencil1d")
-def _stencil1d_fake(x, weights, *, dim=-1, boundary="zero", mechanism="auto", stages=0):
+def _stencil1d_fake(x, weights, *, dim=-1, boundary="zero", mechanism="auto", stages=0, steps=1):
     torch._check(weights.dim() == 1, lambda: "cupipe.stencil1d: weights must be 1-D")
     return torch.empty_like(x)
 
 
 @torch.library.register_fake("cupipe::stencil2d")
-def _stencil2d_fake(x, weights, *, boundary="zero", mechanism="auto", stages=0):
+def _stencil2d_fake(x, weights, *, boundary="zero", mechanism="auto", stages=0, steps=1):
     torch._check(weights.dim() == 2, lambda: "cupipe.stencil2d: weights must be 2-D")
     return torch.empty_like(x)
 
 
 @torch.library.register_fake("cupipe::stencil3d")
-def _stencil3d_fake(x, weights, *, boundary="zero", mechanism="auto", stages=0):
+def _stencil3d_fake(x, weights, *, boundary="zero", mechanism="auto", stages=0, steps=1):
     torch._check(weights.dim() == 3, lambda: "cupipe.stencil3d: weights must be 3-D")
     return torch.empty_like(x)
 
@@ -363,11 +367,44 @@ def _stencil2d_input_grad(g, weights, boundary, mechanism="auto", stages=0):
     return gx
 
 
+def _steps_backward(ctx, grad, x, weights, step, input_grad, weight_grad):
+    """(grad_x, grad_w) of ``ctx.steps`` applications of ``step`` (u -> the next state).
+    ``input_grad(g)`` is one step's adjoint, ``weight_grad(u, g)`` one step's weight gradient at
+    state u. The input gradient needs no states (each step is linear in u); the weights' needs
+    every state, recomputed from x in segments of about sqrt(steps): sqrt(steps) states held at
+    a time, one extra forward pass."""
+    k = ctx.steps
+    need_x, need_w = ctx.needs_input_grad[0], ctx.needs_input_grad[1]
+    if not need_w:
+        g = grad
+        for _ in range(k):
+            g = input_grad(g)
+        return g if need_x else None, None
+    seg = max(1, math.isqrt(k - 1) + 1) if k > 1 else 1
+    marks = [x]  # the states at the start of each segment
+    u = x
+    for t in range(1, k):
+        u = step(u)
+        if t % seg == 0:
+            marks.append(u)
+    g, gw = grad, None
+    for j in range(len(marks) - 1, -1, -1):
+        states = [marks[j]]
+        for _ in range(j * seg + 1, min((j + 1) * seg, k)):
+            states.append(step(states[-1]))
+        for u in reversed(states):
+            part = weight_grad(u, g)
+            gw = part if gw is None else gw + part
+            if need_x or u is not x:
+                g = input_grad(g)
+    return g if need_x else None, gw.to(weights.dtype)
+
+
 def _stencil1d_setup(ctx, inputs, keyword_only_inputs, output):
     x, weights = inputs
     kw = keyword_only_inputs
     ctx.dim, ctx.boundary = kw["dim"], kw["boundary"]
-    ctx.mechanism, ctx.stages = kw["mechanism"], kw["stages"]
+    ctx.mechanism, ctx.stages, ctx.steps = kw["mechanism"], kw["stages"], kw.get("steps", 1)
     ctx.save_for_backward(x if ctx.needs_input_grad[1] else None, weights)
     ctx.x_shape = x.shape
 
@@ -375,16 +412,14 @@ def _stencil1d_setup(ctx, inputs, keyword_only_inputs, output):
 def _stencil1d_backward(ctx, grad):
     x, weights = ctx.saved_tensors
     dim = ctx.dim % len(ctx.x_shape)
-    grad_x = grad_w = None
     if _numel(ctx.x_shape) == 0:
         # Nothing was read: the boundary index maps below are undefined for a size-0 dim.
         return _empty_grads(ctx, grad, weights)
-    if ctx.needs_input_grad[0]:
-        grad_x = _stencil1d_input_grad(grad, weights, dim, ctx.boundary, ctx.mechanism, ctx.stages)
-    if ctx.needs_input_grad[1]:
-        grad_w = _op("_stencil1d_weight_grad", x, grad.to(x.dtype), weights, dim, ctx.boundary)
-        grad_w = grad_w.to(weights.dtype)
-    return grad_x, grad_w
+    return _steps_backward(
+        ctx, grad, x, weights,
+        lambda u: stencil1d(u, weights, dim=dim, boundary=ctx.boundary, mechanism=ctx.mechanism, stages=ctx.stages),
+        lambda g: _stencil1d_input_grad(g, weights, dim, ctx.boundary, ctx.mechanism, ctx.stages),
+        lambda u, g: _op("_stencil1d_weight_grad", u, g.to(u.dtype), weights, dim, ctx.boundary))
 
 
 torch.library.register_autograd("cupipe::stencil1d", _stencil1d_backward,
@@ -395,21 +430,20 @@ def _stencil2d_setup(ctx, inputs, keyword_only_inputs, output):
     x, weights = inputs
     kw = keyword_only_inputs
     ctx.boundary, ctx.mechanism, ctx.stages = kw["boundary"], kw["mechanism"], kw["stages"]
+    ctx.steps = kw.get("steps", 1)
     ctx.save_for_backward(x if ctx.needs_input_grad[1] else None, weights)
     ctx.x_shape = x.shape
 
 
 def _stencil2d_backward(ctx, grad):
     x, weights = ctx.saved_tensors
-    grad_x = grad_w = None
     if _numel(ctx.x_shape) == 0:
         return _empty_grads(ctx, grad, weights)
-    if ctx.needs_input_grad[0]:
-        grad_x = _stencil2d_input_grad(grad, weights, ctx.boundary, ctx.mechanism, ctx.stages)
-    if ctx.needs_input_grad[1]:
-        grad_w = _op("_stencil2d_weight_grad", x, grad.to(x.dtype), weights, ctx.boundary)
-        grad_w = grad_w.to(weights.dtype)
-    return grad_x, grad_w
+    return _steps_backward(
+        ctx, grad, x, weights,
+        lambda u: stencil2d(u, weights, boundary=ctx.boundary, mechanism=ctx.mechanism, stages=ctx.stages),
+        lambda g: _stencil2d_input_grad(g, weights, ctx.boundary, ctx.mechanism, ctx.stages),
+        lambda u, g: _op("_stencil2d_weight_grad", u, g.to(u.dtype), weights, ctx.boundary))
 
 
 torch.library.register_autograd("cupipe::stencil2d", _stencil2d_backward,
@@ -466,20 +500,20 @@ def _stencil3d_setup(ctx, inputs, keyword_only_inputs, output):
     x, weights = inputs
     kw = keyword_only_inputs
     ctx.boundary, ctx.mechanism, ctx.stages = kw["boundary"], kw["mechanism"], kw["stages"]
+    ctx.steps = kw.get("steps", 1)
     ctx.save_for_backward(x if ctx.needs_input_grad[1] else None, weights)
     ctx.x_shape = x.shape
 
 
 def _stencil3d_backward(ctx, grad):
     x, weights = ctx.saved_tensors
-    grad_x = grad_w = None
     if _numel(ctx.x_shape) == 0:
         return _empty_grads(ctx, grad, weights)
-    if ctx.needs_input_grad[0]:
-        grad_x = _stencil3d_input_grad(grad, weights, ctx.boundary, ctx.mechanism, ctx.stages)
-    if ctx.needs_input_grad[1]:
-        grad_w = _stencil3d_weight_grad(x, grad.to(x.dtype), weights, ctx.boundary).to(weights.dtype)
-    return grad_x, grad_w
+    return _steps_backward(
+        ctx, grad, x, weights,
+        lambda u: stencil3d(u, weights, boundary=ctx.boundary, mechanism=ctx.mechanism, stages=ctx.stages),
+        lambda g: _stencil3d_input_grad(g, weights, ctx.boundary, ctx.mechanism, ctx.stages),
+        lambda u, g: _stencil3d_weight_grad(u, g.to(u.dtype), weights, ctx.boundary))
 
 
 torch.library.register_autograd("cupipe::stencil3d", _stencil3d_backward,

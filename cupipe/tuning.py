@@ -581,13 +581,13 @@ def _direct_call(op: str, a: Dict[str, object]):
         return lambda m, s, v: ops.stream_copy(x, mechanism=m, stages=s, vec_bytes=v)
     if op == "stencil1d":
         return lambda m, s, v: ops.stencil1d(x, a["weights"], dim=a["dim"], boundary=a["boundary"],
-                                             mechanism=m, stages=s)
+                                             mechanism=m, stages=s, steps=a["steps"])
     if op == "stencil2d":
         return lambda m, s, v: ops.stencil2d(x, a["weights"], boundary=a["boundary"],
-                                             mechanism=m, stages=s)
+                                             mechanism=m, stages=s, steps=a["steps"])
     if op == "stencil3d":
         return lambda m, s, v: ops.stencil3d(x, a["weights"], boundary=a["boundary"],
-                                             mechanism=m, stages=s)
+                                             mechanism=m, stages=s, steps=a["steps"])
     d = a["dim"]
     dims = None if d is None else ([d] if isinstance(d, int) else list(d))
     return lambda m, s, v: ops.reduce(x, a["op"], dims, a["keepdim"], dtype=a["dtype"],

@@ -194,7 +194,7 @@ def test_wrappers_use_a_cached_entry_for_auto(fake_gpu):
     cupipe.stencil2d(x, w, stages=2)                       # an explicit stage count is kept
     assert fake_gpu.calls[-1][1]["mechanism"] == "cg" and fake_gpu.calls[-1][1]["stages"] == 2
     cupipe.stencil2d(x, w, mechanism="sync")               # explicit mechanism: no cache
-    assert fake_gpu.calls[-1][1] == {"boundary": "zero", "mechanism": "sync", "stages": 0}
+    assert fake_gpu.calls[-1][1] == {"boundary": "zero", "mechanism": "sync", "stages": 0, "steps": 1}
     cupipe.stencil2d(x, torch.empty(5, 5, device="cuda"))  # another radius: no entry
     assert fake_gpu.calls[-1][1]["mechanism"] == "auto"
     cupipe.stencil2d(x.half(), w)                          # another dtype: no entry

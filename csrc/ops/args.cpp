@@ -83,6 +83,10 @@ void check_stages(const char* op, int64_t stages) {
                     ": stages must be 0 (auto) or 1..", engine::kMaxStages, ", got ", stages);
 }
 
+void check_steps(const char* op, int64_t steps) {
+  TORCH_CHECK_VALUE(steps >= 1, "cupipe.", op, ": steps must be >= 1, got ", steps);
+}
+
 void check_vec_bytes(const char* op, int64_t vec_bytes) {
   TORCH_CHECK_VALUE(vec_bytes == 0 || vec_bytes == 4 || vec_bytes == 8 || vec_bytes == 16,
                     "cupipe.", op, ": vec_bytes must be 0 (auto), 4, 8 or 16, got ", vec_bytes);

@@ -37,6 +37,16 @@ Boundary parse_boundary(const char* op, c10::string_view name);
 ReduceOp parse_reduce_op(const char* op, c10::string_view name);
 void check_stages(const char* op, int64_t stages);
 void check_vec_bytes(const char* op, int64_t vec_bytes);
+void check_steps(const char* op, int64_t steps);
+
+// The stencils' `steps`: step(x) applied `steps` times, each on the previous result (a loop of
+// single calls, rounded to x's dtype between steps). Fused steps are issue 47's kernels.
+template <class F>
+at::Tensor repeat_steps(int64_t steps, const at::Tensor& x, F&& step) {
+  at::Tensor y = step(x);
+  for (int64_t i = 1; i < steps; ++i) y = step(y);
+  return y;
+}
 
 // Floating dtypes the stencil and reduce kernels support.
 bool is_supported_float(at::ScalarType t);

@@ -84,21 +84,23 @@ at::Tensor stencil_cpu(const at::Tensor& x, const at::Tensor& weights, const Ste
 }
 
 at::Tensor stencil1d_cpu(const at::Tensor& x, const at::Tensor& weights, int64_t dim,
-                         c10::string_view boundary, c10::string_view mechanism, int64_t stages) {
+                         c10::string_view boundary, c10::string_view mechanism, int64_t stages, int64_t steps) {
   const Boundary b = parse_boundary("stencil1d", boundary);
   parse_mechanism("stencil1d", mechanism);
   check_stages("stencil1d", stages);
+  check_steps("stencil1d", steps);
   const StencilGeometry g = check_stencil1d(x, weights, dim, b);
-  return stencil_cpu(x, weights, g, dim, b);
+  return repeat_steps(steps, x, [&](const at::Tensor& in) { return stencil_cpu(in, weights, g, dim, b); });
 }
 
 at::Tensor stencil2d_cpu(const at::Tensor& x, const at::Tensor& weights, c10::string_view boundary,
-                         c10::string_view mechanism, int64_t stages) {
+                         c10::string_view mechanism, int64_t stages, int64_t steps) {
   const Boundary b = parse_boundary("stencil2d", boundary);
   parse_mechanism("stencil2d", mechanism);
   check_stages("stencil2d", stages);
+  check_steps("stencil2d", steps);
   const StencilGeometry g = check_stencil2d(x, weights, b);
-  return stencil_cpu(x, weights, g, std::nullopt, b);
+  return repeat_steps(steps, x, [&](const at::Tensor& in) { return stencil_cpu(in, weights, g, std::nullopt, b); });
 }
 
 // stencil3d over a contiguous (batch, nz, ny, nx) stack, one output row per work item.
@@ -133,12 +135,7 @@ void stencil3d_cpu_impl(const T* x, T* out, const Acc* w, const Stencil3dGeometr
   });
 }
 
-at::Tensor stencil3d_cpu(const at::Tensor& x, const at::Tensor& weights, c10::string_view boundary,
-                         c10::string_view mechanism, int64_t stages) {
-  const Boundary b = parse_boundary("stencil3d", boundary);
-  parse_mechanism("stencil3d", mechanism);
-  check_stages("stencil3d", stages);
-  const Stencil3dGeometry g = check_stencil3d(x, weights, b);
+at::Tensor stencil3d_cpu_step(const at::Tensor& x, const at::Tensor& weights, const Stencil3dGeometry& g, Boundary b) {
   at::Tensor out = at::empty_like(x);  // x's layout when x is dense, as the fake kernel says
   if (x.numel() == 0) return out;
   const at::Tensor xc = x.contiguous(), w = weights_for_kernel(x, weights);
@@ -150,6 +147,16 @@ at::Tensor stencil3d_cpu(const at::Tensor& x, const at::Tensor& weights, c10::st
   });
   if (!kout.is_same(out)) out.copy_(kout);
   return out;
+}
+
+at::Tensor stencil3d_cpu(const at::Tensor& x, const at::Tensor& weights, c10::string_view boundary,
+                         c10::string_view mechanism, int64_t stages, int64_t steps) {
+  const Boundary b = parse_boundary("stencil3d", boundary);
+  parse_mechanism("stencil3d", mechanism);
+  check_stages("stencil3d", stages);
+  check_steps("stencil3d", steps);
+  const Stencil3dGeometry g = check_stencil3d(x, weights, b);
+  return repeat_steps(steps, x, [&](const at::Tensor& in) { return stencil3d_cpu_step(in, weights, g, b); });
 }
 
 // Weight gradient: grad_w[a][c] = sum over outputs of grad * the input the tap read. Rows go in

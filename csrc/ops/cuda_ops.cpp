@@ -141,30 +141,32 @@ at::Tensor stencil_cuda(const char* op, const at::Tensor& x, const at::Tensor& w
 }
 
 at::Tensor stencil1d_cuda(const at::Tensor& x, const at::Tensor& weights, int64_t dim,
-                          c10::string_view boundary, c10::string_view mechanism, int64_t stages) {
+                          c10::string_view boundary, c10::string_view mechanism, int64_t stages, int64_t steps) {
   const Boundary b = parse_boundary("stencil1d", boundary);
   const MechanismArg mech = parse_mechanism("stencil1d", mechanism);
   check_stages("stencil1d", stages);
+  check_steps("stencil1d", steps);
   const StencilGeometry g = check_stencil1d(x, weights, dim, b);
-  return stencil_cuda("stencil1d", x, weights, g, dim, b, mech, stages);
+  return repeat_steps(steps, x, [&](const at::Tensor& in) {
+    return stencil_cuda("stencil1d", in, weights, g, dim, b, mech, stages);
+  });
 }
 
 at::Tensor stencil2d_cuda(const at::Tensor& x, const at::Tensor& weights, c10::string_view boundary,
-                          c10::string_view mechanism, int64_t stages) {
+                          c10::string_view mechanism, int64_t stages, int64_t steps) {
   const Boundary b = parse_boundary("stencil2d", boundary);
   const MechanismArg mech = parse_mechanism("stencil2d", mechanism);
   check_stages("stencil2d", stages);
+  check_steps("stencil2d", steps);
   const StencilGeometry g = check_stencil2d(x, weights, b);
-  return stencil_cuda("stencil2d", x, weights, g, std::nullopt, b, mech, stages);
+  return repeat_steps(steps, x, [&](const at::Tensor& in) {
+    return stencil_cuda("stencil2d", in, weights, g, std::nullopt, b, mech, stages);
+  });
 }
 
-at::Tensor stencil3d_cuda(const at::Tensor& x, const at::Tensor& weights, c10::string_view boundary,
-                          c10::string_view mechanism, int64_t stages) {
+at::Tensor stencil3d_cuda_step(const at::Tensor& x, const at::Tensor& weights, const Stencil3dGeometry& g, Boundary b,
+                               MechanismArg mech, int64_t stages) {
   const char* op = "stencil3d";
-  const Boundary b = parse_boundary(op, boundary);
-  const MechanismArg mech = parse_mechanism(op, mechanism);
-  check_stages(op, stages);
-  const Stencil3dGeometry g = check_stencil3d(x, weights, b);
   if (g.rz == 0) {  // a batch of 2-D stencils, the (..., D) dims its batch
     const at::Tensor w2 = weights.select(0, 0);
     return stencil_cuda(op, x, w2, check_stencil2d(x, w2, b), std::nullopt, b, mech, stages);
@@ -195,6 +197,17 @@ at::Tensor stencil3d_cuda(const at::Tensor& x, const at::Tensor& weights, c10::s
   run_launcher(op, [&] { launch_stencil3d(p); });
   if (!kout.is_same(out)) out.copy_(kout);
   return out;
+}
+
+at::Tensor stencil3d_cuda(const at::Tensor& x, const at::Tensor& weights, c10::string_view boundary,
+                          c10::string_view mechanism, int64_t stages, int64_t steps) {
+  const Boundary b = parse_boundary("stencil3d", boundary);
+  const MechanismArg mech = parse_mechanism("stencil3d", mechanism);
+  check_stages("stencil3d", stages);
+  check_steps("stencil3d", steps);
+  const Stencil3dGeometry g = check_stencil3d(x, weights, b);
+  return repeat_steps(steps, x,
+                      [&](const at::Tensor& in) { return stencil3d_cuda_step(in, weights, g, b, mech, stages); });
 }
 
 void check_ex_grid_args(const char* op, int64_t free_sms, int64_t blocks) {

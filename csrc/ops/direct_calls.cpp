@@ -41,27 +41,24 @@ at::Tensor call_stream_copy(const at::Tensor& x, const std::string& mechanism, i
 }
 
 at::Tensor call_stencil1d(const at::Tensor& x, const at::Tensor& weights, int64_t dim, const std::string& boundary,
-                          const std::string& mechanism, int64_t stages) {
-  static const auto op =
-      typed_op<at::Tensor(const at::Tensor&, const at::Tensor&, int64_t, c10::string_view, c10::string_view, int64_t)>(
-          "cupipe::stencil1d");
-  return below_autograd([&] { return op.call(x, weights, dim, boundary, mechanism, stages); });
+                          const std::string& mechanism, int64_t stages, int64_t steps) {
+  static const auto op = typed_op<at::Tensor(const at::Tensor&, const at::Tensor&, int64_t, c10::string_view,
+                                             c10::string_view, int64_t, int64_t)>("cupipe::stencil1d");
+  return below_autograd([&] { return op.call(x, weights, dim, boundary, mechanism, stages, steps); });
 }
 
 at::Tensor call_stencil2d(const at::Tensor& x, const at::Tensor& weights, const std::string& boundary,
-                          const std::string& mechanism, int64_t stages) {
-  static const auto op =
-      typed_op<at::Tensor(const at::Tensor&, const at::Tensor&, c10::string_view, c10::string_view, int64_t)>(
-          "cupipe::stencil2d");
-  return below_autograd([&] { return op.call(x, weights, boundary, mechanism, stages); });
+                          const std::string& mechanism, int64_t stages, int64_t steps) {
+  static const auto op = typed_op<at::Tensor(const at::Tensor&, const at::Tensor&, c10::string_view, c10::string_view,
+                                             int64_t, int64_t)>("cupipe::stencil2d");
+  return below_autograd([&] { return op.call(x, weights, boundary, mechanism, stages, steps); });
 }
 
 at::Tensor call_stencil3d(const at::Tensor& x, const at::Tensor& weights, const std::string& boundary,
-                          const std::string& mechanism, int64_t stages) {
-  static const auto op =
-      typed_op<at::Tensor(const at::Tensor&, const at::Tensor&, c10::string_view, c10::string_view, int64_t)>(
-          "cupipe::stencil3d");
-  return below_autograd([&] { return op.call(x, weights, boundary, mechanism, stages); });
+                          const std::string& mechanism, int64_t stages, int64_t steps) {
+  static const auto op = typed_op<at::Tensor(const at::Tensor&, const at::Tensor&, c10::string_view, c10::string_view,
+                                             int64_t, int64_t)>("cupipe::stencil3d");
+  return below_autograd([&] { return op.call(x, weights, boundary, mechanism, stages, steps); });
 }
 
 at::Tensor call_reduce(const at::Tensor& x, const std::string& op_name, std::optional<std::vector<int64_t>> dim,
@@ -86,11 +83,14 @@ void bind_direct_calls(pybind11::module& m) {
   m.def("call_stream_copy", &call_stream_copy, "torch.ops.cupipe.stream_copy below the autograd key",
         py::arg("x"), py::arg("mechanism"), py::arg("stages"), py::arg("vec_bytes"));
   m.def("call_stencil1d", &call_stencil1d, "torch.ops.cupipe.stencil1d below the autograd key", py::arg("x"),
-        py::arg("weights"), py::arg("dim"), py::arg("boundary"), py::arg("mechanism"), py::arg("stages"));
+        py::arg("weights"), py::arg("dim"), py::arg("boundary"), py::arg("mechanism"), py::arg("stages"),
+        py::arg("steps") = 1);
   m.def("call_stencil2d", &call_stencil2d, "torch.ops.cupipe.stencil2d below the autograd key", py::arg("x"),
-        py::arg("weights"), py::arg("boundary"), py::arg("mechanism"), py::arg("stages"));
+        py::arg("weights"), py::arg("boundary"), py::arg("mechanism"), py::arg("stages"),
+        py::arg("steps") = 1);
   m.def("call_stencil3d", &call_stencil3d, "torch.ops.cupipe.stencil3d below the autograd key", py::arg("x"),
-        py::arg("weights"), py::arg("boundary"), py::arg("mechanism"), py::arg("stages"));
+        py::arg("weights"), py::arg("boundary"), py::arg("mechanism"), py::arg("stages"),
+        py::arg("steps") = 1);
   m.def("call_reduce", &call_reduce, "torch.ops.cupipe.reduce below the autograd key", py::arg("x"),
         py::arg("op"), py::arg("dim"), py::arg("keepdim"), py::arg("dtype"), py::arg("mechanism"),
         py::arg("stages"));

@@ -15,13 +15,13 @@ TORCH_LIBRARY(cupipe, m) {
   m.def("stream_copy(Tensor x, *, str mechanism=\"auto\", int stages=0, int vec_bytes=0) -> Tensor");
   m.def(
       "stencil1d(Tensor x, Tensor weights, *, int dim=-1, str boundary=\"zero\", "
-      "str mechanism=\"auto\", int stages=0) -> Tensor");
+      "str mechanism=\"auto\", int stages=0, int steps=1) -> Tensor");
   m.def(
       "stencil2d(Tensor x, Tensor weights, *, str boundary=\"zero\", str mechanism=\"auto\", "
-      "int stages=0) -> Tensor");
+      "int stages=0, int steps=1) -> Tensor");
   m.def(
       "stencil3d(Tensor x, Tensor weights, *, str boundary=\"zero\", str mechanism=\"auto\", "
-      "int stages=0) -> Tensor");
+      "int stages=0, int steps=1) -> Tensor");
   // Not part of the public API: stream_copy with the engine's tile size and grid cap exposed, for
   // benchmarks and the latency study (tile_bytes = 0 / max_blocks = 0: defaults).
   m.def(
