@@ -109,6 +109,13 @@ def test_every_mechanism_and_stage_count(mechanism):
         _check(x, make_weights(wshape, device="cuda"), boundary, mechanism=mechanism, stages=stages)
     for dtype in (torch.float16, torch.bfloat16, torch.float64):
         _check(x.to(dtype), make_weights((3, 3, 3), device="cuda"), "zero", mechanism=mechanism, stages=3)
+    # rows of whole 16-byte multiples: tma's windows as tensor-map boxes (interior ones only for
+    # the boundaries other than zero)
+    x16 = make_input((2, 21, 35, 128), device="cuda")
+    for stages, wshape, boundary in [(2, (3, 3, 3), "zero"), (3, (5, 5, 3), "reflect"), (6, (3, 9, 9), "zero")]:
+        _check(x16, make_weights(wshape, device="cuda"), boundary, "rows16", mechanism=mechanism, stages=stages)
+        _check(x16.to(torch.bfloat16), make_weights(wshape, device="cuda"), boundary, "rows16 bf16",
+               mechanism=mechanism, stages=stages)
 
 
 @pytest.mark.parametrize("boundary", BOUNDARIES)

@@ -7,6 +7,8 @@
 
 #include "kernels/kernel_id.h"
 #include "kernels/launch_utils.cuh"
+#include "kernels/stencil/launch_plan.cuh"  // stencil_l2_promotion
+#include "kernels/tensor_map.cuh"
 
 namespace cupipe {
 namespace kernels {
@@ -17,8 +19,9 @@ constexpr const char* kVolumeHeader = "kernels/stencil/volume.cuh";
 // The geometry for `consumers` consuming threads: tiles of kVolumeItemsX x items_y work items,
 // each TH x TW outputs; the window (ry, rx of halo) as the 2-D loader lays it out, rows pitched
 // for the consumer's reach (R - rx columns either side of the window, whole vectors past it).
+// `align`: of the window's first row in a stage (128 where a tensor-map box lands there).
 template <typename T>
-VolumeGeom volume_geom(const Stencil3dParams& p, int consumers, int R) {
+VolumeGeom volume_geom(const Stencil3dParams& p, int consumers, int R, int align) {
   constexpr int64_t esz = sizeof(T);
   VolumeGeom v{};
   StencilGeom& g = v.g;
@@ -34,7 +37,7 @@ VolumeGeom volume_geom(const Stencil3dParams& p, int consumers, int R) {
   g.win_h = g.tile_h + 2 * p.ry;
   g.win_w = g.tile_w + 2 * p.rx;
   g.pitch = static_cast<int>(engine::align_up((g.tile_w + 2 * int64_t(R)) * esz + 32, 16));
-  g.hdr_bytes = static_cast<int>(engine::align_up(static_cast<int64_t>(sizeof(TileHeader)) + 4 * g.win_h, 16));
+  g.hdr_bytes = static_cast<int>(engine::align_up(static_cast<int64_t>(sizeof(TileHeader)) + 4 * g.win_h, align));
   g.stage_bytes = engine::align_up(g.hdr_bytes + int64_t(g.win_h) * g.pitch + 16, engine::kStageAlign);
   v.nz = p.nz;
   v.rz = p.rz;
@@ -61,7 +64,15 @@ void launch_stencil3d_plan(const Stencil3dParams& p) {
     using T = decltype(tv);
     const DeviceInfo dev = device_info(current_device());
     const int R = volume_radius_class(p.ry, p.rx);
-    VolumeGeom v = volume_geom<T>(p, engine::consumer_threads(p.mechanism, kVolumeThreads), R);
+    constexpr int64_t esz = sizeof(T);
+    const bool kTma = p.mechanism == engine::Mechanism::Tma;
+    VolumeGeom v = volume_geom<T>(p, engine::consumer_threads(p.mechanism, kVolumeThreads), R, kTma ? 128 : 16);
+    // tma moves a window as one tensor-map box of the planes' map where the map can describe x,
+    // as the 2-D stencil does (launch_plan.cuh): the loader falls back to row copies elsewhere.
+    constexpr int64_t kMaxCoord = 0x7fffffff;
+    v.g.tensor_tiles = kTma && dev.code_sm >= 90 && rows_of_16(v.g, esz) &&
+                       reinterpret_cast<uintptr_t>(p.x) % 16 == 0 && v.g.pitch / tensor_map_unit(esz) <= 256 &&
+                       v.g.win_h <= 256 && p.nx <= kMaxCoord && p.ny <= kMaxCoord && v.g.batch <= kMaxCoord;
     const size_t smem = static_cast<size_t>(p.stages) * v.g.stage_bytes + v.weight_bytes;
     if (static_cast<int64_t>(smem) > dev.max_smem_optin - 1024)
       throw std::runtime_error("stencil3d: " + std::to_string(p.stages) + " stages of " +
@@ -88,6 +99,9 @@ void launch_stencil3d_plan(const Stencil3dParams& p) {
     const int64_t grid = columns * v.nchunks;
     if (grid > 0x7fffffff) throw std::runtime_error("stencil3d: the volume needs more than 2^31 - 1 blocks");
     CUtensorMap tmap{};
+    if (v.g.tensor_tiles)
+      tmap = make_plane_map(p.x, p.dtype, static_cast<int>(esz), v.g.batch, p.ny, p.nx, v.g.xs_row, v.g.xs_plane,
+                            v.g.pitch, v.g.win_h, stencil_l2_promotion(dev));
     launch_kernel(kernel, dim3(static_cast<unsigned>(grid)), dim3(kVolumeThreads), smem, stream, false,
                   static_cast<const T*>(p.x), static_cast<T*>(p.out), p.weights, v, p.boundary, tmap);
   });
