@@ -48,10 +48,13 @@ reduced dims the partial results are combined with one ``all_reduce`` (sums and 
 or fp64 when fp64 is involved, then cast once, so half-precision results are rounded once as in
 the single-device op; amax/amin propagate NaN like torch).
 
+*Several steps* (``steps=k`` on the stencils): each pass exchanges an ``r*K``-row halo once and
+runs K steps on the extended block, which loses ``r`` valid rows at each cut per step (redundant
+compute for K-times fewer messages); K is as large as the smallest rank's rows allow.
+
 *Heat equation* (``heat_steps``): ``u <- u + alpha * laplacian(u)`` (5-point stencil) as one
 ``stencil2d`` per step with the weights ``heat_kernel(alpha)``. With ``halo_width=k`` a ``k``-row
-halo is exchanged once per ``k`` steps and the ``k`` steps run on the extended block, which
-loses one valid row at each cut per step (redundant compute for ``k``-times fewer messages).
+halo is exchanged once per ``k`` steps (the same passes, K = ``k``).
 
 Limitations: forward only (no autograd across ranks: passing tensors that require grad with
 grad mode on raises); 1-D decomposition (no 2-D process grid); a halo comes from the adjacent
@@ -294,6 +297,39 @@ def _halo_stencil(x: torch.Tensor, d: int, r: int, apply: Callable[..., torch.Te
     return y.narrow(d, r if halo.top is not None else 0, n).contiguous()
 
 
+def _stepped_halo(x: torch.Tensor, d: int, r: int, steps: int, apply: Callable[..., torch.Tensor],
+                  lay: _Layout, per_pass: Optional[int] = None) -> torch.Tensor:
+    """``steps`` applications of ``apply`` along split dim ``d`` (radius ``r`` there). Each pass
+    exchanges an ``r*K``-row halo once and runs K steps on the extended block, dropping the ``r``
+    rows at each cut that went stale after each step: K-times fewer messages for about ``r*K``
+    redundant rows per cut per step. K = ``per_pass``, or as many steps as the smallest rank's
+    rows allow (a halo comes from the adjacent rank only)."""
+    if lay.world == 1 or r == 0 or x.numel() == 0:
+        for _ in range(steps):
+            x = apply(x)
+        return x
+    kmax = per_pass if per_pass is not None else max(1, min(lay.sizes) // r)
+    u, done = x.contiguous(), 0
+    while done < steps:
+        k = min(kmax, steps - done)
+        halo = _Halo(u, d, r * k, lay).wait()
+        parts = [t for t in (halo.top, u, halo.bottom) if t is not None]
+        e = torch.cat(parts, d) if len(parts) > 1 else u
+        cut_top = r if halo.top is not None else 0
+        cut_bot = r if halo.bottom is not None else 0
+        for _ in range(k):
+            e = apply(e)
+            e = e.narrow(d, cut_top, e.shape[d] - cut_top - cut_bot)
+        u = e.contiguous()
+        done += k
+    return u
+
+
+def _check_steps(name: str, steps: int) -> None:
+    if not isinstance(steps, int) or steps < 1:
+        raise ValueError(f"{name}: steps must be an int >= 1, got {steps!r}")
+
+
 def _check_boundary(name: str, boundary: str) -> None:
     if boundary not in _cops.BOUNDARIES:
         raise ValueError(f"{name}: boundary must be one of {list(_cops.BOUNDARIES)}, "
@@ -305,15 +341,17 @@ def _check_boundary(name: str, boundary: str) -> None:
 def stencil1d(x_local: torch.Tensor, weights: torch.Tensor, *, dim: int = -1,
               boundary: str = "zero", group=None, overlap: bool = False,
               mechanism: str = "auto", stages: int = 0,
-              split_dim: Optional[int] = None) -> torch.Tensor:
+              split_dim: Optional[int] = None, steps: int = 1) -> torch.Tensor:
     """Distributed ``cupipe.stencil1d``: ``x_local`` is this rank's block of a tensor split
     along ``split_dim`` (default: the stencil dim ``dim``) across the ranks of ``group``, in rank
     order. Returns this rank's block of ``cupipe.stencil1d(x_global, weights, dim=dim,
     boundary=boundary)``. Exchanges ``r = (len(weights)-1)//2`` halo rows with the neighbour
     ranks; when ``split_dim`` is not the stencil dim no communication is needed (the local op).
-    See the module docstring for the algorithm, ``overlap`` and the preconditions."""
+    ``steps=k``: the stencil k times, an ``r*K`` halo exchanged once per K steps (module
+    docstring). See the module docstring for the algorithm, ``overlap`` and the preconditions."""
     name = "cupipe.distributed.stencil1d"
     _check_boundary(name, boundary)
+    _check_steps(name, steps)
     _check_no_grad(name, x_local, weights)
     if weights.dim() != 1 or weights.shape[0] % 2 == 0:
         raise ValueError(f"{name}: weights must be 1-D of odd length 2r+1, got shape "
@@ -334,22 +372,27 @@ def stencil1d(x_local: torch.Tensor, weights: torch.Tensor, *, dim: int = -1,
                               stages=stages)
 
     if x_local.dim() == 0 or sd % nd != dim_n:
-        return apply(x_local)
+        return _ops.stencil1d(x_local, weights, dim=dim_n, boundary=boundary, mechanism=mechanism,
+                              stages=stages, steps=steps)
     r = (weights.shape[0] - 1) // 2
     lay = _layout(x_local, dim_n, group, boundary == "circular", r, name)
+    if steps > 1:
+        return _stepped_halo(x_local, dim_n, r, steps, apply, lay)
     return _halo_stencil(x_local, dim_n, r, apply, lay, overlap)
 
 
 def stencil2d(x_local: torch.Tensor, weights: torch.Tensor, *, boundary: str = "zero",
               group=None, overlap: bool = False, mechanism: str = "auto",
-              stages: int = 0) -> torch.Tensor:
+              stages: int = 0, steps: int = 1) -> torch.Tensor:
     """Distributed ``cupipe.stencil2d``: ``x_local`` (``(..., h_rank, W)``) is this rank's block
     of rows (dim -2) of a tensor split across the ranks of ``group`` in rank order. Returns this
     rank's rows of ``cupipe.stencil2d(x_global, weights, boundary=boundary)``. Exchanges ``ry``
-    halo rows (``weights`` is ``(2ry+1, 2rx+1)``) with the neighbour ranks. See the module
-    docstring for the algorithm, ``overlap`` and the preconditions."""
+    halo rows (``weights`` is ``(2ry+1, 2rx+1)``) with the neighbour ranks; ``steps=k``: the
+    stencil k times, an ``ry*K`` halo once per K steps. See the module docstring for the
+    algorithm, ``overlap`` and the preconditions."""
     name = "cupipe.distributed.stencil2d"
     _check_boundary(name, boundary)
+    _check_steps(name, steps)
     _check_no_grad(name, x_local, weights)
     if weights.dim() != 2 or weights.shape[0] % 2 == 0 or weights.shape[1] % 2 == 0:
         raise ValueError(f"{name}: weights must be 2-D of odd sizes (2ry+1, 2rx+1), got shape "
@@ -365,21 +408,25 @@ def stencil2d(x_local: torch.Tensor, weights: torch.Tensor, *, boundary: str = "
     d = x_local.dim() - 2
     ry = (weights.shape[0] - 1) // 2
     lay = _layout(x_local, d, group, boundary == "circular", ry, name)
+    if steps > 1:
+        return _stepped_halo(x_local, d, ry, steps, apply, lay)
     return _halo_stencil(x_local, d, ry, apply, lay, overlap)
 
 
 def stencil3d(x_local: torch.Tensor, weights: torch.Tensor, *, boundary: str = "zero",
               group=None, overlap: bool = False, mechanism: str = "auto",
-              stages: int = 0) -> torch.Tensor:
+              stages: int = 0, steps: int = 1) -> torch.Tensor:
     """Distributed ``cupipe.stencil3d``: ``x_local`` (``(..., d_rank, H, W)``) is this rank's block
     of planes (dim -3) of a volume split across the ranks of ``group`` in rank order. Returns this
     rank's planes of ``cupipe.stencil3d(x_global, weights, boundary=boundary)``. Exchanges ``rz``
     halo planes (``weights`` is ``(2rz+1, 2ry+1, 2rx+1)``) with the neighbour ranks. ``overlap``
     issues the interior while the halos are in flight (the 3-D kernel leaves no SMs free: its
-    blocks are not persistent, so the exchange's kernel starts between them). See the module
-    docstring for the algorithm and the preconditions."""
+    blocks are not persistent, so the exchange's kernel starts between them); ``steps=k``: the
+    stencil k times, an ``rz*K`` halo once per K steps. See the module docstring for the algorithm
+    and the preconditions."""
     name = "cupipe.distributed.stencil3d"
     _check_boundary(name, boundary)
+    _check_steps(name, steps)
     _check_no_grad(name, x_local, weights)
     if weights.dim() != 3 or any(k % 2 == 0 for k in weights.shape):
         raise ValueError(f"{name}: weights must be 3-D of odd sizes (2rz+1, 2ry+1, 2rx+1), got shape "
@@ -393,6 +440,8 @@ def stencil3d(x_local: torch.Tensor, weights: torch.Tensor, *, boundary: str = "
     d = x_local.dim() - 3
     rz = (weights.shape[0] - 1) // 2
     lay = _layout(x_local, d, group, boundary == "circular", rz, name)
+    if steps > 1:
+        return _stepped_halo(x_local, d, rz, steps, apply, lay)
     return _halo_stencil(x_local, d, rz, apply, lay, overlap)
 
 
@@ -451,21 +500,7 @@ def heat_steps(u_local: torch.Tensor, steps: int, alpha: float, *, boundary: str
         for _ in range(steps):
             u = _halo_stencil(u, d, 1, apply, lay, overlap)
         return u
-    done = 0
-    while done < steps:
-        k = min(halo_width, steps - done)
-        halo = _Halo(u, d, k, lay).wait()
-        parts = [t for t in (halo.top, u, halo.bottom) if t is not None]
-        e = torch.cat(parts, d) if len(parts) > 1 else u
-        cut_top = 1 if halo.top is not None else 0
-        cut_bot = 1 if halo.bottom is not None else 0
-        for _ in range(k):
-            e = apply(e)
-            # the outermost row at each cut read past the block: drop it
-            e = e.narrow(d, cut_top, e.shape[d] - cut_top - cut_bot)
-        u = e.contiguous()
-        done += k
-    return u
+    return _stepped_halo(u, d, 1, steps, apply, lay, per_pass=halo_width)
 
 
 # ----------------------------------------------------------------------------- reduce

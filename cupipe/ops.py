@@ -417,7 +417,8 @@ def _stencil1d_backward(ctx, grad):
         return _empty_grads(ctx, grad, weights)
     return _steps_backward(
         ctx, grad, x, weights,
-        lambda u: stencil1d(u, weights, dim=dim, boundary=ctx.boundary, mechanism=ctx.mechanism, stages=ctx.stages),
+        lambda u: stencil1d(u, weights, dim=dim, boundary=ctx.boundary, mechanism=ctx.mechanism,
+                            stages=ctx.stages),
         lambda g: _stencil1d_input_grad(g, weights, dim, ctx.boundary, ctx.mechanism, ctx.stages),
         lambda u, g: _op("_stencil1d_weight_grad", u, g.to(u.dtype), weights, dim, ctx.boundary))
 

@@ -118,6 +118,18 @@ def _stencil2d_cases(world):
                            f"rank {rank} sizes {sizes} w {wh}x{ww} {boundary} overlap={overlap}")
                 cases.append(("stencil2d", f"{boundary}-w{wh}x{ww}-rot{rot}-ov{int(overlap)}", fn))
     for boundary in BOUNDARIES:
+        for (wh, ww), k in (((3, 3), 4), ((5, 3), 3)):
+            def fn(rank, world, boundary=boundary, wh=wh, ww=ww, k=k):
+                ry = (wh - 1) // 2
+                sizes = _sizes(world, ry, k)
+                x = _inp((sum(sizes), 7), torch.float64, seed=60 + k)
+                w = _wts((wh, ww), torch.float64, seed=61) * 0.3
+                y = cd.stencil2d(_local(x, 0, sizes, rank), w, boundary=boundary, steps=k)
+                ref = cupipe.stencil2d(x, w, boundary=boundary, steps=k)
+                _close(y, _local(ref, 0, sizes, rank),
+                       f"rank {rank} sizes {sizes} w {wh}x{ww} {boundary} steps={k}")
+            cases.append(("stencil2d", f"steps{k}-{boundary}-w{wh}x{ww}", fn))
+    for boundary in BOUNDARIES:
         for dtype in (torch.float32, torch.bfloat16):
             def fn(rank, world, boundary=boundary, dtype=dtype):
                 sizes = _sizes(world, 1, 1)
@@ -145,6 +157,15 @@ def _stencil3d_cases(world):
                     _close(y, _local(ref, 1, sizes, rank),
                            f"rank {rank} sizes {sizes} w {shape} {boundary} overlap={overlap}")
                 cases.append(("stencil3d", f"{boundary}-w{'x'.join(map(str, shape))}-ov{int(overlap)}", fn))
+
+        def fn(rank, world, boundary=boundary):
+            sizes = _sizes(world, 1, 2)
+            x = _inp((sum(sizes), 4, 5), torch.float64, seed=70)
+            w = _wts((3, 3, 1), torch.float64, seed=71) * 0.3
+            y = cd.stencil3d(_local(x, 0, sizes, rank), w, boundary=boundary, steps=5)
+            _close(y, _local(cupipe.stencil3d(x, w, boundary=boundary, steps=5), 0, sizes, rank),
+                   f"rank {rank} sizes {sizes} {boundary} steps=5")
+        cases.append(("stencil3d", f"steps5-{boundary}", fn))
     return cases
 
 
@@ -163,6 +184,15 @@ def _stencil1d_cases(world):
                     _close(y, _local(ref, 0, sizes, rank),
                            f"rank {rank} sizes {sizes} r={r} {boundary} overlap={overlap}")
                 cases.append(("stencil1d", f"{boundary}-r{r}-ov{int(overlap)}", fn))
+
+            def fn(rank, world, boundary=boundary, r=r):
+                sizes = _sizes(world, r, r + 1)
+                x = _inp((2, sum(sizes)), torch.float64, seed=80 + r)
+                w = _wts((2 * r + 1,), torch.float64, seed=81) * 0.3
+                y = cd.stencil1d(_local(x, 1, sizes, rank), w, boundary=boundary, steps=6)
+                _close(y, _local(cupipe.stencil1d(x, w, boundary=boundary, steps=6), 1, sizes, rank),
+                       f"rank {rank} sizes {sizes} r={r} {boundary} steps=6")
+            cases.append(("stencil1d", f"steps6-{boundary}-r{r}", fn))
         # split (and stencilled) along dim 0 and along dim -1 of a 2-D tensor
         for dim in (0, -1):
             def fn(rank, world, boundary=boundary, dim=dim):
