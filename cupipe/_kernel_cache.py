@@ -289,7 +289,7 @@ def compile_many(instances: Sequence["_kernels.Instance"], arch: str, jobs: Opti
 
 
 def precompile(op=None, dtype=None, mechanism=None, stages=None, *, device=None, arch: Optional[str] = None,
-               jobs: Optional[int] = None) -> Dict[str, int]:
+               jobs: Optional[int] = None, radius=None) -> Dict[str, int]:
     """Compile, in parallel, every kernel instance of these configurations that is not built into
     the module (nor cached), and load them into this process, so that no call of them compiles on
     first use: before capturing CUDA graphs, before a sweep. Each filter is one value or a list;
@@ -301,6 +301,8 @@ def precompile(op=None, dtype=None, mechanism=None, stages=None, *, device=None,
     device: the CUDA device to compile for and load on (default: the current one).
     arch: e.g. "sm_90": only fill the disk cache for that architecture (no GPU needed, nothing loaded).
     jobs: parallel nvcc processes (default: the CPU count).
+    radius: stencil3d's (rz, ry, rx), or a list of them: only its kernels for those radii (its
+    kernels are compiled per depth radius and in-plane class; None: every one).
 
     Returns counts: {"instances", "ahead_of_time", "cached", "compiled", "loaded"}.
     """
@@ -314,7 +316,8 @@ def precompile(op=None, dtype=None, mechanism=None, stages=None, *, device=None,
         vs = v if isinstance(v, (list, tuple, set)) else [v]
         return [str(x).replace("torch.", "") if isinstance(x, torch.dtype) else x for x in vs]
 
-    insts = instances_for(op, dtype=names(dtype), mechanism=names(mechanism), stages=names(stages))
+    insts = instances_for(op, dtype=names(dtype), mechanism=names(mechanism), stages=names(stages),
+                          radius=radius)
     load = arch is None
     if load:
         if not (getattr(_C, "with_cuda", False) and torch.cuda.is_available()):
@@ -344,7 +347,8 @@ def precompile(op=None, dtype=None, mechanism=None, stages=None, *, device=None,
             "compiled": compiled, "loaded": loaded}
 
 
-def instances_for(ops: Optional[Iterable[str]] = None, dtype=None, mechanism=None, stages=None) -> List["_kernels.Instance"]:
+def instances_for(ops: Optional[Iterable[str]] = None, dtype=None, mechanism=None, stages=None,
+                  radius=None) -> List["_kernels.Instance"]:
     """Every instance of the ops (stream_copy, stencil1d, stencil2d, stencil3d, reduce; None: all) that
     matches the filters. The stencils bring their weight gradient's instances."""
     ops_set = None
@@ -360,4 +364,9 @@ def instances_for(ops: Optional[Iterable[str]] = None, dtype=None, mechanism=Non
             else:
                 raise ValueError(f"cupipe.precompile: unknown op {op!r}; expected stream_copy, stencil1d, stencil2d, "
                                  "stencil3d or reduce")
-    return _kernels.select(_kernels.all_instances(), op=ops_set, dtype=dtype, mechanism=mechanism, stages=stages)
+    insts = _kernels.select(_kernels.all_instances(), op=ops_set, dtype=dtype, mechanism=mechanism, stages=stages)
+    if radius is not None:  # stencil3d's kernels of these (rz, ry, rx) only
+        radii = [radius] if isinstance(radius[0], int) else list(radius)
+        keep = {f"rz{rz}_r{_kernels.volume_radius_class(ry, rx)}" for rz, ry, rx in radii}
+        insts = [i for i in insts if i.op != "stencil3d" or i.family in keep]
+    return insts

@@ -291,7 +291,8 @@ def _precompile_task(b: "Bench", ops: List[str]) -> Task:
     disk cache keeps them for later runs) rather than one by one at each point's first call."""
     def run():
         try:
-            got = cupipe.precompile(ops, dtype=b.dt, mechanism=b.mechanisms(), stages=b.stage_list())
+            got = cupipe.precompile(ops, dtype=b.dt, mechanism=b.mechanisms(), stages=b.stage_list(),
+                                    radius=(1, 1, 1))  # the sweep's 3-D star
             b.res.note(f"{', '.join(ops)} kernels: {got['ahead_of_time']} built in, {got['cached']} cached, "
                        f"{got['compiled']} compiled now")
         except Exception as e:  # no nvcc: each point then reports its own error
@@ -437,6 +438,14 @@ def _slicing_stencil2d(x, w, ry, rx):
     return out
 
 
+def _star3d(device):
+    """The 7-point Laplacian."""
+    w = torch.zeros(3, 3, 3, device=device)
+    w[1, 1, :] = w[1, :, 1] = w[:, 1, 1] = 1.0
+    w[1, 1, 1] = -6.0
+    return w
+
+
 def _slicing_stencil3d(x, w):
     """torch.compile's input: the stencil as shifted slices of the zero-padded volume, one term per
     nonzero tap (a star's zeros are not multiplied, as a user writes it)."""
@@ -568,12 +577,7 @@ def tasks_suite(b: Bench, ops: List[str]) -> List[Task]:
     if "stencil3d" in ops:
         n3 = b.dhw
 
-        def star7():
-            w = torch.zeros(3, 3, 3, device=b.device)
-            w[1, 1, :] = w[1, :, 1] = w[:, 1, 1] = 1.0
-            w[1, 1, 1] = -6.0
-            return w
-        cases3 = [("7-point star", star7), ("27-point box", lambda: torch.randn(3, 3, 3, device=b.device))]
+        cases3 = [("7-point star", lambda: _star3d(b.device)), ("27-point box", lambda: torch.randn(3, 3, 3, device=b.device))]
         if not b.quick:
             cases3.append(("5x5x5 box", lambda: torch.randn(5, 5, 5, device=b.device)))
         for name, mk_w in cases3:
@@ -773,6 +777,12 @@ def tasks_sweep(b: Bench, ops: List[str]) -> List[Task]:
                       lambda i: (lambda: F.conv2d(i[0].float()[None, None], i[1][None, None], padding=1)[0, 0]),
                       lambda i: 2 * i[0].numel() * i[0].element_size(),
                       lambda i: ("stencil2d", i[0], i[1])),
+        "stencil3d": (f"stencil3d 7-point star {b.dhw}^3 {tag}",
+                      lambda: (b.randn(b.dhw, b.dhw, b.dhw), _star3d(b.device)),
+                      lambda i, m, s, v: cupipe.stencil3d(i[0], i[1], mechanism=m, stages=s),
+                      lambda i: (lambda: F.conv3d(i[0].float()[None, None], i[1][None, None], padding=1)[0, 0]),
+                      lambda i: 2 * i[0].numel() * i[0].element_size(),
+                      lambda i: ("stencil3d", i[0], i[1])),
         "reduce": (f"reduce sum all 2^{b.log_n} {tag}",
                    lambda: (b.randn(n),),
                    lambda i, m, s, v: cupipe.reduce(i[0], "sum", mechanism=m, stages=s),
@@ -780,11 +790,8 @@ def tasks_sweep(b: Bench, ops: List[str]) -> List[Task]:
                    lambda i: i[0].numel() * i[0].element_size(),
                    lambda i: ("reduce", i[0])),
     }
-    tasks: List[Task] = [_precompile_task(b, [o for o in ops if o in cases])] if not b.cpu else []
-    if any(o not in cases for o in ops):
-        b.res.notes.append("sweep: no mechanism x stages grid for " + ", ".join(o for o in ops if o not in cases) +
-                           " yet (precompile has no radius filter: the grid would compile every radius's kernels)")
-    for op in [o for o in ops if o in cases]:
+    tasks: List[Task] = [_precompile_task(b, ops)] if not b.cpu else []
+    for op in ops:
         name, make, call, ref, nbytes_of, explain_args = cases[op]
         tbl = f"sweep: {name}{b.tag}"
         b.res.detail.append(tbl)

@@ -270,6 +270,20 @@ def test_precompile_fills_the_cache_for_an_arch_without_a_gpu(cache):
     assert again["compiled"] == 0 and again["cached"] == 6
 
 
+def test_precompile_takes_stencil3d_radii():
+    """stencil3d brings the 2-D kernels (rz = 0, weight gradients); radius narrows its own kernels to
+    a depth radius and an in-plane class."""
+    every = kc.instances_for("stencil3d", dtype="float32", mechanism="primitives", stages=2)
+    assert {i.op for i in every} == {"stencil3d", "stencil", "stencil_wgrad"}
+    assert len([i for i in every if i.op == "stencil3d"]) == len(ks.VOLUME_RZ) * len(ks.VOLUME_R)
+    got = kc.instances_for("stencil3d", dtype="float32", mechanism="primitives", stages=2,
+                           radius=[(2, 1, 0), (1, 3, 2)])
+    assert sorted(i.id for i in got if i.op == "stencil3d") == [
+        "stencil3d_kernel<engine::Mechanism::Primitives,2,float,1,4>",
+        "stencil3d_kernel<engine::Mechanism::Primitives,2,float,2,1>"]
+    assert {i.id for i in got if i.op != "stencil3d"} == {i.id for i in every if i.op != "stencil3d"}
+
+
 def test_precompile_rejects_an_unknown_op():
     with pytest.raises(ValueError, match="unknown op"):
         cupipe.precompile("conv", arch=ARCH)

@@ -21,9 +21,10 @@ engine_rest:tests/test_engine_cuda.py -k 'stream_copy and not matrix or tma_erro
   export SAN_OPS=${SAN_OPS:-copy} SAN_STAGES=${SAN_STAGES:-1,2,3,4,8} SAN_RACE_STAGES=${SAN_RACE_STAGES:-1,2,3,4,8}
 elif [ "$STEPS" = stencils ]; then
   STEPS="build tests sanitize benchops extras examples"
-  export TEST_GROUPS=${TEST_GROUPS:-"stencil:tests/test_stencil.py;tuning:tests/test_tuning.py"}
-  export SAN_OPS=${SAN_OPS:-stencil2d,stencil1d,grad} SAN_STAGES=${SAN_STAGES:-2} SAN_RACE_STAGES=${SAN_RACE_STAGES:-2}
-  export BENCH_OPS=${BENCH_OPS:-stencil1d,stencil2d} BENCH_SWEEP=${BENCH_SWEEP:-1}
+  export TEST_GROUPS=${TEST_GROUPS:-"stencil:tests/test_stencil.py;stencil3d:tests/test_stencil3d.py tests/test_steps.py;\
+tuning:tests/test_tuning.py"}
+  export SAN_OPS=${SAN_OPS:-stencil2d,stencil1d,stencil3d,grad} SAN_STAGES=${SAN_STAGES:-2} SAN_RACE_STAGES=${SAN_RACE_STAGES:-2}
+  export BENCH_OPS=${BENCH_OPS:-stencil1d,stencil2d,stencil3d} BENCH_SWEEP=${BENCH_SWEEP:-1}
 elif [ "$STEPS" = reductions ]; then
   STEPS="build tests sanitize benchops"
   export TEST_GROUPS=${TEST_GROUPS:-"reduce_a:tests/test_reduce.py -k 'not layout';reduce_layouts:tests/test_reduce.py -k layout;tuning:tests/test_tuning.py"}

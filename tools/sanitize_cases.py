@@ -1,4 +1,4 @@
-"""Usage: [SAN_OPS=copy,stencil2d,stencil1d,reduce,grad] compute-sanitizer --tool TOOL \
+"""Usage: [SAN_OPS=copy,stencil2d,stencil1d,stencil3d,reduce,grad] compute-sanitizer --tool TOOL \
            python3 tools/sanitize_cases.py [stages [mechanisms]]
 
 A reduced matrix of every op x mechanism on small inputs, for compute-sanitizer (memcheck,
@@ -20,8 +20,8 @@ if cupipe.tma_available():
 stages = [int(s) for s in (sys.argv[1].split(",") if len(sys.argv) > 1 else ["1", "2", "3"])]
 if len(sys.argv) > 2:  # a subset of mechanisms, e.g. one per synccheck run
     mechs = [m for m in sys.argv[2].split(",") if m in mechs]
-ops = os.environ.get("SAN_OPS", "copy,stencil2d,stencil1d,reduce,grad").split(",")
-unknown = set(ops) - {"copy", "stencil2d", "stencil1d", "reduce", "grad"}
+ops = os.environ.get("SAN_OPS", "copy,stencil2d,stencil1d,stencil3d,reduce,grad").split(",")
+unknown = set(ops) - {"copy", "stencil2d", "stencil1d", "stencil3d", "reduce", "grad"}
 if unknown:
     sys.exit(f"sanitize_cases: unknown SAN_OPS {sorted(unknown)}")
 torch.manual_seed(0)
@@ -50,11 +50,23 @@ img_h = torch.randn(2, 70, 264, device="cuda").half()  # the tensor-core consume
 # narrow kernel; 7x7, 9x9: narrow at 2 stages, general otherwise), phased tiles
 img_h[1, 30, 100] = float("inf")                       # ... and its exact path
 img_b = img_h.bfloat16()                               # bf16: two weight terms, the same kernels
+vol = torch.randn(2, 11, 37, 70, device="cuda")        # 3-D: chunks along depth, edge tiles, row copies
+vol16 = torch.randn(1, 9, 30, 64, device="cuda")       # 16-byte rows: tma's tensor-map windows
+w333 = torch.randn(3, 3, 3, device="cuda")
+w535 = torch.randn(5, 3, 5, device="cuda")
 
 
 # References in fp32 proper: cuDNN convolutions default to TF32 on sm_80+ (10-bit mantissas),
 # whose error on a 5x5 box of randn data exceeds the checks' atol.
 torch.backends.cudnn.allow_tf32 = False
+
+
+def ref3d(x, w, b):
+    rz, ry, rx = ((k - 1) // 2 for k in w.shape)
+    D, H, W = x.shape[-3:]
+    mode = "constant" if b == "zero" else b
+    xp = F.pad(x.reshape(-1, 1, D, H, W), (rx, rx, ry, ry, rz, rz), mode=mode)
+    return F.conv3d(xp, w[None, None]).reshape(x.shape)
 
 
 def ref2d(x, w, b):
@@ -94,6 +106,10 @@ for m in mechs:
                 fin = torch.isfinite(ref)
                 ok = torch.equal(fin, torch.isfinite(y)) and torch.allclose(y[fin], ref[fin], rtol=2e-2, atol=0.25)
                 check(ok, f"stencil2d {xh.dtype} {m} {s} {b} {tuple(w.shape)}")
+        for b in ["zero", "reflect", "circular"] if "stencil3d" in ops else []:
+            for x, w in [(vol, w333), (vol, w535), (vol16, w333)]:
+                y = cupipe.stencil3d(x, w, boundary=b, mechanism=m, stages=s)
+                check(torch.allclose(y, ref3d(x, w, b), atol=1e-3), f"stencil3d {m} {s} {b} {tuple(w.shape)}")
         for x, dim in [(img, 1), (sig, 1)] if "stencil1d" in ops else []:
             y = cupipe.stencil1d(x, w5, dim=dim, boundary="replicate", mechanism=m, stages=s)
             xt = x.movedim(dim, -1)
