@@ -182,3 +182,20 @@ def test_explain_names_the_plan(device):
         assert e.kernels and e.kernels[0][0] == "stencil3d_kernel<engine::Mechanism::Primitives,4,float,1,1>"
     else:
         assert e.source == "cpu"
+
+
+@pytest.mark.cuda
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+def test_a_cuda_graph_replays_after_precompile():
+    x = make_input((2, 9, 20, 64), device="cuda")
+    w = make_weights((5, 3, 3), device="cuda")
+    cupipe.precompile("stencil3d", dtype=torch.float32, mechanism="barrier", stages=3, radius=(2, 1, 1))
+    s, g = torch.cuda.Stream(), torch.cuda.CUDAGraph()
+    with torch.cuda.graph(g, stream=s):
+        y = cupipe.stencil3d(x, w, boundary="reflect", mechanism="barrier", stages=3)
+    x.copy_(make_input((2, 9, 20, 64), device="cuda", seed=3))
+    g.replay()
+    torch.cuda.synchronize()
+    _check(x, w, "reflect", "graph replay", mechanism="barrier", stages=3)
+    ref = stencil3d_ref(x.double(), w.double(), "reflect").float()
+    assert_close(y, ref, atol=1e-4, rtol=1e-4, what="graph replay")
