@@ -57,26 +57,21 @@ def _stencil1d_vmap(info, in_dims, x, weights, *, dim=-1, boundary="zero", mecha
                           stages=stages, steps=steps), 0
 
 
-@torch.library.register_vmap("cupipe::stencil2d")
-def _stencil2d_vmap(info, in_dims, x, weights, *, boundary="zero", mechanism="auto", stages=0, steps=1):
-    def one(xi, wi):
-        return _ops.stencil2d(xi, wi, boundary=boundary, mechanism=mechanism, stages=stages, steps=steps)
-    bx, bw = in_dims
-    if bw is not None or bx is None or x.dim() - 1 < 2:
-        return _per_sample(info, in_dims, one, x, weights)  # per-sample weights; or the op's error
-    return _ops.stencil2d(_front(x, bx), weights, boundary=boundary, mechanism=mechanism, stages=stages,
-                           steps=steps), 0
+def _register_plane_stencil_vmap(name: str, nd: int) -> None:
+    """stencil2d's and stencil3d's rule: the op over the last nd dims, the vmapped dim in front."""
+    op = getattr(_ops, name)
+
+    @torch.library.register_vmap(f"cupipe::{name}")
+    def rule(info, in_dims, x, weights, *, boundary="zero", mechanism="auto", stages=0, steps=1):
+        kw = {"boundary": boundary, "mechanism": mechanism, "stages": stages, "steps": steps}
+        bx, bw = in_dims
+        if bw is not None or bx is None or x.dim() - 1 < nd:  # per-sample weights; or the op's error
+            return _per_sample(info, in_dims, lambda xi, wi: op(xi, wi, **kw), x, weights)
+        return op(_front(x, bx), weights, **kw), 0
 
 
-@torch.library.register_vmap("cupipe::stencil3d")
-def _stencil3d_vmap(info, in_dims, x, weights, *, boundary="zero", mechanism="auto", stages=0, steps=1):
-    def one(xi, wi):
-        return _ops.stencil3d(xi, wi, boundary=boundary, mechanism=mechanism, stages=stages, steps=steps)
-    bx, bw = in_dims
-    if bw is not None or bx is None or x.dim() - 1 < 3:
-        return _per_sample(info, in_dims, one, x, weights)  # per-sample weights; or the op's error
-    return _ops.stencil3d(_front(x, bx), weights, boundary=boundary, mechanism=mechanism, stages=stages,
-                           steps=steps), 0
+_register_plane_stencil_vmap("stencil2d", 2)
+_register_plane_stencil_vmap("stencil3d", 3)
 
 
 @torch.library.register_vmap("cupipe::reduce")

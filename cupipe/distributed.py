@@ -381,6 +381,27 @@ def stencil1d(x_local: torch.Tensor, weights: torch.Tensor, *, dim: int = -1,
     return _halo_stencil(x_local, dim_n, r, apply, lay, overlap)
 
 
+def _split_stencil(op: str, nd: int, x_local: torch.Tensor, weights: torch.Tensor,
+                   apply: Callable[..., torch.Tensor], boundary: str, group, overlap: bool,
+                   steps: int) -> torch.Tensor:
+    """stencil2d and stencil3d split along their first stencil dim (dim -nd): the checks, then one
+    halo exchange (or one per pass of several steps) along it. ``apply`` is the local op."""
+    name = f"cupipe.distributed.{op}"
+    _check_boundary(name, boundary)
+    _check_steps(name, steps)
+    _check_no_grad(name, x_local, weights)
+    if weights.dim() != nd or any(k % 2 == 0 for k in weights.shape):
+        raise ValueError(f"{name}: weights must be {nd}-D of odd sizes 2r+1, got shape {tuple(weights.shape)}")
+    if x_local.dim() < nd:
+        raise ValueError(f"{name}: x_local must have at least {nd} dims, got {x_local.dim()}")
+    d = x_local.dim() - nd
+    r = (weights.shape[0] - 1) // 2
+    lay = _layout(x_local, d, group, boundary == "circular", r, name)
+    if steps > 1:
+        return _stepped_halo(x_local, d, r, steps, apply, lay)
+    return _halo_stencil(x_local, d, r, apply, lay, overlap)
+
+
 def stencil2d(x_local: torch.Tensor, weights: torch.Tensor, *, boundary: str = "zero",
               group=None, overlap: bool = False, mechanism: str = "auto",
               stages: int = 0, steps: int = 1) -> torch.Tensor:
@@ -390,27 +411,12 @@ def stencil2d(x_local: torch.Tensor, weights: torch.Tensor, *, boundary: str = "
     halo rows (``weights`` is ``(2ry+1, 2rx+1)``) with the neighbour ranks; ``steps=k``: the
     stencil k times, an ``ry*K`` halo once per K steps. See the module docstring for the
     algorithm, ``overlap`` and the preconditions."""
-    name = "cupipe.distributed.stencil2d"
-    _check_boundary(name, boundary)
-    _check_steps(name, steps)
-    _check_no_grad(name, x_local, weights)
-    if weights.dim() != 2 or weights.shape[0] % 2 == 0 or weights.shape[1] % 2 == 0:
-        raise ValueError(f"{name}: weights must be 2-D of odd sizes (2ry+1, 2rx+1), got shape "
-                         f"{tuple(weights.shape)}")
-    if x_local.dim() < 2:
-        raise ValueError(f"{name}: x_local must have at least 2 dims, got {x_local.dim()}")
-
     def apply(blk, free_sms=0):
         if free_sms and blk.is_cuda:
             return _ops._stencil2d_ex(blk, weights, boundary, mechanism, stages, free_sms)
         return _ops.stencil2d(blk, weights, boundary=boundary, mechanism=mechanism, stages=stages)
 
-    d = x_local.dim() - 2
-    ry = (weights.shape[0] - 1) // 2
-    lay = _layout(x_local, d, group, boundary == "circular", ry, name)
-    if steps > 1:
-        return _stepped_halo(x_local, d, ry, steps, apply, lay)
-    return _halo_stencil(x_local, d, ry, apply, lay, overlap)
+    return _split_stencil("stencil2d", 2, x_local, weights, apply, boundary, group, overlap, steps)
 
 
 def stencil3d(x_local: torch.Tensor, weights: torch.Tensor, *, boundary: str = "zero",
@@ -424,25 +430,10 @@ def stencil3d(x_local: torch.Tensor, weights: torch.Tensor, *, boundary: str = "
     blocks are not persistent, so the exchange's kernel starts between them); ``steps=k``: the
     stencil k times, an ``rz*K`` halo once per K steps. See the module docstring for the algorithm
     and the preconditions."""
-    name = "cupipe.distributed.stencil3d"
-    _check_boundary(name, boundary)
-    _check_steps(name, steps)
-    _check_no_grad(name, x_local, weights)
-    if weights.dim() != 3 or any(k % 2 == 0 for k in weights.shape):
-        raise ValueError(f"{name}: weights must be 3-D of odd sizes (2rz+1, 2ry+1, 2rx+1), got shape "
-                         f"{tuple(weights.shape)}")
-    if x_local.dim() < 3:
-        raise ValueError(f"{name}: x_local must have at least 3 dims, got {x_local.dim()}")
-
     def apply(blk, free_sms=0):
         return _ops.stencil3d(blk, weights, boundary=boundary, mechanism=mechanism, stages=stages)
 
-    d = x_local.dim() - 3
-    rz = (weights.shape[0] - 1) // 2
-    lay = _layout(x_local, d, group, boundary == "circular", rz, name)
-    if steps > 1:
-        return _stepped_halo(x_local, d, rz, steps, apply, lay)
-    return _halo_stencil(x_local, d, rz, apply, lay, overlap)
+    return _split_stencil("stencil3d", 3, x_local, weights, apply, boundary, group, overlap, steps)
 
 
 # ----------------------------------------------------------------------------- heat equation

@@ -367,88 +367,80 @@ def _stencil2d_input_grad(g, weights, boundary, mechanism="auto", stages=0):
     return gx
 
 
-def _steps_backward(ctx, grad, x, weights, step, input_grad, weight_grad):
-    """(grad_x, grad_w) of ``ctx.steps`` applications of ``step`` (u -> the next state).
-    ``input_grad(g)`` is one step's adjoint, ``weight_grad(u, g)`` one step's weight gradient at
-    state u. The input gradient needs no states (each step is linear in u); the weights' needs
-    every state, recomputed from x in segments of about sqrt(steps): sqrt(steps) states held at
-    a time, one extra forward pass."""
+def _stencil_setup(ctx, inputs, keyword_only_inputs, output):
+    """The three stencils' autograd context: their knobs (and stencil1d's dim), the weights, and x
+    where the weights' gradient needs it."""
+    x, weights = inputs
+    kw = keyword_only_inputs
+    ctx.dim, ctx.boundary, ctx.steps = kw.get("dim"), kw["boundary"], kw.get("steps", 1)
+    ctx.mechanism, ctx.stages = kw["mechanism"], kw["stages"]
+    ctx.save_for_backward(x if ctx.needs_input_grad[1] else None, weights)
+    ctx.x_shape = x.shape
+
+
+def _steps_backward(ctx, grad, step, input_grad, weight_grad):
+    """(grad_x, grad_w) of ``ctx.steps`` applications of one stencil step, given as functions of
+    the weights w: ``step(w, u)`` the next state, ``input_grad(w, g)`` one step's adjoint,
+    ``weight_grad(w, u, g)`` one step's weight gradient at state u. The input gradient needs no
+    states (each step is linear in u); the weights' needs every state, recomputed from x in
+    segments of about sqrt(steps): sqrt(steps) states held at a time, one extra forward pass."""
+    x, weights = ctx.saved_tensors
+    if _numel(ctx.x_shape) == 0:
+        # Nothing was read: the boundary index maps are undefined for a size-0 dim.
+        return _empty_grads(ctx, grad, weights)
+    w = weights
     k = ctx.steps
     need_x, need_w = ctx.needs_input_grad[0], ctx.needs_input_grad[1]
     if not need_w:
         g = grad
         for _ in range(k):
-            g = input_grad(g)
+            g = input_grad(w, g)
         return g if need_x else None, None
     seg = max(1, math.isqrt(k - 1) + 1) if k > 1 else 1
     marks = [x]  # the states at the start of each segment
     u = x
     for t in range(1, k):
-        u = step(u)
+        u = step(w, u)
         if t % seg == 0:
             marks.append(u)
     g, gw = grad, None
     for j in range(len(marks) - 1, -1, -1):
         states = [marks[j]]
         for _ in range(j * seg + 1, min((j + 1) * seg, k)):
-            states.append(step(states[-1]))
+            states.append(step(w, states[-1]))
         for u in reversed(states):
-            part = weight_grad(u, g)
+            part = weight_grad(w, u, g)
             gw = part if gw is None else gw + part
             if need_x or u is not x:
-                g = input_grad(g)
+                g = input_grad(w, g)
     return g if need_x else None, gw.to(weights.dtype)
 
 
-def _stencil1d_setup(ctx, inputs, keyword_only_inputs, output):
-    x, weights = inputs
-    kw = keyword_only_inputs
-    ctx.dim, ctx.boundary = kw["dim"], kw["boundary"]
-    ctx.mechanism, ctx.stages, ctx.steps = kw["mechanism"], kw["stages"], kw.get("steps", 1)
-    ctx.save_for_backward(x if ctx.needs_input_grad[1] else None, weights)
-    ctx.x_shape = x.shape
-
-
 def _stencil1d_backward(ctx, grad):
-    x, weights = ctx.saved_tensors
     dim = ctx.dim % len(ctx.x_shape)
-    if _numel(ctx.x_shape) == 0:
-        # Nothing was read: the boundary index maps below are undefined for a size-0 dim.
-        return _empty_grads(ctx, grad, weights)
+    b, m, st = ctx.boundary, ctx.mechanism, ctx.stages
     return _steps_backward(
-        ctx, grad, x, weights,
-        lambda u: stencil1d(u, weights, dim=dim, boundary=ctx.boundary, mechanism=ctx.mechanism,
-                            stages=ctx.stages),
-        lambda g: _stencil1d_input_grad(g, weights, dim, ctx.boundary, ctx.mechanism, ctx.stages),
-        lambda u, g: _op("_stencil1d_weight_grad", u, g.to(u.dtype), weights, dim, ctx.boundary))
+        ctx, grad,
+        lambda w, u: stencil1d(u, w, dim=dim, boundary=b, mechanism=m, stages=st),
+        lambda w, g: _stencil1d_input_grad(g, w, dim, b, m, st),
+        lambda w, u, g: _op("_stencil1d_weight_grad", u, g.to(u.dtype), w, dim, b))
 
 
 torch.library.register_autograd("cupipe::stencil1d", _stencil1d_backward,
-                                setup_context=_stencil1d_setup)
-
-
-def _stencil2d_setup(ctx, inputs, keyword_only_inputs, output):
-    x, weights = inputs
-    kw = keyword_only_inputs
-    ctx.boundary, ctx.mechanism, ctx.stages = kw["boundary"], kw["mechanism"], kw["stages"]
-    ctx.steps = kw.get("steps", 1)
-    ctx.save_for_backward(x if ctx.needs_input_grad[1] else None, weights)
-    ctx.x_shape = x.shape
+                                setup_context=_stencil_setup)
 
 
 def _stencil2d_backward(ctx, grad):
-    x, weights = ctx.saved_tensors
-    if _numel(ctx.x_shape) == 0:
-        return _empty_grads(ctx, grad, weights)
+    b, m, st = ctx.boundary, ctx.mechanism, ctx.stages
     return _steps_backward(
-        ctx, grad, x, weights,
-        lambda u: stencil2d(u, weights, boundary=ctx.boundary, mechanism=ctx.mechanism, stages=ctx.stages),
-        lambda g: _stencil2d_input_grad(g, weights, ctx.boundary, ctx.mechanism, ctx.stages),
-        lambda u, g: _op("_stencil2d_weight_grad", u, g.to(u.dtype), weights, ctx.boundary))
+        ctx, grad,
+        lambda w, u: stencil2d(u, w, boundary=b, mechanism=m, stages=st),
+        lambda w, g: _stencil2d_input_grad(g, w, b, m, st),
+        lambda w, u, g: _op("_stencil2d_weight_grad", u, g.to(u.dtype), w, b))
 
 
 torch.library.register_autograd("cupipe::stencil2d", _stencil2d_backward,
-                                setup_context=_stencil2d_setup)
+                                setup_context=_stencil_setup)
 
 
 def _stencil3d_input_grad(g, weights, boundary, mechanism="auto", stages=0):
@@ -497,28 +489,17 @@ def _stencil3d_weight_grad(x, grad, weights, boundary):
     return torch.stack(parts)
 
 
-def _stencil3d_setup(ctx, inputs, keyword_only_inputs, output):
-    x, weights = inputs
-    kw = keyword_only_inputs
-    ctx.boundary, ctx.mechanism, ctx.stages = kw["boundary"], kw["mechanism"], kw["stages"]
-    ctx.steps = kw.get("steps", 1)
-    ctx.save_for_backward(x if ctx.needs_input_grad[1] else None, weights)
-    ctx.x_shape = x.shape
-
-
 def _stencil3d_backward(ctx, grad):
-    x, weights = ctx.saved_tensors
-    if _numel(ctx.x_shape) == 0:
-        return _empty_grads(ctx, grad, weights)
+    b, m, st = ctx.boundary, ctx.mechanism, ctx.stages
     return _steps_backward(
-        ctx, grad, x, weights,
-        lambda u: stencil3d(u, weights, boundary=ctx.boundary, mechanism=ctx.mechanism, stages=ctx.stages),
-        lambda g: _stencil3d_input_grad(g, weights, ctx.boundary, ctx.mechanism, ctx.stages),
-        lambda u, g: _stencil3d_weight_grad(u, g.to(u.dtype), weights, ctx.boundary))
+        ctx, grad,
+        lambda w, u: stencil3d(u, w, boundary=b, mechanism=m, stages=st),
+        lambda w, g: _stencil3d_input_grad(g, w, b, m, st),
+        lambda w, u, g: _stencil3d_weight_grad(u, g.to(u.dtype), w, b))
 
 
 torch.library.register_autograd("cupipe::stencil3d", _stencil3d_backward,
-                                setup_context=_stencil3d_setup)
+                                setup_context=_stencil_setup)
 
 
 # The weight-gradient ops are bilinear in (x, grad): with upstream gw (weights-shaped),
@@ -633,9 +614,9 @@ def _transformable(name, setup, backward):
 
 _TRANSFORMABLE = {
     "stream_copy": _transformable("stream_copy", _stream_copy_setup, _stream_copy_backward),
-    "stencil1d": _transformable("stencil1d", _stencil1d_setup, _stencil1d_backward),
-    "stencil2d": _transformable("stencil2d", _stencil2d_setup, _stencil2d_backward),
-    "stencil3d": _transformable("stencil3d", _stencil3d_setup, _stencil3d_backward),
+    "stencil1d": _transformable("stencil1d", _stencil_setup, _stencil1d_backward),
+    "stencil2d": _transformable("stencil2d", _stencil_setup, _stencil2d_backward),
+    "stencil3d": _transformable("stencil3d", _stencil_setup, _stencil3d_backward),
     "_stencil1d_weight_grad": _transformable("_stencil1d_weight_grad", _wgrad1d_setup, _wgrad1d_backward),
     "_stencil2d_weight_grad": _transformable("_stencil2d_weight_grad", _wgrad2d_setup, _wgrad2d_backward),
     "reduce": _transformable("reduce", _reduce_setup, _reduce_backward),

@@ -83,8 +83,14 @@ void check_stages(const char* op, int64_t stages) {
                     ": stages must be 0 (auto) or 1..", engine::kMaxStages, ", got ", stages);
 }
 
-void check_steps(const char* op, int64_t steps) {
+StencilKnobs check_stencil_knobs(const char* op, c10::string_view boundary, c10::string_view mechanism,
+                                 int64_t stages, int64_t steps) {
+  StencilKnobs k;
+  k.boundary = parse_boundary(op, boundary);
+  k.mechanism = parse_mechanism(op, mechanism);
+  check_stages(op, stages);
   TORCH_CHECK_VALUE(steps >= 1, "cupipe.", op, ": steps must be >= 1, got ", steps);
+  return k;
 }
 
 void check_vec_bytes(const char* op, int64_t vec_bytes) {
@@ -226,17 +232,27 @@ StencilGeometry check_stencil1d(const at::Tensor& x, const at::Tensor& weights, 
   return g;
 }
 
-StencilGeometry check_stencil2d(const at::Tensor& x, const at::Tensor& weights, Boundary boundary) {
-  const char* op = "stencil2d";
+namespace {
+// The checks stencil2d and stencil3d share: x a floating tensor of at least nd dims, weights nd-D
+// of odd sizes (at most max_size where it is > 0) on x's device. `dims` names x's last nd dims.
+void check_plane_stencil(const char* op, const at::Tensor& x, const at::Tensor& weights, int64_t nd,
+                         int64_t max_size, const char* dims) {
   check_float_input(op, "x", x);
   check_weights_common(op, x, weights);
-  TORCH_CHECK_VALUE(weights.dim() == 2, "cupipe.stencil2d: weights must be 2-D, got ",
-                    weights.dim(), "-D with shape ", weights.sizes());
-  TORCH_CHECK_VALUE(weights.size(0) % 2 == 1 && weights.size(1) % 2 == 1,
-                    "cupipe.stencil2d: weights must have odd sizes (2r+1, 2r+1), got ",
-                    weights.sizes());
-  TORCH_CHECK_VALUE(x.dim() >= 2, "cupipe.stencil2d: x must have at least 2 dims (..., H, W), got ",
+  TORCH_CHECK_VALUE(weights.dim() == nd, "cupipe.", op, ": weights must be ", nd, "-D, got ", weights.dim(),
+                    "-D with shape ", weights.sizes());
+  for (int64_t d = 0; d < nd; ++d)
+    TORCH_CHECK_VALUE(weights.size(d) % 2 == 1 && (max_size <= 0 || weights.size(d) <= max_size), "cupipe.", op,
+                      ": weights must have odd sizes 2r+1", max_size > 0 ? " of at most " : "",
+                      max_size > 0 ? std::to_string(max_size) : std::string(), ", got ", weights.sizes());
+  TORCH_CHECK_VALUE(x.dim() >= nd, "cupipe.", op, ": x must have at least ", nd, " dims (", dims, "), got ",
                     x.dim(), "-D");
+}
+}  // namespace
+
+StencilGeometry check_stencil2d(const at::Tensor& x, const at::Tensor& weights, Boundary boundary) {
+  const char* op = "stencil2d";
+  check_plane_stencil(op, x, weights, 2, 0, "..., H, W");
   StencilGeometry g;
   g.esz = static_cast<int>(x.element_size());
   g.ry = static_cast<int>((weights.size(0) - 1) / 2);
@@ -252,16 +268,7 @@ StencilGeometry check_stencil2d(const at::Tensor& x, const at::Tensor& weights, 
 
 Stencil3dGeometry check_stencil3d(const at::Tensor& x, const at::Tensor& weights, Boundary boundary) {
   const char* op = "stencil3d";
-  check_float_input(op, "x", x);
-  check_weights_common(op, x, weights);
-  TORCH_CHECK_VALUE(weights.dim() == 3, "cupipe.stencil3d: weights must be 3-D (2rz+1, 2ry+1, 2rx+1), got ",
-                    weights.dim(), "-D with shape ", weights.sizes());
-  for (int64_t d = 0; d < 3; ++d)
-    TORCH_CHECK_VALUE(weights.size(d) % 2 == 1 && weights.size(d) <= 2 * kStencil3dMaxRadius + 1,
-                      "cupipe.stencil3d: weights must have odd sizes of at most ", 2 * kStencil3dMaxRadius + 1,
-                      " (radii 0..", kStencil3dMaxRadius, "), got ", weights.sizes());
-  TORCH_CHECK_VALUE(x.dim() >= 3, "cupipe.stencil3d: x must have at least 3 dims (..., D, H, W), got ",
-                    x.dim(), "-D");
+  check_plane_stencil(op, x, weights, 3, 2 * kStencil3dMaxRadius + 1, "..., D, H, W");
   Stencil3dGeometry g;
   g.esz = static_cast<int>(x.element_size());
   g.rz = static_cast<int>((weights.size(0) - 1) / 2);

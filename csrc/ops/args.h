@@ -37,7 +37,14 @@ Boundary parse_boundary(const char* op, c10::string_view name);
 ReduceOp parse_reduce_op(const char* op, c10::string_view name);
 void check_stages(const char* op, int64_t stages);
 void check_vec_bytes(const char* op, int64_t vec_bytes);
-void check_steps(const char* op, int64_t steps);
+
+// The stencils' knobs, parsed and checked: boundary, mechanism, stages, steps.
+struct StencilKnobs {
+  Boundary boundary = Boundary::Zero;
+  MechanismArg mechanism;
+};
+StencilKnobs check_stencil_knobs(const char* op, c10::string_view boundary, c10::string_view mechanism,
+                                 int64_t stages, int64_t steps);
 
 // The stencils' `steps`: step(x) applied `steps` times, each on the previous result (a loop of
 // single calls, rounded to x's dtype between steps). Fused steps are issue 47's kernels.

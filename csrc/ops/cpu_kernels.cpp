@@ -85,20 +85,14 @@ at::Tensor stencil_cpu(const at::Tensor& x, const at::Tensor& weights, const Ste
 
 at::Tensor stencil1d_cpu(const at::Tensor& x, const at::Tensor& weights, int64_t dim,
                          c10::string_view boundary, c10::string_view mechanism, int64_t stages, int64_t steps) {
-  const Boundary b = parse_boundary("stencil1d", boundary);
-  parse_mechanism("stencil1d", mechanism);
-  check_stages("stencil1d", stages);
-  check_steps("stencil1d", steps);
+  const Boundary b = check_stencil_knobs("stencil1d", boundary, mechanism, stages, steps).boundary;
   const StencilGeometry g = check_stencil1d(x, weights, dim, b);
   return repeat_steps(steps, x, [&](const at::Tensor& in) { return stencil_cpu(in, weights, g, dim, b); });
 }
 
 at::Tensor stencil2d_cpu(const at::Tensor& x, const at::Tensor& weights, c10::string_view boundary,
                          c10::string_view mechanism, int64_t stages, int64_t steps) {
-  const Boundary b = parse_boundary("stencil2d", boundary);
-  parse_mechanism("stencil2d", mechanism);
-  check_stages("stencil2d", stages);
-  check_steps("stencil2d", steps);
+  const Boundary b = check_stencil_knobs("stencil2d", boundary, mechanism, stages, steps).boundary;
   const StencilGeometry g = check_stencil2d(x, weights, b);
   return repeat_steps(steps, x, [&](const at::Tensor& in) { return stencil_cpu(in, weights, g, std::nullopt, b); });
 }
@@ -151,10 +145,7 @@ at::Tensor stencil3d_cpu_step(const at::Tensor& x, const at::Tensor& weights, co
 
 at::Tensor stencil3d_cpu(const at::Tensor& x, const at::Tensor& weights, c10::string_view boundary,
                          c10::string_view mechanism, int64_t stages, int64_t steps) {
-  const Boundary b = parse_boundary("stencil3d", boundary);
-  parse_mechanism("stencil3d", mechanism);
-  check_stages("stencil3d", stages);
-  check_steps("stencil3d", steps);
+  const Boundary b = check_stencil_knobs("stencil3d", boundary, mechanism, stages, steps).boundary;
   const Stencil3dGeometry g = check_stencil3d(x, weights, b);
   return repeat_steps(steps, x, [&](const at::Tensor& in) { return stencil3d_cpu_step(in, weights, g, b); });
 }

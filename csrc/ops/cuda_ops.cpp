@@ -142,10 +142,9 @@ at::Tensor stencil_cuda(const char* op, const at::Tensor& x, const at::Tensor& w
 
 at::Tensor stencil1d_cuda(const at::Tensor& x, const at::Tensor& weights, int64_t dim,
                           c10::string_view boundary, c10::string_view mechanism, int64_t stages, int64_t steps) {
-  const Boundary b = parse_boundary("stencil1d", boundary);
-  const MechanismArg mech = parse_mechanism("stencil1d", mechanism);
-  check_stages("stencil1d", stages);
-  check_steps("stencil1d", steps);
+  const StencilKnobs knobs = check_stencil_knobs("stencil1d", boundary, mechanism, stages, steps);
+  const Boundary b = knobs.boundary;
+  const MechanismArg mech = knobs.mechanism;
   const StencilGeometry g = check_stencil1d(x, weights, dim, b);
   return repeat_steps(steps, x, [&](const at::Tensor& in) {
     return stencil_cuda("stencil1d", in, weights, g, dim, b, mech, stages);
@@ -154,10 +153,9 @@ at::Tensor stencil1d_cuda(const at::Tensor& x, const at::Tensor& weights, int64_
 
 at::Tensor stencil2d_cuda(const at::Tensor& x, const at::Tensor& weights, c10::string_view boundary,
                           c10::string_view mechanism, int64_t stages, int64_t steps) {
-  const Boundary b = parse_boundary("stencil2d", boundary);
-  const MechanismArg mech = parse_mechanism("stencil2d", mechanism);
-  check_stages("stencil2d", stages);
-  check_steps("stencil2d", steps);
+  const StencilKnobs knobs = check_stencil_knobs("stencil2d", boundary, mechanism, stages, steps);
+  const Boundary b = knobs.boundary;
+  const MechanismArg mech = knobs.mechanism;
   const StencilGeometry g = check_stencil2d(x, weights, b);
   return repeat_steps(steps, x, [&](const at::Tensor& in) {
     return stencil_cuda("stencil2d", in, weights, g, std::nullopt, b, mech, stages);
@@ -201,10 +199,9 @@ at::Tensor stencil3d_cuda_step(const at::Tensor& x, const at::Tensor& weights, c
 
 at::Tensor stencil3d_cuda(const at::Tensor& x, const at::Tensor& weights, c10::string_view boundary,
                           c10::string_view mechanism, int64_t stages, int64_t steps) {
-  const Boundary b = parse_boundary("stencil3d", boundary);
-  const MechanismArg mech = parse_mechanism("stencil3d", mechanism);
-  check_stages("stencil3d", stages);
-  check_steps("stencil3d", steps);
+  const StencilKnobs knobs = check_stencil_knobs("stencil3d", boundary, mechanism, stages, steps);
+  const Boundary b = knobs.boundary;
+  const MechanismArg mech = knobs.mechanism;
   const Stencil3dGeometry g = check_stencil3d(x, weights, b);
   return repeat_steps(steps, x,
                       [&](const at::Tensor& in) { return stencil3d_cuda_step(in, weights, g, b, mech, stages); });

@@ -249,17 +249,8 @@ CopyConfig resolve_op(const std::string& op, int sm, MechanismArg mech, int64_t 
   dev.sm = sm;
   dev.code_sm = sm;
   if (op == "stream_copy") return resolve_stream_copy(dev, mech, stages, vec_bytes, 0);
-  if (op == "stencil1d" || op == "stencil2d") {
-    StencilGeometry g;
-    g.ry = shape.ry;
-    g.rx = shape.rx;
-    g.esz = shape.esz;
-    g.rows16 = shape.rows16;
-    g.step = shape.step;
-    return resolve_stencil(dev, mech, stages, g);
-  }
-  if (op == "stencil3d") {
-    if (shape.rz > 0) return resolve_stencil3d(mech, stages);
+  if (op == "stencil3d" && shape.rz > 0) return resolve_stencil3d(mech, stages);
+  if (op == "stencil1d" || op == "stencil2d" || op == "stencil3d") {  // stencil3d with rz = 0 runs as stencil2d
     StencilGeometry g;
     g.ry = shape.ry;
     g.rx = shape.rx;
