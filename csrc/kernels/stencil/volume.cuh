@@ -47,8 +47,16 @@ struct VolumeGeom {
   int64_t weight_bytes;    // (2rz+1) x (2R+1)^2 weights in the accumulation type, in shared memory
 };
 
+// Resident blocks per SM the register budget is compiled for: a block is 8 warps, one alone is too
+// few to hide its per-plane latency. Depth radius 1 fits the 128 registers of two without
+// spilling; deeper register queues need the whole budget.
+template <typename T, int RZ, int R>
+constexpr int volume_min_blocks() {
+  return RZ == 1 ? 2 : 1;
+}
+
 template <engine::Mechanism M, int S, typename T, int RZ, int R>
-__global__ void __launch_bounds__(kVolumeThreads, 1)
+__global__ void __launch_bounds__(kVolumeThreads, (volume_min_blocks<T, RZ, R>()))
     stencil3d_kernel(const T* __restrict__ x, T* __restrict__ out, const void* __restrict__ weights, VolumeGeom v,
                      Boundary boundary, const __grid_constant__ CUtensorMap tmap) {
   if constexpr (!engine::mechanism_in_this_pass(M)) { __trap(); return; }  // tma below sm_90 (mechanism.h)
@@ -104,16 +112,21 @@ __global__ void __launch_bounds__(kVolumeThreads, 1)
     const bool zero_plane = boundary == Boundary::Zero && (p < 0 || p >= v.nz);
     const int* shifts = reinterpret_cast<const int*>(stage + sizeof(TileHeader));
     if (!zero_plane && iy < v.items_y) {
+      // Each window row the item reaches is read once and feeds every (output row, tap row) pair
+      // it belongs to: TH + 2R row reads a plane, and one row's values live at a time.
 #pragma unroll
-      for (int b = 0; b < K; ++b) {
-        if (b < R - g.ry || b > R + g.ry) continue;  // block-uniform
+      for (int r = 0; r < TH + 2 * R; ++r) {
+        if (r + TH - 1 < R - g.ry || r > R + g.ry) continue;  // no tap row of the radius meets it
+        const int wr = iy * TH + r - (R - g.ry);  // window row (the window has ry rows of halo)
+        A xv[TW + 2 * R];
+        load_window<T, 16>(stage + g.hdr_bytes + static_cast<int64_t>(wr) * g.pitch + shifts[wr] +
+                               (static_cast<int64_t>(ix) * TW - (R - g.rx)) * static_cast<int64_t>(sizeof(T)),
+                           xv);
 #pragma unroll
         for (int i = 0; i < TH; ++i) {
-          const int wr = iy * TH + i + b - (R - g.ry);  // window row (the window has ry rows of halo)
-          A xv[TW + 2 * R];
-          load_window<T, 16>(stage + g.hdr_bytes + static_cast<int64_t>(wr) * g.pitch + shifts[wr] +
-                                 (static_cast<int64_t>(ix) * TW - (R - g.rx)) * static_cast<int64_t>(sizeof(T)),
-                             xv);
+          const int b = r - i;  // the tap row that takes window row r to output row i
+          if (b < 0 || b >= K) continue;
+          if (b < R - g.ry || b > R + g.ry) continue;  // block-uniform
 #pragma unroll
           for (int c = 0; c < K; ++c) {
             if (c < R - g.rx || c > R + g.rx) continue;  // block-uniform
