@@ -33,7 +33,7 @@ VolumeGeom volume_geom(const Stencil3dParams& p, int consumers, int R, int align
   g.tensor_tiles = false;
   v.items_y = consumers / kVolumeItemsX;
   g.tile_w = kVolumeItemsX * kVolumeTW<T>;
-  g.tile_h = v.items_y * kVolumeTH;
+  g.tile_h = v.items_y * volume_item_rows(p.rz, R, esz);
   g.win_h = g.tile_h + 2 * p.ry;
   g.win_w = g.tile_w + 2 * p.rx;
   g.pitch = static_cast<int>(engine::align_up((g.tile_w + 2 * int64_t(R)) * esz + 32, 16));

@@ -187,7 +187,7 @@ at::Tensor stencil3d_cuda_step(const at::Tensor& x, const at::Tensor& weights, c
   p.batch = g.batch; p.nz = g.nz; p.ny = g.ny; p.nx = g.nx;
   p.rz = g.rz; p.ry = g.ry; p.rx = g.rx;
   p.boundary = b;
-  const CopyConfig cfg = resolve_stencil3d(mech, stages);
+  const CopyConfig cfg = resolve_stencil3d(dev, mech, stages);
   check_mechanism_supported(op, cfg.mechanism, dev);
   p.mechanism = cfg.mechanism;
   p.stages = cfg.stages;

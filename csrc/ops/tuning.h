@@ -29,7 +29,7 @@ CopyConfig resolve_stream_copy(const DeviceInfo& dev, MechanismArg mech, int64_t
                                int64_t vec_bytes, int64_t bytes);
 CopyConfig resolve_stencil(const DeviceInfo& dev, MechanismArg mech, int64_t stages,
                            const StencilGeometry& g);
-CopyConfig resolve_stencil3d(MechanismArg mech, int64_t stages);
+CopyConfig resolve_stencil3d(const DeviceInfo& dev, MechanismArg mech, int64_t stages);
 CopyConfig resolve_reduce(const DeviceInfo& dev, MechanismArg mech, int64_t stages, int64_t outer,
                           int64_t r, int64_t inner, int esz);
 

@@ -27,10 +27,16 @@ namespace kernels {
 
 constexpr int kVolumeThreads = 256;
 constexpr int kVolumeItemsX = 16;  // work items across a tile; the rows of items fill the consumers
-constexpr int kVolumeTH = 2;       // output rows of a work item
 // The outputs of a work item along x: one 16-byte vector of fp32/fp64, 8 bytes of a 2-byte type.
 template <typename T>
 constexpr int kVolumeTW = sizeof(T) == 8 ? 2 : 4;
+
+// The 7- and 27-point class (rz = 1, in-plane class 1) below fp64 keeps its 27 weights in
+// registers and takes work items of 4 rows, so that a plane's fixed costs (its wait, load and
+// stores) spread over more outputs; 2 rows where the register queue is deeper, the window rows
+// wider or the values twice the registers.
+constexpr bool volume_small_class(int rz, int r, int esz) { return rz == 1 && r == 1 && esz <= 4; }
+constexpr int volume_item_rows(int rz, int r, int esz) { return volume_small_class(rz, r, esz) ? 4 : 2; }
 
 // The in-plane radius class a call's radii (ry, rx) run in.
 constexpr int volume_radius_class(int ry, int rx) {
@@ -63,7 +69,7 @@ __global__ void __launch_bounds__(kVolumeThreads, (volume_min_blocks<T, RZ, R>()
   static_assert(RZ >= 1 && (R == 1 || R == 2 || R == 4), "depth radius 1..4, in-plane classes 1, 2, 4");
   using A = acc_t<T>;
   using Ring = engine::Ring<M, S, 16>;
-  constexpr int KZ = 2 * RZ + 1, K = 2 * R + 1, TH = kVolumeTH, TW = kVolumeTW<T>;
+  constexpr int KZ = 2 * RZ + 1, K = 2 * R + 1, TH = volume_item_rows(RZ, R, sizeof(T)), TW = kVolumeTW<T>;
   extern __shared__ __align__(engine::kStageAlign) char smem[];
   __shared__ engine::RawShared<typename Ring::SharedState> ss;
   const StencilGeom& g = v.g;
@@ -80,6 +86,11 @@ __global__ void __launch_bounds__(kVolumeThreads, (volume_min_blocks<T, RZ, R>()
     }
     __syncthreads();
   }
+  constexpr bool kRegWeights = volume_small_class(RZ, R, sizeof(T));
+  constexpr int kNw = kRegWeights ? KZ * K * K : 1;
+  A w_r[kNw];
+#pragma unroll
+  for (int i = 0; i < kNw; ++i) w_r[i] = kRegWeights ? w_s[i] : A(0);
   Ring ring(ss.get(), smem, static_cast<int>(g.stage_bytes));
 
   // This block's column and chunk; consecutive blocks take neighbouring tiles of one chunk, so
@@ -95,7 +106,7 @@ __global__ void __launch_bounds__(kVolumeThreads, (volume_min_blocks<T, RZ, R>()
     const int64_t p = z0 - RZ + k;
     int64_t src = p >= 0 && p < v.nz ? p : map_outside(p, v.nz, boundary);
     if (src < 0) src = p < 0 ? 0 : v.nz - 1;  // a zero plane: any plane will do, it is not read
-    load_stencil_window<T, false>(w, x, g, boundary, [&] { return TileHeader{bi * v.nz + src, y0, x0}; }, &tmap);
+    load_stencil_window<T>(w, x, g, boundary, [&] { return TileHeader{bi * v.nz + src, y0, x0}; }, &tmap);
   };
 
   A acc[KZ][TH][TW];
@@ -116,7 +127,7 @@ __global__ void __launch_bounds__(kVolumeThreads, (volume_min_blocks<T, RZ, R>()
       // it belongs to: TH + 2R row reads a plane, and one row's values live at a time.
 #pragma unroll
       for (int r = 0; r < TH + 2 * R; ++r) {
-        if (r + TH - 1 < R - g.ry || r > R + g.ry) continue;  // no tap row of the radius meets it
+        if (r < R - g.ry || r > R + g.ry + TH - 1) continue;  // no tap row of the radius meets it
         const int wr = iy * TH + r - (R - g.ry);  // window row (the window has ry rows of halo)
         A xv[TW + 2 * R];
         load_window<T, 16>(stage + g.hdr_bytes + static_cast<int64_t>(wr) * g.pitch + shifts[wr] +
@@ -132,7 +143,7 @@ __global__ void __launch_bounds__(kVolumeThreads, (volume_min_blocks<T, RZ, R>()
             if (c < R - g.rx || c > R + g.rx) continue;  // block-uniform
 #pragma unroll
             for (int a = 0; a < KZ; ++a) {
-              const A wv = w_s[(a * K + b) * K + c];
+              const A wv = kRegWeights ? w_r[(a * K + b) * K + c] : w_s[(a * K + b) * K + c];
 #pragma unroll
               for (int j = 0; j < TW; ++j) acc[a][i][j] += wv * xv[j + c];
             }
