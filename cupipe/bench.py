@@ -446,14 +446,21 @@ def _star3d(device):
     return w
 
 
-def _slicing_stencil3d(x, w):
+def _taps3d(shape, star=False):
+    """The taps (a, b, c) of a (2rz+1, 2ry+1, 2rx+1) stencil: all of a box's, or a star's 2rz+2ry+2rx+1."""
+    r = [(k - 1) // 2 for k in shape]
+    taps = itertools.product(*(range(k) for k in shape))
+    return [t for t in taps if not star or sum(t[d] != r[d] for d in range(3)) <= 1]
+
+
+def _slicing_stencil3d(x, w, taps):
     """torch.compile's input: the stencil as shifted slices of the zero-padded volume, one term per
-    nonzero tap (a star's zeros are not multiplied, as a user writes it)."""
+    tap in `taps` (Python constants, as a user writes them: a star's zeros are not multiplied)."""
     rz, ry, rx = ((k - 1) // 2 for k in w.shape)
     D, H, W = x.shape[-3:]
     xp = F.pad(x, (rx, rx, ry, ry, rz, rz))
     out = None
-    for a, b_, c in torch.nonzero(w).tolist():
+    for a, b_, c in taps:
         t = w[a, b_, c] * xp[..., a:a + D, b_:b_ + H, c:c + W]
         out = t if out is None else out + t
     return out
@@ -577,10 +584,11 @@ def tasks_suite(b: Bench, ops: List[str]) -> List[Task]:
     if "stencil3d" in ops:
         n3 = b.dhw
 
-        cases3 = [("7-point star", lambda: _star3d(b.device)), ("27-point box", lambda: torch.randn(3, 3, 3, device=b.device))]
+        cases3 = [("7-point star", lambda: _star3d(b.device), _taps3d((3, 3, 3), star=True)),
+                  ("27-point box", lambda: torch.randn(3, 3, 3, device=b.device), _taps3d((3, 3, 3)))]
         if not b.quick:
-            cases3.append(("5x5x5 box", lambda: torch.randn(5, 5, 5, device=b.device)))
-        for name, mk_w in cases3:
+            cases3.append(("5x5x5 box", lambda: torch.randn(5, 5, 5, device=b.device), _taps3d((5, 5, 5))))
+        for name, mk_w, taps in cases3:
             def make(mk_w=mk_w):
                 return b.randn(n3, n3, n3), mk_w()
             pad3 = lambda w: tuple((k - 1) // 2 for k in w.shape)  # noqa: E731
@@ -590,7 +598,7 @@ def tasks_suite(b: Bench, ops: List[str]) -> List[Task]:
                 eager=lambda i: (lambda: F.conv3d(i[0][None, None], i[1].to(i[0].dtype)[None, None],
                                                   padding=pad3(i[1]))),
                 eager_name="F.conv3d",
-                comp=lambda i: _slicing_stencil3d(i[0], i[1]),
+                comp=lambda i, taps=taps: _slicing_stencil3d(i[0], i[1], taps),
                 ref=lambda i: (lambda: F.conv3d(i[0].float()[None, None], i[1][None, None],
                                                 padding=pad3(i[1]))[0, 0]),
                 nbytes_of=lambda i: 2 * i[0].numel() * i[0].element_size(), same_copy=lambda i: i[0]))

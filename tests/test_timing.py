@@ -39,9 +39,10 @@ def test_queued_timing_of_gpu_bound_calls():
 def test_cold_l2_timing_reads_from_dram():
     """A buffer of a quarter of the L2 stays there between repetitions unless cold_l2 evicts it:
     the cold read is slower (DRAM against L2 bandwidth). Queued timing only: synced intervals add
-    the host's dispatch, which would dilute the difference."""
+    the host's dispatch, which would dilute the difference. Other processes on the GPU (a parallel
+    test run) only add time and evict the L2 at random, so each side keeps its fastest of five."""
     l2 = torch.cuda.get_device_properties(torch.cuda.current_device()).L2_cache_size
     x = torch.randn(l2 // 4 // 4, device="cuda")
-    warm = time_ms(x.sum, reps=30)
-    cold = time_ms(x.sum, reps=30, cold_l2=True)
+    warm = min(time_ms(x.sum, reps=30) for _ in range(5))
+    cold = min(time_ms(x.sum, reps=30, cold_l2=True) for _ in range(5))
     assert cold > 1.15 * warm, (warm, cold)
