@@ -12,6 +12,7 @@ checked against a reference before it is timed; a wrong one is reported, not tim
     python -m cupipe.bench --quick --out DIR   # fewer reps / configs; JSON, CSV and PNG plots in DIR
     python -m cupipe.bench --cpu --quick       # tiny sizes on the CPU kernels (a smoke test)
     python -m cupipe.bench --suite layout --out DIR  # the layout sweep, plotted to DIR/layout_sweep.png
+    python -m cupipe.bench --suite steps --out DIR   # steps=k: updates/s against k, DIR/steps.png
     python -m cupipe.bench --out DIR --markdown DIR/bench.md --markdown-brief
                                                # a BENCHMARKS.md section: the tables as markdown
 """
@@ -40,7 +41,8 @@ OPS = ["stream_copy", "stencil1d", "stencil2d", "stencil3d", "reduce"]
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
 SHORT = {torch.float32: "fp32", torch.bfloat16: "bf16", torch.float16: "fp16"}
 HIDDEN = {"table", "op", "bytes", "error", "cls"}   # recorded, not printed as columns
-ORDER = ["workload", "mechanism", "stages", "vec", "resolved", "ms", "GBps", "vs_copy", "vs_copy_same", "vs_auto",
+ORDER = ["workload", "mechanism", "stages", "vec", "resolved", "k", "ms", "GBps", "Gupd_s", "x_R1", "loop_ms", "vs_loop",
+         "vs_copy", "vs_copy_same", "vs_auto",
          "eager", "eager_ms", "vs_eager", "compiled_ms", "vs_compiled", "speedup_vs_best"]
 
 
@@ -446,24 +448,28 @@ def _star3d(device):
     return w
 
 
-def _taps3d(shape, star=False):
-    """The taps (a, b, c) of a (2rz+1, 2ry+1, 2rx+1) stencil: all of a box's, or a star's 2rz+2ry+2rx+1."""
+def _taps(shape, star=False):
+    """The taps of a stencil of this shape (any number of dims): all of a box's, or a star's (the
+    taps off the centre along one dim at most)."""
     r = [(k - 1) // 2 for k in shape]
     taps = itertools.product(*(range(k) for k in shape))
-    return [t for t in taps if not star or sum(t[d] != r[d] for d in range(3)) <= 1]
+    return [t for t in taps if not star or sum(t[d] != r[d] for d in range(len(shape))) <= 1]
 
 
-def _slicing_stencil3d(x, w, taps):
-    """torch.compile's input: the stencil as shifted slices of the zero-padded volume, one term per
-    tap in `taps` (Python constants, as a user writes them: a star's zeros are not multiplied)."""
-    rz, ry, rx = ((k - 1) // 2 for k in w.shape)
-    D, H, W = x.shape[-3:]
-    xp = F.pad(x, (rx, rx, ry, ry, rz, rz))
+def _slicing_taps(x, w, taps):
+    """torch.compile's input: a zero-boundary stencil over x's last w.dim() dims as shifted slices of
+    the zero-padded input, one term per tap in `taps` (Python constants, as a user writes them: a
+    star's zeros are not multiplied)."""
+    nd = w.dim()
+    radii = [(k - 1) // 2 for k in w.shape]
+    sizes = x.shape[-nd:]
+    xp = F.pad(x, [p for r in reversed(radii) for p in (r, r)])
     out = None
-    for a, b_, c in taps:
-        t = w[a, b_, c] * xp[..., a:a + D, b_:b_ + H, c:c + W]
+    for tap in taps:
+        t = w[tap] * xp[(...,) + tuple(slice(a, a + n) for a, n in zip(tap, sizes))]
         out = t if out is None else out + t
     return out
+
 
 
 def _slicing_stencil1d(x, w, r):
@@ -584,10 +590,10 @@ def tasks_suite(b: Bench, ops: List[str]) -> List[Task]:
     if "stencil3d" in ops:
         n3 = b.dhw
 
-        cases3 = [("7-point star", lambda: _star3d(b.device), _taps3d((3, 3, 3), star=True)),
-                  ("27-point box", lambda: torch.randn(3, 3, 3, device=b.device), _taps3d((3, 3, 3)))]
+        cases3 = [("7-point star", lambda: _star3d(b.device), _taps((3, 3, 3), star=True)),
+                  ("27-point box", lambda: torch.randn(3, 3, 3, device=b.device), _taps((3, 3, 3)))]
         if not b.quick:
-            cases3.append(("5x5x5 box", lambda: torch.randn(5, 5, 5, device=b.device), _taps3d((5, 5, 5))))
+            cases3.append(("5x5x5 box", lambda: torch.randn(5, 5, 5, device=b.device), _taps((5, 5, 5))))
         for name, mk_w, taps in cases3:
             def make(mk_w=mk_w):
                 return b.randn(n3, n3, n3), mk_w()
@@ -598,7 +604,7 @@ def tasks_suite(b: Bench, ops: List[str]) -> List[Task]:
                 eager=lambda i: (lambda: F.conv3d(i[0][None, None], i[1].to(i[0].dtype)[None, None],
                                                   padding=pad3(i[1]))),
                 eager_name="F.conv3d",
-                comp=lambda i, taps=taps: _slicing_stencil3d(i[0], i[1], taps),
+                comp=lambda i, taps=taps: _slicing_taps(i[0], i[1], taps),
                 ref=lambda i: (lambda: F.conv3d(i[0].float()[None, None], i[1][None, None],
                                                 padding=pad3(i[1]))[0, 0]),
                 nbytes_of=lambda i: 2 * i[0].numel() * i[0].element_size(), same_copy=lambda i: i[0]))
@@ -762,6 +768,92 @@ def layout_summary(res: Results, title: str):
 
 # ----------------------------------------------------------------------------- sweep
 
+def _heat_weights(nd: int, alpha: float, device) -> torch.Tensor:
+    """The explicit heat update u + alpha * L(u) as one stencil: the (2n+1)-point Laplacian L of nd
+    dims, alpha times, plus the identity at the centre."""
+    w = torch.zeros((3,) * nd, device=device)
+    for d in range(nd):
+        for side in (0, 2):
+            idx = [1] * nd
+            idx[d] = side
+            w[tuple(idx)] = alpha
+    w[(1,) * nd] = 1.0 - 2 * nd * alpha
+    return w
+
+
+def _mean_box(nd: int, device) -> torch.Tensor:
+    """A 3^nd box of random positive weights summing to 1: repeated many times, it stays finite."""
+    w = torch.rand((3,) * nd, device=device) + 0.5
+    return w / w.sum()
+
+
+def step_counts(b: Bench) -> List[int]:
+    if b.cpu:
+        return [1, 2, 4]
+    return [1, 2, 4, 8] if b.quick else [1, 2, 4, 8, 16, 32, 64]
+
+
+# torch.compile unrolls the k-step loop: compiled baselines stop here (the issue's k = 1, 4, 8).
+_MAX_COMPILED_STEPS = 8
+
+
+def tasks_steps(b: Bench, ops: List[str]) -> List[Task]:
+    """steps=k (issue 47): per case and k, cupipe's k-step call against k separate cupipe calls and
+    torch.compile of the same k-step loop, in cell updates per second and against R1 = copy_
+    bandwidth over the bytes one step moves a cell (read + write), the rate of one step at the
+    memory roofline. Each result is checked against the k separate calls first."""
+    tag = SHORT[b.dt]
+    cases = []
+    if "stencil1d" in ops:
+        cases.append(("stencil1d heat r=1", lambda: b.randn(b.n1), lambda: _heat_weights(1, 0.25, b.device),
+                      cupipe.stencil1d, f"2^{b.log_n}"))
+    if "stencil2d" in ops:
+        cases.append(("stencil2d 5-point heat", lambda: b.randn(b.hw, b.hw), lambda: _heat_weights(2, 0.2, b.device),
+                      cupipe.stencil2d, f"{b.hw}x{b.hw}"))
+        cases.append(("stencil2d 3x3 mean box", lambda: b.randn(b.hw, b.hw), lambda: _mean_box(2, b.device),
+                      cupipe.stencil2d, f"{b.hw}x{b.hw}"))
+    if "stencil3d" in ops:
+        cases.append(("stencil3d 7-point heat", lambda: b.randn(b.dhw, b.dhw, b.dhw),
+                      lambda: _heat_weights(3, 0.1, b.device), cupipe.stencil3d, f"{b.dhw}^3"))
+        cases.append(("stencil3d 27-point mean box", lambda: b.randn(b.dhw, b.dhw, b.dhw),
+                      lambda: _mean_box(3, b.device), cupipe.stencil3d, f"{b.dhw}^3"))
+    tasks: List[Task] = []
+    for name, mk_x, mk_w, op, size in cases:
+        table = f"steps: {name} {size} {tag}{b.tag}"
+        for k in step_counts(b):
+            def run(name=name, mk_x=mk_x, mk_w=mk_w, op=op, table=table, k=k):
+                x, w = b.inputs(("steps", name), lambda: (mk_x(), mk_w()))
+                opname = op.__name__
+                star = (w == 0).any().item()
+                taps = [t for t in _taps(tuple(w.shape), star=star) if not star or w[t].item() != 0]
+
+                def loop():
+                    y = x
+                    for _ in range(k):
+                        y = op(y, w)
+                    return y
+                err = _check(op(x, w, steps=k), loop, f"{name} k={k}")
+                if err:
+                    return _fail(b, table, err, op=opname, workload=f"k={k}")
+                t_ours, t_loop = b.time(lambda: op(x, w, steps=k)), b.time(loop)
+                t_comp = float("nan")
+                if k <= _MAX_COMPILED_STEPS:
+                    def steps_torch(u, w):
+                        for _ in range(k):
+                            u = _slicing_taps(u, w, taps)
+                        return u
+                    cf = b.compile(steps_torch)
+                    t_comp = b.try_time(lambda: cf(x, w)) if cf is not None else float("nan")
+                cells = x.numel()
+                r1 = b.copy_bw * 1e9 / (2 * x.element_size())  # cell updates/s of one step at copy_ speed
+                rate = k * cells / (t_ours * 1e-3)
+                b.res.add(table=table, op=opname, workload=f"k={k}", k=k, ms=t_ours, Gupd_s=rate / 1e9,
+                          x_R1=rate / r1, loop_ms=t_loop, vs_loop=t_loop / t_ours, compiled_ms=t_comp,
+                          vs_compiled=t_comp / t_ours)
+            tasks.append(Task(f"steps: {name} k={k}", run))
+    return tasks
+
+
 def tasks_sweep(b: Bench, ops: List[str]) -> List[Task]:
     """mechanism x stages (x vec_bytes for stream_copy) for one case per op, plus what auto runs
     (the shipped table, or the tuning cache through the cupipe.* wrappers)."""
@@ -908,10 +1000,12 @@ def main(argv: Optional[List[str]] = None) -> int:
     ap = argparse.ArgumentParser(prog="cupipe-bench", description=__doc__.splitlines()[0],
                                  formatter_class=argparse.RawDescriptionHelpFormatter,
                                  epilog=__doc__.split("\n\n", 2)[2].rstrip())
-    ap.add_argument("--suite", choices=["engine", "ops", "all", "layout", "none"], default="all",
+    ap.add_argument("--suite", choices=["engine", "ops", "all", "layout", "steps", "none"], default="all",
                     help="engine: stream_copy mechanism x stages, copy width, latency study; "
                          "ops: the performance suite (docs/design.md); all: both; layout: the "
                          "layout sweep (non-contiguous, permuted, channels_last inputs; long); "
+                         "steps: the stencils' steps=k against k calls and torch.compile of the "
+                         "k-step loop, in updates/s and x R1 (the --ops stencils); "
                          "none: only what --sweep adds")
     ap.add_argument("--ops", default=",".join(OPS),
                     help="comma-separated subset of " + ",".join(OPS) + " (default: all)")
@@ -977,6 +1071,8 @@ def main(argv: Optional[List[str]] = None) -> int:
         tasks += tasks_suite(b, ops)
     if args.suite == "layout":
         tasks += tasks_layout(b)
+    if args.suite == "steps":
+        tasks += tasks_steps(b, ops)
     if args.sweep:
         tasks += tasks_sweep(b, ops)
     prog = Progress(len(tasks), enabled=not args.no_progress)

@@ -190,6 +190,40 @@ def plot_layout_sweep(rows: List[dict], path: Optional[str], title: str, *, note
     return _finish(fig, note, path, show)
 
 
+def plot_steps(tables: Dict[str, List[dict]], path: Optional[str], title: str, *, note: str = "",
+               show: bool = False):
+    """One panel per steps table: cell updates/s against k (log2) for cupipe's k-step call, k
+    separate calls and torch.compile of the k-step loop, with R1 (one step at copy_ speed)."""
+    plt = _plt()
+    n = max(len(tables), 1)
+    cols = min(n, 3)
+    fig, axes = plt.subplots((n + cols - 1) // cols, cols, figsize=(5 * cols, 3.6 * ((n + cols - 1) // cols)),
+                             layout="constrained", squeeze=False)
+    for ax, (table, rows) in zip(axes.flat, tables.items()):
+        rows = sorted((r for r in rows if _num(r.get("Gupd_s")) > 0), key=lambda r: _num(r["k"]))
+        ks = [_num(r["k"]) for r in rows]
+        rate = [_num(r["Gupd_s"]) for r in rows]
+        ax.plot(ks, rate, "o-", color="tab:red", label="cupipe steps=k")
+        ax.plot(ks, [g * _num(r["ms"]) / _num(r["loop_ms"]) for g, r in zip(rate, rows)], "s--",
+                color="tab:blue", label="k cupipe calls")
+        comp = [(k, g * _num(r["ms"]) / _num(r["compiled_ms"])) for k, g, r in zip(ks, rate, rows)
+                if _num(r.get("compiled_ms")) > 0]
+        if comp:
+            ax.plot(*zip(*comp), "^:", color="tab:green", label="torch.compile of the loop")
+        if rows:
+            ax.axhline(rate[0] / _num(rows[0]["x_R1"]), color="gray", ls="--", lw=1, label="R1: one step at copy_")
+        ax.set_xscale("log", base=2)
+        ax.set_xlabel("steps k")
+        ax.set_ylabel("G cell updates/s")
+        ax.set_title(table.removeprefix("steps: "), fontsize=9)
+        ax.grid(True, alpha=0.3)
+        ax.legend(fontsize=7)
+    for ax in list(axes.flat)[len(tables):]:
+        ax.set_visible(False)
+    fig.suptitle(title, fontsize=11)
+    return _finish(fig, note, path, show)
+
+
 def _tables(rows: Iterable[dict]) -> Dict[str, List[dict]]:
     out: Dict[str, List[dict]] = {}
     for r in rows:
@@ -224,7 +258,7 @@ def plot_results(rows: List[dict], meta: dict, outdir: str) -> List[str]:
             plot_stages(panels, p, f"{table}\n{dev}", copy_GBps=copy,
                         ylabel=f"effective bandwidth ({unit})", note=note)
             paths.append(p)
-        if table.startswith("layout:"):
+        if table.startswith("layout:") or table.startswith("steps:"):
             continue
         bars += [r for r in trs if "workload" in r and "eager_ms" in r]
     sweep = [r for r in rows if str(r.get("table", "")).startswith("layout:") and "speedup_vs_best" in r]
@@ -232,6 +266,11 @@ def plot_results(rows: List[dict], meta: dict, outdir: str) -> List[str]:
         p = os.path.join(outdir, "layout_sweep.png")
         plot_layout_sweep(sweep, p, f"layout sweep: cupipe vs the faster of eager and torch.compile - {dev}",
                           note=note)
+        paths.append(p)
+    steps = {t: trs for t, trs in _tables(rows).items() if t.startswith("steps:")}
+    if steps:
+        p = os.path.join(outdir, "steps.png")
+        plot_steps(steps, p, f"steps=k: cell updates/s against k - {dev}", note=note)
         paths.append(p)
     if bars:
         p = os.path.join(outdir, "cupipe_vs_pytorch.png")

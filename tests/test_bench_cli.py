@@ -311,3 +311,49 @@ def test_layout_sweep_runs_checks_and_plots(tmp_path):
     if plots.have_matplotlib():
         assert (out / "layout_sweep.png").stat().st_size > 0
         assert not (out / "cupipe_vs_pytorch.png").exists()  # the sweep keeps out of the headline plot
+
+
+def test_steps_suite_checks_against_k_calls_and_plots(tmp_path, monkeypatch):
+    """--suite steps on the CPU: each stencil's steps=k row checked against k separate calls, rates
+    that agree with the times (k cells a step over ms; R1 from the copy bandwidth), its own plot;
+    the GPU path's torch.compile baseline of the k-step loop (driven here with a pass-through
+    compile) runs up to k = 8 and equals the k calls."""
+    import torch
+
+    out = tmp_path / "res"
+    assert bench.main(["--cpu", "--suite", "steps", "--ops", "stencil1d,stencil2d", "--no-progress",
+                       "--out", str(out)]) == 0
+    data = json.loads((out / "results.json").read_text())
+    rows = data["rows"]
+    assert {r["table"] for r in rows} == {"steps: stencil1d heat r=1 2^16 fp32 [CPU]",
+                                          "steps: stencil2d 5-point heat 128x128 fp32 [CPU]",
+                                          "steps: stencil2d 3x3 mean box 128x128 fp32 [CPU]"}
+    assert not data["meta"]["failures"] and all(not r.get("error") for r in rows)
+    assert sorted({r["k"] for r in rows}) == bench.step_counts(bench.Bench(True, False, 1, None, False, bench.Results()))
+    cells = {"stencil1d": 1 << 16, "stencil2d": 128 * 128}
+    for r in rows:
+        assert r["Gupd_s"] * 1e9 == pytest.approx(r["k"] * cells[r["op"]] / (r["ms"] * 1e-3), rel=1e-9)
+        assert r["vs_loop"] == pytest.approx(r["loop_ms"] / r["ms"], rel=1e-9) and r["x_R1"] > 0
+    if plots.have_matplotlib():
+        assert (out / "steps.png").stat().st_size > 0
+        assert not (out / "cupipe_vs_pytorch.png").exists()
+
+    def passthrough(fn, **kw):
+        assert kw.get("fullgraph") and kw.get("dynamic") is False
+        return fn
+    monkeypatch.setattr(torch, "compile", passthrough)
+    res = bench.Results()
+    b = bench.Bench(True, False, 1, None, True, res)
+    b.use_compile = True
+    for task in bench.tasks_steps(b, ["stencil2d"]):
+        task.run()
+    assert not res.failures and len(res.rows) == 2 * len(bench.step_counts(b))
+    assert all(r["compiled_ms"] > 0 for r in res.rows if r["k"] <= 8)
+    # the slices formulation of the 5-point heat step is the op's k-step result
+    x = torch.randn(9, 11)
+    w = bench._heat_weights(2, 0.2, "cpu")
+    taps = [t for t in bench._taps((3, 3), star=True) if w[t] != 0]
+    y = x
+    for _ in range(3):
+        y = bench._slicing_taps(y, w, taps)
+    torch.testing.assert_close(y, cupipe.stencil2d(x, w, steps=3), atol=1e-5, rtol=1e-5)
