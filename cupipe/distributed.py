@@ -31,6 +31,12 @@ neighbours. For every rank with at least ``2r`` rows the result is computed as
 
 ``overlap=True`` issues step 1 while the halos are in flight and waits only before step 2;
 ``overlap=False`` waits first (the same work in the same amounts, so the two can be compared).
+Which is faster depends on the machine (on one host of four H200s overlapping lost, on another
+it won), so the default ``overlap="auto"`` measures: the first calls of a workload (op, split
+layout, dtype, radius, group) time each variant ``OVERLAP_TRIALS`` times, alternately and with
+the device synchronized; the ranks agree on the slowest rank's medians (one ``all_reduce``) and
+keep overlapping only if it was faster. Inside a CUDA graph capture ``auto`` does not measure
+and waits first.
 cupipe's stencil kernels launch one wave of persistent blocks that fills every SM, so an NCCL
 kernel queued on its own stream behind them could not start until the whole step 1 ended; with
 ``overlap=True`` step 1 on CUDA leaves ``OVERLAP_FREE_SMS`` SMs free for the exchange.
@@ -63,8 +69,10 @@ through gloo; CUDA tensors with a gloo-only group are staged through host memory
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import Callable, List, Optional, Sequence, Tuple, Union
+import statistics
+import time
+from dataclasses import dataclass, field
+from typing import Callable, Dict, List, Optional, Sequence, Tuple, Union
 
 import torch
 import torch.distributed as dist
@@ -79,6 +87,8 @@ _ops = torch.ops.cupipe
 # With fewer free SMs NCCL's point-to-point kernel does not get the blocks it launches; 8 leaves
 # it room at a small cost to the interior (measured on two H200s; figures in docs/design.md).
 OVERLAP_FREE_SMS = 8
+# overlap="auto": timed calls of each variant before a workload keeps the faster one.
+OVERLAP_TRIALS = 3
 _DTYPES = (torch.float32, torch.float16, torch.bfloat16, torch.float64)
 _META_SLOTS = 12  # ndim, dtype code, then up to 10 dims (the 10th slot hashes the rest)
 
@@ -269,14 +279,58 @@ class _Halo:
         return self
 
 
+@dataclass
+class _OverlapTrial:
+    """overlap="auto"'s measurements of one workload: seconds per call, [waiting first, overlapping]."""
+    times: Tuple[List[float], List[float]] = field(default_factory=lambda: ([], []))
+    choice: Optional[bool] = None
+
+
+# The decision per workload key (the same on every rank: it holds no rank's own shape).
+_overlap_auto: Dict[tuple, _OverlapTrial] = {}
+
+
+def _check_overlap(name: str, overlap) -> None:
+    if not (isinstance(overlap, bool) or overlap == "auto"):
+        raise ValueError(f"{name}: overlap must be True, False or \"auto\", got {overlap!r}")
+
+
+def _halo_stencil_auto(x: torch.Tensor, d: int, r: int, apply: Callable[..., torch.Tensor],
+                       lay: _Layout, tag: str) -> torch.Tensor:
+    """_halo_stencil with overlap="auto" (module docstring): time both variants on the first
+    calls of this workload, then keep the faster."""
+    if x.is_cuda and torch.cuda.is_current_stream_capturing():
+        return _halo_stencil(x, d, r, apply, lay, False)
+    others = tuple(s for i, s in enumerate(x.shape) if i != d)
+    key = (tag, others, x.dtype, x.device.type, d, r, lay.world, tuple(lay.sizes), id(lay.group))
+    trial = _overlap_auto.setdefault(key, _OverlapTrial())
+    if trial.choice is not None:
+        return _halo_stencil(x, d, r, apply, lay, trial.choice)
+    overlap = len(trial.times[0]) > len(trial.times[1])  # alternately, waiting first
+    sync = torch.cuda.synchronize if x.is_cuda else (lambda: None)
+    sync()
+    t0 = time.perf_counter()
+    y = _halo_stencil(x, d, r, apply, lay, overlap)
+    sync()
+    trial.times[overlap].append(time.perf_counter() - t0)
+    if len(trial.times[1]) == OVERLAP_TRIALS:
+        med = torch.tensor([statistics.median(t) for t in trial.times], dtype=torch.float64,
+                           device=lay.comm_device)
+        dist.all_reduce(med, op=dist.ReduceOp.MAX, group=lay.group)
+        trial.choice = bool(med[1] < med[0])
+    return y
+
+
 def _halo_stencil(x: torch.Tensor, d: int, r: int, apply: Callable[..., torch.Tensor],
-                  lay: _Layout, overlap: bool) -> torch.Tensor:
+                  lay: _Layout, overlap: Union[bool, str], tag: str = "") -> torch.Tensor:
     """One distributed stencil application along split dim ``d`` with radius ``r`` there.
     ``apply(block, free_sms=0)`` is the single-device op (with the global boundary) on a local
-    block, leaving ``free_sms`` SMs to other streams."""
+    block, leaving ``free_sms`` SMs to other streams. ``tag`` names the op for overlap="auto"."""
     n = x.shape[d]
     if lay.world == 1 or r == 0 or x.numel() == 0:
         return apply(x)
+    if overlap == "auto":  # every rank measures (a rank without an interior runs one variant twice)
+        return _halo_stencil_auto(x, d, r, apply, lay, tag)
     halo = _Halo(x, d, r, lay)
     if n >= 2 * r:
         if not overlap:
@@ -339,7 +393,7 @@ def _check_boundary(name: str, boundary: str) -> None:
 # ----------------------------------------------------------------------------- stencils
 
 def stencil1d(x_local: torch.Tensor, weights: torch.Tensor, *, dim: int = -1,
-              boundary: str = "zero", group=None, overlap: bool = False,
+              boundary: str = "zero", group=None, overlap: Union[bool, str] = "auto",
               mechanism: str = "auto", stages: int = 0,
               split_dim: Optional[int] = None, steps: int = 1) -> torch.Tensor:
     """Distributed ``cupipe.stencil1d``: ``x_local`` is this rank's block of a tensor split
@@ -351,6 +405,7 @@ def stencil1d(x_local: torch.Tensor, weights: torch.Tensor, *, dim: int = -1,
     docstring). See the module docstring for the algorithm, ``overlap`` and the preconditions."""
     name = "cupipe.distributed.stencil1d"
     _check_boundary(name, boundary)
+    _check_overlap(name, overlap)
     _check_steps(name, steps)
     _check_no_grad(name, x_local, weights)
     if weights.dim() != 1 or weights.shape[0] % 2 == 0:
@@ -378,16 +433,17 @@ def stencil1d(x_local: torch.Tensor, weights: torch.Tensor, *, dim: int = -1,
     lay = _layout(x_local, dim_n, group, boundary == "circular", r, name)
     if steps > 1:
         return _stepped_halo(x_local, dim_n, r, steps, apply, lay)
-    return _halo_stencil(x_local, dim_n, r, apply, lay, overlap)
+    return _halo_stencil(x_local, dim_n, r, apply, lay, overlap, f"stencil1d:{weights.shape[0]}:{boundary}")
 
 
 def _split_stencil(op: str, nd: int, x_local: torch.Tensor, weights: torch.Tensor,
-                   apply: Callable[..., torch.Tensor], boundary: str, group, overlap: bool,
+                   apply: Callable[..., torch.Tensor], boundary: str, group, overlap: Union[bool, str],
                    steps: int) -> torch.Tensor:
     """stencil2d and stencil3d split along their first stencil dim (dim -nd): the checks, then one
     halo exchange (or one per pass of several steps) along it. ``apply`` is the local op."""
     name = f"cupipe.distributed.{op}"
     _check_boundary(name, boundary)
+    _check_overlap(name, overlap)
     _check_steps(name, steps)
     _check_no_grad(name, x_local, weights)
     if weights.dim() != nd or any(k % 2 == 0 for k in weights.shape):
@@ -399,11 +455,11 @@ def _split_stencil(op: str, nd: int, x_local: torch.Tensor, weights: torch.Tenso
     lay = _layout(x_local, d, group, boundary == "circular", r, name)
     if steps > 1:
         return _stepped_halo(x_local, d, r, steps, apply, lay)
-    return _halo_stencil(x_local, d, r, apply, lay, overlap)
+    return _halo_stencil(x_local, d, r, apply, lay, overlap, f"{op}:{tuple(weights.shape)}:{boundary}")
 
 
 def stencil2d(x_local: torch.Tensor, weights: torch.Tensor, *, boundary: str = "zero",
-              group=None, overlap: bool = False, mechanism: str = "auto",
+              group=None, overlap: Union[bool, str] = "auto", mechanism: str = "auto",
               stages: int = 0, steps: int = 1) -> torch.Tensor:
     """Distributed ``cupipe.stencil2d``: ``x_local`` (``(..., h_rank, W)``) is this rank's block
     of rows (dim -2) of a tensor split across the ranks of ``group`` in rank order. Returns this
@@ -420,7 +476,7 @@ def stencil2d(x_local: torch.Tensor, weights: torch.Tensor, *, boundary: str = "
 
 
 def stencil3d(x_local: torch.Tensor, weights: torch.Tensor, *, boundary: str = "zero",
-              group=None, overlap: bool = False, mechanism: str = "auto",
+              group=None, overlap: Union[bool, str] = "auto", mechanism: str = "auto",
               stages: int = 0, steps: int = 1) -> torch.Tensor:
     """Distributed ``cupipe.stencil3d``: ``x_local`` (``(..., d_rank, H, W)``) is this rank's block
     of planes (dim -3) of a volume split across the ranks of ``group`` in rank order. Returns this
@@ -448,7 +504,7 @@ def heat_kernel(alpha: float, *, dtype: torch.dtype = torch.float64,
 
 
 def heat_steps(u_local: torch.Tensor, steps: int, alpha: float, *, boundary: str = "zero",
-               group=None, halo_width: int = 1, overlap: bool = False,
+               group=None, halo_width: int = 1, overlap: Union[bool, str] = "auto",
                mechanism: str = "auto", stages: int = 0) -> torch.Tensor:
     """Advance the 2-D heat equation ``u <- u + alpha * laplacian(u)`` ``steps`` times on a grid
     split by rows (dim -2) across ``group``; returns this rank's rows of the result. Equals
@@ -463,6 +519,7 @@ def heat_steps(u_local: torch.Tensor, steps: int, alpha: float, *, boundary: str
     ranks. The computation runs in ``u_local``'s dtype."""
     name = "cupipe.distributed.heat_steps"
     _check_boundary(name, boundary)
+    _check_overlap(name, overlap)
     _check_no_grad(name, u_local)
     if not isinstance(steps, int) or steps < 0:
         raise ValueError(f"{name}: steps must be an int >= 0, got {steps!r}")
@@ -489,7 +546,7 @@ def heat_steps(u_local: torch.Tensor, steps: int, alpha: float, *, boundary: str
         return u
     if halo_width == 1:
         for _ in range(steps):
-            u = _halo_stencil(u, d, 1, apply, lay, overlap)
+            u = _halo_stencil(u, d, 1, apply, lay, overlap, f"heat:{boundary}")
         return u
     return _stepped_halo(u, d, 1, steps, apply, lay, per_pass=halo_width)
 

@@ -2,7 +2,7 @@
 
     torchrun --nproc-per-node=2 examples/distributed_heat.py                  # CPU: gloo
     torchrun --nproc-per-node=2 examples/distributed_heat.py --rows-per-rank 16384 --cols 16384 \
-        --steps 50 --overlap --no-check                                       # GPUs: NCCL
+        --steps 50 --no-check                                                 # GPUs: NCCL
 
 Each rank owns a contiguous block of rows (uneven splits allowed: ``torch.tensor_split`` sizes)
 and advances ``u <- u + alpha * laplacian(u)`` with ``cupipe.distributed.heat_steps``, which
@@ -48,6 +48,12 @@ def initial_rows(row0: int, nrows: int, rows: int, cols: int, dtype, device) -> 
     return (u + 2.0 * hot).to(dtype)
 
 
+def _auto_choice():
+    """What overlap="auto" settled on for this run's one workload (None: it did not measure)."""
+    done = [t.choice for t in cd._overlap_auto.values() if t.choice is not None]
+    return done[0] if len(done) == 1 else None
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--rows", type=int, default=512,
@@ -60,7 +66,9 @@ def main() -> int:
     ap.add_argument("--alpha", type=float, default=0.2)
     ap.add_argument("--boundary", default="reflect", choices=list(cupipe.BOUNDARIES))
     ap.add_argument("--halo-width", type=int, default=1)
-    ap.add_argument("--overlap", action="store_true", help="overlap halo exchange and interior")
+    ap.add_argument("--overlap", nargs="?", const="on", default="auto", choices=["auto", "on", "off"],
+                    help="overlap halo exchange and interior: on, off, or auto (the default: the "
+                         "first steps time both and keep the faster; --overlap alone: on)")
     ap.add_argument("--dtype", default="float32", choices=["float32", "float64"])
     ap.add_argument("--check-max", type=int, default=1 << 22,
                     help="compare with a single-process run when rows*cols <= this")
@@ -88,7 +96,8 @@ def main() -> int:
     sizes = cd.split_sizes(rows, world)
     row0 = sum(sizes[:rank])
     u0 = initial_rows(row0, sizes[rank], rows, args.cols, dtype, device)
-    kw = dict(boundary=args.boundary, halo_width=args.halo_width, overlap=args.overlap)
+    overlap = {"auto": "auto", "on": True, "off": False}[args.overlap]
+    kw = dict(boundary=args.boundary, halo_width=args.halo_width, overlap=overlap)
 
     def sync():
         if use_cuda:
@@ -112,7 +121,8 @@ def main() -> int:
             print(f"{world} rank(s), backend {dist.get_backend()}, device {device.type}; grid "
                   f"{rows} x {args.cols} {args.dtype} (rows per rank {sizes}); boundary "
                   f"{args.boundary}, halo_width {args.halo_width}, overlap {args.overlap}"
-                  + (f" (free SMs {args.free_sms})" if args.overlap and use_cuda else ""))
+                  + (f" (chose {'on' if chosen else 'off'})" if (chosen := _auto_choice()) is not None else "")
+                  + (f" (free SMs {args.free_sms})" if args.overlap != "off" and use_cuda else ""))
             print(f"per-step time: {per_step * 1e3:.3f} ms (median of {args.reps} runs of "
                   f"{args.steps} steps; {cells / per_step / 1e9:.2f} Gcell/s)")
 

@@ -449,7 +449,31 @@ def _misc_cases(world):
         _close(y, _local(cupipe.stencil2d(x, w, boundary="circular"), 0, sizes, i), "subgroup")
         _close(cd.reduce(_local(x, 0, sizes, i), "amax", None, group=g), x.amax(), "subgroup")
 
-    return [("misc", "gather-split-helpers", gather_split), ("misc", "subgroup", subgroup)]
+    def overlap_auto(rank, world):
+        # The first 2 * OVERLAP_TRIALS calls time both variants, then every rank keeps the same
+        # choice; every result equals the single-process op, and a bad value names the argument.
+        sizes = _sizes(world, 1, 2)
+        x = _inp((sum(sizes), 6), torch.float64, seed=74)
+        w = _wts((3, 3), torch.float64, seed=75)
+        ref = _local(cupipe.stencil2d(x, w, boundary="reflect"), 0, sizes, rank)
+        before = set(cd._overlap_auto)
+        for i in range(2 * cd.OVERLAP_TRIALS + 2):
+            _close(cd.stencil2d(_local(x, 0, sizes, rank), w, boundary="reflect", overlap="auto"), ref,
+                   f"rank {rank} overlap=auto call {i}")
+        new = [cd._overlap_auto[k] for k in set(cd._overlap_auto) - before]
+        if world == 1:
+            assert not new  # one rank: nothing to overlap, nothing measured
+        else:
+            assert len(new) == 1 and new[0].choice is not None
+            assert [len(t) for t in new[0].times] == [cd.OVERLAP_TRIALS] * 2
+            choices = [None] * world
+            dist.all_gather_object(choices, new[0].choice)
+            assert len(set(choices)) == 1, choices
+        _expect_error(lambda: cd.stencil2d(_local(x, 0, sizes, rank), w, overlap="yes"), ValueError,
+                      "overlap must be True, False or \"auto\"", "'yes'")
+
+    return [("misc", "gather-split-helpers", gather_split), ("misc", "subgroup", subgroup),
+            ("misc", "overlap-auto", overlap_auto)]
 
 
 def _all_cases(world):
