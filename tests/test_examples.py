@@ -50,3 +50,10 @@ def test_tour_notebook_executes(tmp_path):
                str(tmp_path / "tour.ipynb"), timeout=600)
     assert "code cells ran with nbclient" in out
     assert "max abs err" in out
+
+
+def test_heat3d_tiny():
+    """k steps of the 3-D heat stencil in one call decay the eigenmode exactly (fp64 on the CPU),
+    and L-BFGS through the steps recovers the diffusion number."""
+    out = _run("examples/heat3d.py", "--cpu", "--size", "12", "--steps", "6")
+    assert "max |error|" in out and "fitted a = 0.100000" in out and out.strip().endswith("OK")
