@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Usage: bash tools/gpu_check.sh [steps...]            (on a GPU machine, from the repo root)
-#   steps:   build tests sanitize sass profile bench benchengine benchops benchfull extras examples notebook
+#   steps:   build tests sanitize sass profile bench benchengine benchops benchsteps benchfull extras examples notebook
 #   presets: engine | stencils | reductions   (build, that part's tests, sanitizers and suite)
 #   default: build tests sanitize sass bench examples notebook
 # Logs go to $OUT (else ./gpu_check_out); the summary also to 00_summary.txt, every log to 01_logs.tgz.
@@ -195,6 +195,12 @@ if has benchops; then
   # The sweep's tables (mechanism x stages for one case per op), whole.
   while read -r l; do note "  $l"; done < <(awk '/^== sweep:/{on=1} on&&/^$/{on=0} on' "$LOG/bench_ops.txt")
 fi
+if has benchsteps; then
+  t0=$(date +%s)
+  python3 -m cupipe.bench --suite steps --ops "${BENCH_OPS:-stencil1d,stencil2d,stencil3d}" --no-progress \
+    --out "$LOG/bench_steps" 2>&1 | tee "$LOG/bench_steps.txt"
+  note "steps suite: rc=${PIPESTATUS[0]} [$(( $(date +%s) - t0 ))s] (tables in bench_steps.txt, plot bench_steps/steps.png)"
+fi
 if has extras; then
   t0=$(date +%s)
   python3 tools/stencil_extras.py 2>&1 | tee "$LOG/stencil_extras.txt"
@@ -209,7 +215,7 @@ fi
 
 if has examples; then
 for ex in "examples/quickstart.py" "examples/heat_diffusion.py --png $LOG/heat_diffusion.png" \
-          "examples/train_smoothing.py"; do
+          "examples/train_smoothing.py" "examples/heat3d.py"; do
   t0=$(date +%s)
   name=$(basename "${ex%% *}" .py)
   python3 $ex >"$LOG/example_$name.log" 2>&1
