@@ -19,6 +19,7 @@ checked against a reference before it is timed; a wrong one is reported, not tim
 from __future__ import annotations
 
 import argparse
+import contextlib
 import csv
 import itertools
 import json
@@ -311,9 +312,13 @@ def _check(got: torch.Tensor, ref: Callable[[], torch.Tensor], what: str, *, ato
            rtol=None) -> Optional[str]:
     """None when `got` matches the reference, else the mismatch message. The benchmark refuses
     to time a wrong answer. References are computed in fp32 without TF32 (cuDNN convolutions
-    default to it on Ampere and newer, which is less accurate than fp32)."""
-    prev = torch.backends.cudnn.allow_tf32
-    torch.backends.cudnn.allow_tf32 = False
+    default to it on Ampere and newer, which is less accurate than fp32). The flag is set inside
+    torch.backends' own mutation guard: torch's test utilities, once imported, refuse a plain
+    assignment."""
+    guard = getattr(torch.backends, "__allow_nonbracketed_mutation", contextlib.nullcontext)
+    with guard():
+        prev = torch.backends.cudnn.allow_tf32
+        torch.backends.cudnn.allow_tf32 = False
     try:
         r0, a0 = _tol(got.dtype)
         torch.testing.assert_close(got.float(), ref().float(), rtol=rtol or r0,
@@ -322,7 +327,8 @@ def _check(got: torch.Tensor, ref: Callable[[], torch.Tensor], what: str, *, ato
     except AssertionError as e:
         return str(e).splitlines()[0] + " " + " ".join(str(e).splitlines()[1:4])
     finally:
-        torch.backends.cudnn.allow_tf32 = prev
+        with guard():
+            torch.backends.cudnn.allow_tf32 = prev
 
 
 def _fail(b: Bench, table: str, msg: str, **row):
