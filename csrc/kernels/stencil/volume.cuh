@@ -54,15 +54,12 @@ struct VolumeGeom {
 };
 
 // Resident blocks per SM the register budget is compiled for: a block is 8 warps, one alone is too
-// few to hide its per-plane latency. Depth radius 1 fits the 128 registers of two without
-// spilling; deeper register queues need the whole budget.
-template <typename T, int RZ, int R>
-constexpr int volume_min_blocks() {
-  return RZ == 1 ? 2 : 1;
-}
+// few to hide its per-plane latency. Depth radius 1 gets the 128 registers of two (the fp32 and
+// 2-byte 7-/27-point class spills 8-24 bytes there); deeper register queues need the whole budget.
+constexpr int volume_min_blocks(int rz) { return rz == 1 ? 2 : 1; }
 
 template <engine::Mechanism M, int S, typename T, int RZ, int R>
-__global__ void __launch_bounds__(kVolumeThreads, (volume_min_blocks<T, RZ, R>()))
+__global__ void __launch_bounds__(kVolumeThreads, volume_min_blocks(RZ))
     stencil3d_kernel(const T* __restrict__ x, T* __restrict__ out, const void* __restrict__ weights, VolumeGeom v,
                      Boundary boundary, const __grid_constant__ CUtensorMap tmap) {
   if constexpr (!engine::mechanism_in_this_pass(M)) { __trap(); return; }  // tma below sm_90 (mechanism.h)
