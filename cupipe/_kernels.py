@@ -42,7 +42,11 @@ HEADERS = {
     "reduce_rows": "kernels/reduce/rows.cuh",
     "reduce_cols": "kernels/reduce/columns.cuh",
     "reduce_partials": "kernels/reduce/partials.cuh",
+    "reduce_state": "kernels/reduce/stateful.cuh",
 }
+# reduce_state_kernel<M, S, T, K> (csrc/kernels/reduce/stateful.cuh): var/std, argmax/argmin,
+# logsumexp, norm.
+STATE_KINDS = ("Moments", "Arg", "Lse", "Norm")
 
 
 class Instance(NamedTuple):
@@ -143,6 +147,18 @@ def reduce_partials_instances() -> List[Instance]:
             for a in ("float", "double")]
 
 
+def reduce_state_instances(mech: str, stages: int, dtype: str, kinds: Sequence[str] = STATE_KINDS) -> List[Instance]:
+    ctype = DTYPES[dtype][0]
+    return [Instance("reduce", HEADERS["reduce_state"], f"reduce_state_kernel<{_m(mech)},{stages},{ctype},StateKind::{k}>",
+                     mech, stages, dtype, "state_" + k.lower()) for k in kinds]
+
+
+def reduce_state_partials_instances() -> List[Instance]:
+    """The state reductions' partials pass, per accumulation type and kind."""
+    return [Instance("reduce", HEADERS["reduce_state"], f"reduce_state_partials_kernel<{a},StateKind::{k}>", "", 0, "",
+                     f"state_partials_{k.lower()}_{a}") for a in ("float", "double") for k in STATE_KINDS]
+
+
 def wgrad_instances(dtype: str) -> List[Instance]:
     ctype = DTYPES[dtype][0]
     return [Instance("stencil_wgrad", HEADERS["stencil_wgrad"], f"stencil_wgrad_kernel<{ctype},{b}>",
@@ -159,9 +175,10 @@ def all_instances() -> List[Instance]:
                 out += stencil_instances(mech, s, dt)
                 out += stencil3d_instances(mech, s, dt)
                 out += reduce_instances(mech, s, dt)
+                out += reduce_state_instances(mech, s, dt)
         for dt in DTYPES:
             out += reduce_wide_instances(mech, dt)
-    out += reduce_partials_instances()
+    out += reduce_partials_instances() + reduce_state_partials_instances()
     for dt in DTYPES:
         out += wgrad_instances(dt)
     return out

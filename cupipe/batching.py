@@ -75,22 +75,25 @@ _register_plane_stencil_vmap("stencil3d", 3)
 
 
 @torch.library.register_vmap("cupipe::reduce")
-def _reduce_vmap(info, in_dims, x, op="sum", dim=None, keepdim=False, *, dtype=None, mechanism="auto",
-                 stages=0):
+def _reduce_vmap(info, in_dims, x, op="sum", dim=None, keepdim=False, *, dtype=None, correction=1.0, ord=2.0,
+                 mechanism="auto", stages=0):
     bx = in_dims[0]
     n = x.dim() - 1
     lim = max(n, 1)  # a 0-d sample accepts dim 0 and -1, as torch.sum does
     dims = list(dim) if dim else []
-    if any(not -lim <= d < lim for d in dims):
-        _ops.reduce(x.new_empty(_sample_shape(x, bx)), op, dim, keepdim, dtype=dtype, mechanism=mechanism,
-                    stages=stages)  # raises the op's error for this dim
+    kw = dict(dtype=dtype, correction=correction, ord=ord, mechanism=mechanism, stages=stages)
+    if any(not -lim <= d < lim for d in dims) or (op in ("argmax", "argmin") and len(dims) > 1):
+        _ops.reduce(x.new_empty(_sample_shape(x, bx)), op, dim, keepdim, **kw)  # raises the op's error
     x = _front(x, bx)
+    if op in ("argmax", "argmin") and not dims:  # the flat index of each sample
+        out = _ops.reduce(x.reshape(x.shape[0], -1), op, [1], False, **kw)
+        return out.reshape([x.shape[0]] + [1] * n if keepdim else [x.shape[0]]), 0
     if n == 0:  # each sample is one element: reduce a unit dim
         x, dims = x.unsqueeze(1), [1]
         keepdim = False
     else:
         dims = [_shift(d) for d in dims] if dims else list(range(1, n + 1))
-    return _ops.reduce(x, op, dims, keepdim, dtype=dtype, mechanism=mechanism, stages=stages), 0
+    return _ops.reduce(x, op, dims, keepdim, **kw), 0
 
 
 @torch.library.register_vmap("cupipe::_stencil1d_weight_grad")

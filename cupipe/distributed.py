@@ -594,6 +594,9 @@ def reduce(x_local: torch.Tensor, op: str = "sum", dim: Union[int, Sequence[int]
 
     if sd not in dims:
         return local(x_local, op, dtype)
+    if op not in ("sum", "mean", "amax", "amin"):
+        raise ValueError(f"{name}: op={op!r} over the split dim {split_dim} is not supported across ranks "
+                         "(sum, mean, amax and amin are); reduce dims other than split_dim, or gather first")
     if op in ("amax", "amin") and dtype is not None:
         return local(x_local, op, dtype)  # the op's own error for dtype= with amax/amin
     if dtype is not None and dtype not in _DTYPES:

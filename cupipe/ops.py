@@ -154,25 +154,41 @@ def stencil3d(x: torch.Tensor, weights: torch.Tensor, *, boundary: str = "zero",
     return _op("stencil3d", x, weights, boundary=boundary, mechanism=mechanism, stages=stages, steps=steps)
 
 
-def reduce(x: torch.Tensor, op: str = "sum", dim: Union[int, Sequence[int], None] = None,
-           keepdim: bool = False, *, dtype: Optional[torch.dtype] = None, mechanism: str = "auto",
-           stages: int = 0) -> torch.Tensor:
-    """``getattr(torch, op)(x, dim, keepdim)`` for ``op`` in sum, mean, amax, amin.
+_SCALAR_REDUCE_OPS = ("sum", "mean", "amax", "amin")
 
-    ``dim`` None (or ``[]``) reduces everything. fp16/bf16 accumulate in fp32. ``dtype`` (sum and
-    mean only) sets the result dtype as in ``torch.sum``. Differentiable w.r.t. ``x``.
-    ``mechanism="auto"`` consults the tuning cache first, like ``stream_copy``.
+
+def reduce(x: torch.Tensor, op: str = "sum", dim: Union[int, Sequence[int], None] = None,
+           keepdim: bool = False, *, dtype: Optional[torch.dtype] = None, correction: Optional[float] = 1,
+           ord: float = 2, mechanism: str = "auto", stages: int = 0) -> torch.Tensor:
+    """The torch reduction named ``op`` over ``dim`` (None or ``[]``: every dim):
+
+    - ``sum``, ``mean``, ``amax``, ``amin``: ``getattr(torch, op)(x, dim, keepdim)``;
+    - ``var``, ``std``: ``torch.var/std(x, dim, correction=correction, keepdim=keepdim)``, one pass
+      (Welford's update, Chan's merge);
+    - ``argmax``, ``argmin``: ``torch.argmax/argmin(x, dim, keepdim)``, ``dim`` None or one dim,
+      int64 indices, the first among ties, NaN counting as the extreme;
+    - ``logsumexp``: ``torch.logsumexp(x, dim, keepdim)``, max-shifted;
+    - ``norm``: ``torch.linalg.vector_norm(x, ord, dim, keepdim)``, any ``ord`` (0 counts nonzeros,
+      inf and -inf take the extreme ``|x|``).
+
+    fp16/bf16 accumulate in fp32. ``dtype`` (sum, mean and norm) sets the result dtype as in
+    ``torch.sum``. Deterministic: bit-identical on repeat. Differentiable w.r.t. ``x`` (argmax and
+    argmin return indices). ``mechanism="auto"`` consults the tuning cache first (sum, mean, amax,
+    amin), like ``stream_copy``.
     """
     if isinstance(dim, int):
         dim = [dim]
     elif dim is not None:
         dim = list(dim)
-    if mechanism == "auto":
+    if correction is None:  # as torch.var's
+        correction = 1
+    if mechanism == "auto" and op in _SCALAR_REDUCE_OPS:
         mechanism, stages, _ = _tuning.cached_config("reduce", x, mechanism, stages, dim=dim)
     if _direct(x):
-        return _call(_C.call_reduce, _ops.reduce, x, op, dim, keepdim, dtype=dtype, mechanism=mechanism,
-                     stages=stages)
-    return _op("reduce", x, op, dim, keepdim, dtype=dtype, mechanism=mechanism, stages=stages)
+        return _call(_C.call_reduce, _ops.reduce, x, op, dim, keepdim, dtype=dtype, correction=correction,
+                     ord=ord, mechanism=mechanism, stages=stages)
+    return _op("reduce", x, op, dim, keepdim, dtype=dtype, correction=correction, ord=ord, mechanism=mechanism,
+               stages=stages)
 
 
 # ----------------------------------------------------------------------------- fake kernels
@@ -231,10 +247,12 @@ def _reduce_out_shape(shape, dims, keepdim):
 
 
 @torch.library.register_fake("cupipe::reduce")
-def _reduce_fake(x, op="sum", dim=None, keepdim=False, *, dtype=None, mechanism="auto", stages=0):
+def _reduce_fake(x, op="sum", dim=None, keepdim=False, *, dtype=None, correction=1.0, ord=2.0, mechanism="auto",
+                 stages=0):
     dims = _reduced_dims(x.dim(), dim)
     shape = _reduce_out_shape(list(x.shape), dims, keepdim)
-    return torch.empty(shape, dtype=dtype if dtype is not None else x.dtype, device=x.device)
+    out_dtype = torch.int64 if op in ("argmax", "argmin") else dtype if dtype is not None else x.dtype
+    return torch.empty(shape, dtype=out_dtype, device=x.device)
 
 
 # ----------------------------------------------------------------------------- autograd
@@ -548,10 +566,14 @@ def _reduce_setup(ctx, inputs, keyword_only_inputs, output):
     ctx.dims = _reduced_dims(x.dim(), dim)
     ctx.x_shape = x.shape
     ctx.x_dtype = x.dtype
-    if ctx.op in ("amax", "amin"):
-        ctx.save_for_backward(x, output)
-    else:
+    ctx.correction = keyword_only_inputs.get("correction", 1.0)
+    ctx.ord = keyword_only_inputs.get("ord", 2.0)
+    if ctx.op in ("sum", "mean", "argmax", "argmin"):
         ctx.save_for_backward()
+    elif ctx.op in ("var", "std"):
+        ctx.save_for_backward(x, output if ctx.op == "std" else None)
+    else:
+        ctx.save_for_backward(x, output)
 
 
 def _reduce_backward(ctx, grad):
@@ -566,16 +588,49 @@ def _reduce_backward(ctx, grad):
         for d in ctx.dims:
             count *= ctx.x_shape[d]
         gx = g.expand(ctx.x_shape) / count
+    elif ctx.op in ("argmax", "argmin"):
+        return None, None, None, None  # indices: no gradient (autograd never asks)
     else:
         x, out = ctx.saved_tensors
-        if not ctx.keepdim:
+        if out is not None and not ctx.keepdim:
             for d in ctx.dims:
                 out = out.unsqueeze(d)
-        # Like torch: the gradient is split evenly among the tied extrema.
-        mask = (x == out).to(g.dtype)
-        count = mask.sum(dim=ctx.dims, keepdim=True) if ctx.dims else mask
-        gx = mask * (g / count)
+        gx = _state_reduce_grad(ctx, g, x, out)
     return gx.to(ctx.x_dtype).contiguous(), None, None, None
+
+
+def _state_reduce_grad(ctx, g, x, out):
+    """The input gradient of var, std, logsumexp, norm and amax/amin (g and out with the reduced
+    dims kept as 1), with torch's formulas: ties of amax/amin (and of the inf norms) share the
+    gradient evenly; a zero 2-norm gets a zero gradient."""
+    dims = ctx.dims
+    if ctx.op in ("var", "std"):
+        count = 1
+        for d in dims:
+            count *= ctx.x_shape[d]
+        acc = torch.promote_types(x.dtype, torch.float32)
+        xf, g = x.to(acc), g.to(acc)
+        centred = xf - xf.mean(dim=dims, keepdim=True) if dims else xf - xf
+        dof = max(count - ctx.correction, 0)
+        gv = g / (2 * out.to(acc)) if ctx.op == "std" else g
+        return gv * centred * (2 / dof if dof > 0 else float("inf"))
+    if ctx.op == "logsumexp":
+        return g * torch.exp(x - out)
+    if ctx.op == "norm" and ctx.ord == 1:
+        return g * torch.sgn(x)
+    if ctx.op == "norm" and ctx.ord == 2:
+        return g * x / out.masked_fill(out == 0, float("inf"))
+    if ctx.op == "norm" and ctx.ord == 0:
+        return torch.zeros_like(x) * g
+    if ctx.op == "norm" and math.isfinite(ctx.ord):  # |x|^(p-1) sgn(x) / |x|_p^(p-1); 0 where the norm is 0
+        p = ctx.ord
+        return g * torch.sgn(x) * x.abs().pow(p - 1) / out.masked_fill(out == 0, float("inf")).pow(p - 1)
+    # amax, amin, and the inf norms (the extremes of |x|, signed)
+    v = x.abs() if ctx.op == "norm" else x
+    mask = (v == out).to(g.dtype)
+    count = mask.sum(dim=dims, keepdim=True) if dims else mask
+    gx = mask * (g / count)
+    return gx * torch.sgn(x) if ctx.op == "norm" else gx
 
 
 torch.library.register_autograd("cupipe::reduce", _reduce_backward, setup_context=_reduce_setup)

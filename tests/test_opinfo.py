@@ -13,8 +13,9 @@ from conftest import assert_close
 common = pytest.importorskip("torch.testing._internal.common_methods_invocations",
                              reason="torch's OpInfo database needs expecttest (pip install expecttest)")
 
-# The reductions cupipe.reduce has, by their OpInfo names.
-OPS = ["sum", "mean", "amax", "amin"]
+# The reductions cupipe.reduce has, by their OpInfo names (cupipe's op name where it differs).
+OPS = ["sum", "mean", "amax", "amin", "var", "std", "argmax", "argmin", "logsumexp", "linalg.vector_norm"]
+CUPIPE_NAME = {"linalg.vector_norm": "norm"}
 DTYPES = [torch.float32, torch.float16, torch.bfloat16, torch.float64]
 TOL = {torch.float32: 1e-5, torch.float64: 1e-12, torch.float16: 1e-2, torch.bfloat16: 2e-2}
 
@@ -25,18 +26,37 @@ def _opinfo(name):
     return found[0]
 
 
-def _compare(name, torch_op, x, kwargs, what):
+def _cupipe_kwargs(name, args, kwargs):
+    """A sample's arguments (positional ones as torch's signature names them) as cupipe.reduce's."""
+    kw = dict(kwargs)
+    if name == "logsumexp":  # logsumexp(input, dim, keepdim)
+        kw.update(zip(("dim", "keepdim"), args))
+    else:
+        assert not args, f"positional args {args} (only logsumexp's are mapped)"
+    if "unbiased" in kw:
+        kw["correction"] = int(kw.pop("unbiased"))
+    unknown = set(kw) - {"dim", "keepdim", "correction", "ord", "dtype"}
+    assert not unknown, f"unmapped kwargs {unknown}"
+    return kw
+
+
+def _compare(name, torch_op, x, args, kwargs, what):
     """cupipe.reduce against torch_op on one sample: the same result, or an error (with a message)
     where torch raises one. Returns whether torch raised."""
+    kw = _cupipe_kwargs(name, args, kwargs)
+    dim, keepdim = kw.pop("dim", None), kw.pop("keepdim", False)
+    op = CUPIPE_NAME.get(name, name)
     try:
-        expected = torch_op(x, **kwargs)
+        expected = torch_op(x, *args, **kwargs)
     except Exception as e:
         with pytest.raises((ValueError, RuntimeError, IndexError)) as got:
-            cupipe.reduce(x, name, kwargs.get("dim"), kwargs.get("keepdim", False))
+            cupipe.reduce(x, op, dim, keepdim, **kw)
         assert str(got.value), f"{what}: cupipe raised without a message (torch: {e})"
         return True
-    out = cupipe.reduce(x, name, kwargs.get("dim"), kwargs.get("keepdim", False))
+    out = cupipe.reduce(x, op, dim, keepdim, **kw)
     tol = TOL[x.dtype]
+    if name == "linalg.vector_norm" and x.dtype in (torch.float16, torch.bfloat16):
+        tol = 2 * tol  # a p-th power and its root, each rounded to the 8-11 bit mantissa
     assert_close(out, expected, atol=tol, rtol=tol, what=what, equal_nan=True)
     return False
 
@@ -48,18 +68,21 @@ def test_opinfo_samples(device, name, dtype):
     samples = list(info.sample_inputs(device, dtype, requires_grad=False))
     assert samples, f"no sample inputs for {name}"
     for i, s in enumerate(samples):
-        assert not s.args, f"{name} sample {i}: positional args {s.args} (only dim/keepdim kwargs are mapped)"
-        unknown = set(s.kwargs) - {"dim", "keepdim"}
-        assert not unknown, f"{name} sample {i}: unmapped kwargs {unknown}"
-        _compare(name, info.op, s.input, s.kwargs,
-                 f"{name} sample {i}: shape {tuple(s.input.shape)} {dtype} kwargs {s.kwargs}")
+        _compare(name, info.op, s.input, s.args, s.kwargs,
+                 f"{name} sample {i}: shape {tuple(s.input.shape)} {dtype} args {s.args} kwargs {s.kwargs}")
 
 
 @pytest.mark.parametrize("name", OPS)
 def test_empty_inputs_as_torch(device, name):
-    """Empty reductions, which the OpInfo samples lack: sum 0 and mean NaN as in torch; amax and
-    amin raise as torch does (over a non-empty dim they are fine)."""
+    """Empty reductions, which the OpInfo samples lack: sum 0, mean and var NaN, logsumexp -inf and
+    finite norms 0 as in torch; amax, amin, argmax and argmin raise as torch does (over a non-empty
+    dim they are fine)."""
     info = _opinfo(name)
-    raised = [_compare(name, info.op, torch.empty(shape, device=device), kw, f"{name} {shape} {kw}")
-              for shape, kw in (((0,), {}), ((0, 3), {}), ((0, 3), {"dim": 1}), ((0, 3), {"dim": 0}))]
-    assert raised == ([True, True, False, True] if name in ("amax", "amin") else [False] * 4), raised
+    cases = [((0,), {}), ((0, 3), {}), ((0, 3), {"dim": 1}), ((0, 3), {"dim": 0})]
+    args = {"logsumexp": lambda kw: ((kw.get("dim", (0, 1) if len(shape) > 1 else 0),), {})}
+    raised = []
+    for shape, kw in cases:
+        a, k = args[name](kw) if name in args else ((), kw)
+        raised.append(_compare(name, info.op, torch.empty(shape, device=device), a, k, f"{name} {shape} {kw}"))
+    no_identity = name in ("amax", "amin", "argmax", "argmin")
+    assert raised == ([True, True, False, True] if no_identity else [False] * 4), raised

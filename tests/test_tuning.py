@@ -460,7 +460,8 @@ def test_names_are_defined_once_in_cpp():
     assert cupipe.MECHANISMS == ("auto", "sync", "pipeline", "pipeline_thread", "primitives", "cg",
                                  "barrier", "specialized", "tma") == tuple(cupipe._C.MECHANISMS)
     assert cupipe.BOUNDARIES == ("zero", "replicate", "circular", "reflect") == tuple(cupipe._C.BOUNDARIES)
-    assert cupipe.REDUCE_OPS == ("sum", "mean", "amax", "amin") == tuple(cupipe._C.REDUCE_OPS)
+    assert cupipe.REDUCE_OPS == ("sum", "mean", "amax", "amin", "var", "std", "argmax", "argmin", "logsumexp",
+                                 "norm") == tuple(cupipe._C.REDUCE_OPS)
     assert tuning.OPS == ("stream_copy", "stencil1d", "stencil2d", "stencil3d", "reduce") == tuple(cupipe._C.TUNED_OPS)
     assert tuning.ALL_MECHANISMS == cupipe.MECHANISMS[1:]
     x, w = torch.randn(4, 8), torch.ones(3)

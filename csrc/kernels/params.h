@@ -27,7 +27,10 @@ inline int dtype_size(DType t) {
 
 enum class Boundary : int { Zero = 0, Replicate = 1, Circular = 2, Reflect = 3 };
 
-enum class ReduceOp : int { Sum = 0, Mean = 1, Amax = 2, Amin = 3 };
+// Sum..Amin fold one value (reduce/combine.cuh); Var..Norm carry a state (reduce/states.h).
+enum class ReduceOp : int { Sum = 0, Mean = 1, Amax = 2, Amin = 3, Var = 4, Std = 5, Argmax = 6, Argmin = 7,
+                            Logsumexp = 8, Norm = 9 };
+inline bool is_state_op(ReduceOp op) { return static_cast<int>(op) >= static_cast<int>(ReduceOp::Var); }
 
 // stream_copy: `bytes` bytes from `src` to `dst`, any alignment. The engine aligns its tiles to
 // `dst` (the unaligned head is copied directly); when `src` and `dst` disagree modulo the copy
@@ -129,6 +132,8 @@ struct ReduceParams {
   bool acc_double = false;  // accumulate in double (fp64 input or dtype=float64)
   int64_t outer = 0, r = 0, inner = 0;
   ReduceOp op = ReduceOp::Sum;
+  double correction = 1;         // var, std: the divisor is max(r - correction, 0)
+  double ord = 2;                // norm: 0, 1, 2, inf or -inf
   engine::Mechanism mechanism = engine::Mechanism::Sync;
   int stages = 2;
   int tile_bytes = 0;            // bytes per stage (columns: whole rows of a 512 B..4 KiB chunk); 0 = default

@@ -7,11 +7,17 @@ namespace cupipe {
 int64_t reduce_workspace_bytes(const ReduceParams& p) {
   if (p.outer * p.inner == 0) return 0;
   const DeviceInfo dev = device_info(current_device());
+  if (is_state_op(p.op)) return kernels::state_workspace_bytes(p, dev);
   return kernels::partial_count(p, dev) * kernels::acc_size(p);
 }
 
 void launch_reduce(const ReduceParams& p) {
   if (p.outer * p.inner == 0) return;
+  if (is_state_op(p.op)) {
+    if (kernels::state_workspace_bytes(p, device_info(current_device())) > p.workspace_bytes)
+      throw std::runtime_error("reduce: workspace too small (internal error)");
+    return kernels::launch_reduce_state(p);
+  }
   if (kernels::partial_count(p, device_info(current_device())) * kernels::acc_size(p) > p.workspace_bytes)
     throw std::runtime_error("reduce: workspace too small (internal error)");
   kernels::launch_reduce_plan(p);

@@ -5,6 +5,7 @@
 #include <ATen/ops/empty_strided.h>
 
 #include <algorithm>
+#include <cmath>
 #include <iterator>
 #include <limits>
 
@@ -15,8 +16,9 @@ namespace {
 
 // Indexed by the enums' values (kernels/params.h).
 constexpr const char* kBoundaryNames[] = {"zero", "replicate", "circular", "reflect"};
-constexpr const char* kReduceOpNames[] = {"sum", "mean", "amax", "amin"};
-static_assert(static_cast<int>(Boundary::Reflect) == 3 && static_cast<int>(ReduceOp::Amin) == 3,
+constexpr const char* kReduceOpNames[] = {"sum", "mean", "amax", "amin", "var", "std",
+                                          "argmax", "argmin", "logsumexp", "norm"};
+static_assert(static_cast<int>(Boundary::Reflect) == 3 && static_cast<int>(ReduceOp::Norm) == 9,
               "the name tables follow the enums of kernels/params.h");
 
 }  // namespace
@@ -299,13 +301,17 @@ at::Tensor weights_for_kernel(const at::Tensor& x, const at::Tensor& weights) {
 }
 
 ReducePlan check_reduce(const at::Tensor& x, c10::string_view op, at::OptionalIntArrayRef dim,
-                        bool keepdim, std::optional<at::ScalarType> dtype) {
+                        bool keepdim, std::optional<at::ScalarType> dtype, double correction, double ord) {
   ReducePlan plan;
   plan.op = parse_reduce_op("reduce", op);
+  const std::string name(op);
   check_float_input("reduce", "x", x);
+  const bool arg = plan.op == ReduceOp::Argmax || plan.op == ReduceOp::Argmin;
   const int64_t nd = x.dim();
   plan.reduced.assign(static_cast<size_t>(nd), false);
   bool all = !dim.has_value() || dim->empty();
+  TORCH_CHECK_VALUE(!arg || all || dim->size() == 1, "cupipe.reduce: op='", name,
+                    "' takes dim=None or one dim (as torch.", name, "), got dim=", *dim);
   if (!all) {
     bool scalar_dim_seen = false;  // a 0-d tensor has no dims to mark, but 0 and -1 still repeat
     for (int64_t d : *dim) {
@@ -325,6 +331,7 @@ ReducePlan check_reduce(const at::Tensor& x, c10::string_view op, at::OptionalIn
   } else {
     std::fill(plan.reduced.begin(), plan.reduced.end(), true);
   }
+  plan.all_dims = all || nd == 0 || std::all_of(plan.reduced.begin(), plan.reduced.end(), [](bool b) { return b; });
   for (int64_t d = 0; d < nd; ++d) {
     if (plan.reduced[static_cast<size_t>(d)]) {
       plan.numel_reduced *= x.size(d);
@@ -335,22 +342,36 @@ ReducePlan check_reduce(const at::Tensor& x, c10::string_view op, at::OptionalIn
     }
   }
   if (dtype.has_value()) {
-    TORCH_CHECK_VALUE(plan.op == ReduceOp::Sum || plan.op == ReduceOp::Mean,
-                      "cupipe.reduce: dtype= is only accepted for op='sum' and op='mean' "
-                      "(torch.amax/amin take no dtype), got op='", std::string(op), "'");
+    TORCH_CHECK_VALUE(plan.op == ReduceOp::Sum || plan.op == ReduceOp::Mean || plan.op == ReduceOp::Norm,
+                      "cupipe.reduce: dtype= is only accepted for op='sum', 'mean' and 'norm' "
+                      "(as torch.sum, torch.mean and torch.linalg.vector_norm), got op='", name, "'");
     TORCH_CHECK_TYPE(is_supported_float(*dtype),
                      "cupipe.reduce: dtype must be float32, float16, bfloat16 or float64, got ",
                      *dtype);
     plan.out_dtype = *dtype;
   } else {
-    plan.out_dtype = x.scalar_type();
+    plan.out_dtype = arg ? at::kLong : x.scalar_type();
   }
+  TORCH_CHECK_VALUE(plan.op == ReduceOp::Var || plan.op == ReduceOp::Std || correction == 1.0,
+                    "cupipe.reduce: correction= is only used by op='var' and 'std', got op='", name,
+                    "' with correction=", correction);
+  TORCH_CHECK_VALUE(std::isfinite(correction), "cupipe.reduce: correction must be finite, got ", correction);
+  plan.correction = correction;
+  TORCH_CHECK_VALUE(plan.op == ReduceOp::Norm || ord == 2.0, "cupipe.reduce: ord= is only used by op='norm', got op='",
+                    name, "' with ord=", ord);
+  TORCH_CHECK_VALUE(!std::isnan(ord), "cupipe.reduce: ord must be a number or +-inf for op='norm', got ord=", ord);
+  plan.ord = ord;
   plan.acc_double = x.scalar_type() == at::kDouble || plan.out_dtype == at::kDouble;
-  if (plan.op == ReduceOp::Amax || plan.op == ReduceOp::Amin) {
-    TORCH_CHECK_VALUE(plan.numel_reduced > 0 || plan.numel_kept == 0, "cupipe.reduce: op='",
-                      std::string(op), "' of an empty reduction is undefined (x has shape ",
-                      x.sizes(), " and the reduced dims have size 0); torch.",
-                      std::string(op), " raises here too");
+  // Reductions with no identity raise on empty reduced dims, as torch does.
+  const bool no_identity = plan.op == ReduceOp::Amax || plan.op == ReduceOp::Amin || arg ||
+                           (plan.op == ReduceOp::Norm && std::isinf(ord));
+  if (no_identity) {
+    TORCH_CHECK_VALUE(plan.numel_reduced > 0 || plan.numel_kept == 0,
+                      "cupipe.reduce: op='", name, "'", plan.op == ReduceOp::Norm ? " with an infinite ord" : "",
+                      " of an empty reduction is undefined (x has shape ", x.sizes(),
+                      " and the reduced dims have size 0); torch raises here too");
+    TORCH_CHECK_VALUE(!arg || !all || x.numel() > 0, "cupipe.reduce: op='", name,
+                      "' of an empty x with dim=None is undefined; torch raises here too");
   }
   return plan;
 }
@@ -367,9 +388,23 @@ at::Tensor run_reduce(const at::Tensor& x, const ReducePlan& plan,
                       const std::function<void(const at::Tensor&, at::Tensor&, const ReduceStep&)>& step) {
   at::Tensor out = at::empty(plan.out_shape, x.options().dtype(plan.out_dtype));
   if (out.numel() == 0) return out;
-  if (x.numel() == 0)  // reduced dims of size 0 (amax/amin raised in check_reduce): sum 0, mean nan
-    return out.fill_(plan.op == ReduceOp::Mean ? std::numeric_limits<double>::quiet_NaN() : 0.0);
+  if (x.numel() == 0) {  // reduced dims of size 0 (those without an identity raised in check_reduce)
+    const double nan = std::numeric_limits<double>::quiet_NaN();
+    const bool nan_fill = plan.op == ReduceOp::Mean || plan.op == ReduceOp::Var || plan.op == ReduceOp::Std;
+    return out.fill_(nan_fill ? nan : plan.op == ReduceOp::Logsumexp ? -std::numeric_limits<double>::infinity() : 0.0);
+  }
   const ReduceLayoutPlan lp = reduce_layout(x, plan);
+  const bool arg = plan.op == ReduceOp::Argmax || plan.op == ReduceOp::Argmin;
+  if (is_state_op(plan.op) && (lp.steps.size() != 1 || (arg && plan.all_dims && !x.is_contiguous()))) {
+    std::vector<int64_t> perm;
+    for (int64_t d = 0; d < x.dim(); ++d)
+      if (!plan.reduced[static_cast<size_t>(d)]) perm.push_back(d);
+    for (int64_t d = 0; d < x.dim(); ++d)
+      if (plan.reduced[static_cast<size_t>(d)]) perm.push_back(d);
+    const at::Tensor xc = x.permute(perm).contiguous();
+    step(xc, out, ReduceStep{plan.numel_kept, plan.numel_reduced, 1});
+    return out;
+  }
   const bool minmax = plan.op == ReduceOp::Amax || plan.op == ReduceOp::Amin;
   const at::ScalarType between = minmax ? x.scalar_type() : plan.acc_double ? at::kDouble : at::kFloat;
   at::Tensor in = lp.copy ? x.contiguous() : x;

@@ -129,10 +129,14 @@ struct ReducePlan {
   bool acc_double = false;
   int64_t numel_reduced = 1;        // product of reduced sizes
   int64_t numel_kept = 1;
+  bool all_dims = false;            // every dim reduced (argmax/argmin: the flat index)
+  double correction = 1;            // var, std
+  double ord = 2;                   // norm
 };
 
 ReducePlan check_reduce(const at::Tensor& x, c10::string_view op, at::OptionalIntArrayRef dim,
-                        bool keepdim, std::optional<at::ScalarType> dtype);
+                        bool keepdim, std::optional<at::ScalarType> dtype, double correction = 1,
+                        double ord = 2);
 
 // Bytes per element the reduce kernels read: dtype=float64 converts a narrower x first.
 int reduce_kernel_esz(const at::Tensor& x, const ReducePlan& plan);
@@ -140,7 +144,10 @@ int reduce_kernel_esz(const at::Tensor& x, const ReducePlan& plan);
 // The layout plan of a checked reduction of x (ops/layout.h).
 ReduceLayoutPlan reduce_layout(const at::Tensor& x, const ReducePlan& plan);
 
-// Runs a checked reduction of x as its layout plan's steps and returns the result. `step(in, out,
+// Runs a checked reduction of x as its layout plan's steps and returns the result. The state
+// reductions (var .. norm) run in one step: where the plan has several, or argmax/argmin over every
+// dim of an x whose memory order is not its logical order, x's kept dims then its reduced dims
+// are copied contiguous first, and the step is (kept, reduced, 1). `step(in, out,
 // s)` reduces the contiguous (s.outer, s.r, s.inner) values at in.data_ptr() (x's memory block,
 // or the previous step's output) over r into out, with plan.op, in in's and out's dtypes. Between
 // steps the values stay in the accumulation type (x's dtype for amax/amin).

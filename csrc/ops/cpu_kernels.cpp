@@ -14,6 +14,7 @@
 #include <limits>
 #include <vector>
 
+#include "kernels/reduce/states.h"
 #include "ops/args.h"
 #include "ops/boundary.h"
 
@@ -273,12 +274,57 @@ void reduce_cpu_impl(const T* x, O* out, int64_t outer, int64_t r, int64_t inner
   });
 }
 
+// The state reductions (var .. norm), a sequential pass per output in double (kernels/reduce/
+// states.h: the GPU kernels' states).
+template <kernels::StateKind K, typename T, typename O>
+void reduce_state_cpu_impl(const T* x, O* out, int64_t outer, int64_t r, int64_t inner, const kernels::StateCtx& c) {
+  using St = kernels::State<double, K>;
+  at::parallel_for(0, outer * inner, 1, [&](int64_t o0, int64_t o1) {
+    for (int64_t o = o0; o < o1; ++o) {
+      const int64_t oi = o / inner, ii = o % inner;
+      const T* base = x + oi * r * inner + ii;
+      St s = St::init(c);
+      // Moments add x - x[0] (states.h); the others add x.
+      const double k0 = K == kernels::StateKind::Moments && r > 0 ? static_cast<double>(base[0]) : 0.0;
+      for (int64_t k = 0; k < r; ++k) s.add(static_cast<double>(base[k * inner]) - k0, k, c);
+      if constexpr (K == kernels::StateKind::Arg) out[o] = static_cast<O>(s.index());
+      else out[o] = static_cast<O>(s.value(c));
+    }
+  });
+}
+
 at::Tensor reduce_cpu(const at::Tensor& x, c10::string_view op, at::OptionalIntArrayRef dim,
-                      bool keepdim, std::optional<at::ScalarType> dtype, c10::string_view mechanism,
-                      int64_t stages) {
+                      bool keepdim, std::optional<at::ScalarType> dtype, double correction, double ord,
+                      c10::string_view mechanism, int64_t stages) {
   parse_mechanism("reduce", mechanism);
   check_stages("reduce", stages);
-  const ReducePlan plan = check_reduce(x, op, dim, keepdim, dtype);
+  const ReducePlan plan = check_reduce(x, op, dim, keepdim, dtype, correction, ord);
+  if (is_state_op(plan.op)) {
+    const kernels::StateCtx c = kernels::make_state_ctx(plan.op, plan.correction, plan.ord);
+    return run_reduce(x, plan, [&](const at::Tensor& in, at::Tensor& out, const ReduceStep& s) {
+      AT_DISPATCH_FLOATING_TYPES_AND2(at::kHalf, at::kBFloat16, in.scalar_type(), "reduce_state_cpu", [&] {
+        using T = scalar_t;
+        const T* xp = in.const_data_ptr<T>();
+        auto run = [&](auto kind) {
+          constexpr kernels::StateKind K = decltype(kind)::value;
+          if constexpr (K == kernels::StateKind::Arg) {
+            reduce_state_cpu_impl<K, T, int64_t>(xp, out.mutable_data_ptr<int64_t>(), s.outer, s.r, s.inner, c);
+          } else {
+            AT_DISPATCH_FLOATING_TYPES_AND2(at::kHalf, at::kBFloat16, out.scalar_type(), "reduce_state_cpu_out", [&] {
+              reduce_state_cpu_impl<K, T, scalar_t>(xp, out.mutable_data_ptr<scalar_t>(), s.outer, s.r, s.inner, c);
+            });
+          }
+        };
+        using SK = kernels::StateKind;
+        switch (kernels::state_kind(plan.op)) {
+          case SK::Moments: run(std::integral_constant<SK, SK::Moments>{}); break;
+          case SK::Arg: run(std::integral_constant<SK, SK::Arg>{}); break;
+          case SK::Lse: run(std::integral_constant<SK, SK::Lse>{}); break;
+          case SK::Norm: run(std::integral_constant<SK, SK::Norm>{}); break;
+        }
+      });
+    });
+  }
   return run_reduce(x, plan, [&](const at::Tensor& in, at::Tensor& out, const ReduceStep& s) {
     AT_DISPATCH_FLOATING_TYPES_AND2(at::kHalf, at::kBFloat16, in.scalar_type(), "reduce_cpu", [&] {
       using T = scalar_t;

@@ -275,11 +275,11 @@ at::Tensor stencil2d_weight_grad_cuda(const at::Tensor& x, const at::Tensor& gra
 }
 
 at::Tensor reduce_impl(const at::Tensor& x, c10::string_view op, at::OptionalIntArrayRef dim,
-                       bool keepdim, std::optional<at::ScalarType> dtype, c10::string_view mechanism,
-                       int64_t stages, int64_t tile_bytes, int64_t blocks) {
+                       bool keepdim, std::optional<at::ScalarType> dtype, double correction, double ord,
+                       c10::string_view mechanism, int64_t stages, int64_t tile_bytes, int64_t blocks) {
   const MechanismArg mech = parse_mechanism("reduce", mechanism);
   check_stages("reduce", stages);
-  const ReducePlan plan = check_reduce(x, op, dim, keepdim, dtype);
+  const ReducePlan plan = check_reduce(x, op, dim, keepdim, dtype, correction, ord);
   c10::cuda::CUDAGuard guard(x.device());
   const DeviceInfo dev = device_info(x.get_device());
   // The kernels accumulate in double only for double input; dtype=float64 on a narrower input
@@ -290,11 +290,15 @@ at::Tensor reduce_impl(const at::Tensor& x, c10::string_view op, at::OptionalInt
     p.x = in.data_ptr();
     p.out = out.data_ptr();
     p.in_dtype = to_kernel_dtype(in.scalar_type());
-    p.out_dtype = to_kernel_dtype(out.scalar_type());
+    // (argmax/argmin write int64 indices whatever out_dtype says)
+    p.out_dtype = out.scalar_type() == at::kLong ? DType::F32 : to_kernel_dtype(out.scalar_type());
     p.acc_double = plan.acc_double;
     p.outer = s.outer; p.r = s.r; p.inner = s.inner;
     p.op = plan.op;
-    const CopyConfig cfg = resolve_reduce(dev, mech, stages, s.outer, s.r, s.inner, static_cast<int>(in.element_size()));
+    p.correction = plan.correction;
+    p.ord = plan.ord;
+    const CopyConfig cfg =
+        resolve_reduce(dev, mech, stages, s.outer, s.r, s.inner, static_cast<int>(in.element_size()), plan.op);
     check_mechanism_supported("reduce", cfg.mechanism, dev);
     p.mechanism = cfg.mechanism;
     p.stages = cfg.stages;
@@ -313,9 +317,9 @@ at::Tensor reduce_impl(const at::Tensor& x, c10::string_view op, at::OptionalInt
 }
 
 at::Tensor reduce_cuda(const at::Tensor& x, c10::string_view op, at::OptionalIntArrayRef dim,
-                       bool keepdim, std::optional<at::ScalarType> dtype, c10::string_view mechanism,
-                       int64_t stages) {
-  return reduce_impl(x, op, dim, keepdim, dtype, mechanism, stages, 0, 0);
+                       bool keepdim, std::optional<at::ScalarType> dtype, double correction, double ord,
+                       c10::string_view mechanism, int64_t stages) {
+  return reduce_impl(x, op, dim, keepdim, dtype, correction, ord, mechanism, stages, 0, 0);
 }
 
 at::Tensor reduce_ex_cuda(const at::Tensor& x, c10::string_view op, at::OptionalIntArrayRef dim,
@@ -326,7 +330,7 @@ at::Tensor reduce_ex_cuda(const at::Tensor& x, c10::string_view op, at::Optional
                     "cupipe._reduce_ex: tile_bytes must be 0 or a multiple of 512 in [2048, 65536], got ",
                     tile_bytes);
   TORCH_CHECK_VALUE(blocks >= 0 && blocks <= (1 << 20), "cupipe._reduce_ex: blocks must be in [0, 2^20], got ", blocks);
-  return reduce_impl(x, op, dim, keepdim, std::nullopt, mechanism, stages, tile_bytes, blocks);
+  return reduce_impl(x, op, dim, keepdim, std::nullopt, 1.0, 2.0, mechanism, stages, tile_bytes, blocks);
 }
 
 }  // namespace

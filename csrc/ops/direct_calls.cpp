@@ -62,14 +62,14 @@ at::Tensor call_stencil3d(const at::Tensor& x, const at::Tensor& weights, const 
 }
 
 at::Tensor call_reduce(const at::Tensor& x, const std::string& op_name, std::optional<std::vector<int64_t>> dim,
-                       bool keepdim, std::optional<at::ScalarType> dtype, const std::string& mechanism,
-                       int64_t stages) {
+                       bool keepdim, std::optional<at::ScalarType> dtype, double correction, double ord,
+                       const std::string& mechanism, int64_t stages) {
   static const auto op = typed_op<at::Tensor(const at::Tensor&, c10::string_view, at::OptionalIntArrayRef, bool,
-                                             std::optional<at::ScalarType>, c10::string_view, int64_t)>(
-      "cupipe::reduce");
+                                             std::optional<at::ScalarType>, double, double, c10::string_view,
+                                             int64_t)>("cupipe::reduce");
   return below_autograd([&] {
     return op.call(x, op_name, dim ? at::OptionalIntArrayRef(*dim) : at::OptionalIntArrayRef(), keepdim, dtype,
-                   mechanism, stages);
+                   correction, ord, mechanism, stages);
   });
 }
 
@@ -92,8 +92,8 @@ void bind_direct_calls(pybind11::module& m) {
         py::arg("weights"), py::arg("boundary"), py::arg("mechanism"), py::arg("stages"),
         py::arg("steps") = 1);
   m.def("call_reduce", &call_reduce, "torch.ops.cupipe.reduce below the autograd key", py::arg("x"),
-        py::arg("op"), py::arg("dim"), py::arg("keepdim"), py::arg("dtype"), py::arg("mechanism"),
-        py::arg("stages"));
+        py::arg("op"), py::arg("dim"), py::arg("keepdim"), py::arg("dtype"), py::arg("correction") = 1.0,
+        py::arg("ord") = 2.0, py::arg("mechanism"), py::arg("stages"));
 }
 
 }  // namespace ops

@@ -42,7 +42,7 @@ TORCH_LIBRARY(cupipe, m) {
   m.def("_stencil2d_weight_grad(Tensor x, Tensor grad, Tensor weights, str boundary) -> Tensor");
   m.def(
       "reduce(Tensor x, str op=\"sum\", int[1]? dim=None, bool keepdim=False, *, "
-      "ScalarType? dtype=None, str mechanism=\"auto\", int stages=0) -> Tensor");
+      "ScalarType? dtype=None, float correction=1, float ord=2, str mechanism=\"auto\", int stages=0) -> Tensor");
   // Not part of the public API: reduce with the stage size and the main pass's blocks exposed
   // (0: defaults), for the sweeps.
   m.def(

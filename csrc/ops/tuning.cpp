@@ -106,6 +106,12 @@ constexpr const char* kReduceRowsTma =
     "along the innermost dim on sm_90 (a whole tensor, short or long rows): tma with one 32 KiB "
     "stage, ahead of primitives with 2 (measured on an H200): one bulk copy per tile, issued by one "
     "thread, leaves the block's threads to the fold";
+constexpr const char* kReduceStateTma =
+    "var, std, argmax, argmin, logsumexp and norm on sm_90: the state kernel under tma with one 32 KiB "
+    "stage and four blocks a SM, every layout (measured against its other mechanisms: docs/design.md)";
+constexpr const char* kReduceStateBeforeSm90 =
+    "var, std, argmax, argmin, logsumexp and norm before sm_90: the state kernel under primitives with 2 "
+    "stages (the LDGSTS path; not measured on older GPUs)";
 constexpr const char* kReduceRowsBeforeSm90 =
     "along the innermost dim before sm_90: primitives with 2 stages of 32 KiB (the LDGSTS path), "
     "which led the innermost-dim cases on sm_90 before tma (not measured on older GPUs)";
@@ -166,11 +172,14 @@ CopyConfig resolve_stencil(const DeviceInfo& dev, MechanismArg mech, int64_t sta
 // Columns: primitives/2; on sm_90 tma/1 for rows under 4 KiB, tma/3 for congruent rows of 4 KiB or more; innermost rows of
 // 4-32 KiB one stage; other innermost reductions tma/1 on sm_90, primitives/2 before it.
 CopyConfig resolve_reduce(const DeviceInfo& dev, MechanismArg mech, int64_t stages, int64_t /*outer*/,
-                          int64_t r, int64_t inner, int esz) {
+                          int64_t r, int64_t inner, int esz, ReduceOp op) {
   CopyConfig best;
   const int64_t row_bytes = r * esz;
   const int64_t col_row_bytes = inner * esz;
-  if (inner > 1) {
+  if (is_state_op(op)) {
+    best = dev.code_sm >= 90 ? choice(Mechanism::Tma, 1, kReduceStateTma)
+                             : choice(Mechanism::Primitives, 2, kReduceStateBeforeSm90);
+  } else if (inner > 1) {
     best = dev.code_sm >= 90 && col_row_bytes < 4096                             ? choice(Mechanism::Tma, 1, kReduceNarrowColumns)
            : dev.code_sm >= 90 && col_row_bytes >= 4096 && col_row_bytes % 128 == 0 ? choice(Mechanism::Tma, 3, kReduceColumnsTma)
                                                                                   : choice(Mechanism::Primitives, 2, kReduceColumns);
@@ -237,7 +246,14 @@ TableShape table_shape(const std::string& op, const at::Tensor& x, const std::op
     s.outer = v.outer;
     s.r = v.r;
     s.inner = v.inner;
+    const bool arg = plan.op == ReduceOp::Argmax || plan.op == ReduceOp::Argmin;
+    if (x.numel() > 0 && is_state_op(plan.op) && (lp.steps.size() != 1 || (arg && plan.all_dims && !x.is_contiguous()))) {
+      s.outer = plan.numel_kept, s.r = plan.numel_reduced, s.inner = 1;  // run_reduce's copy (args.h)
+      s.layout = "x's kept dims, then its reduced dims, copied contiguous (a state reduction runs in one step): "
+                 "rows (outer, r, inner) = (" + std::to_string(s.outer) + ", " + std::to_string(s.r) + ", 1)";
+    }
     s.esz = reduce_kernel_esz(x, plan);
+    s.reduce_op = plan.op;
   } else if (op == "stream_copy") {
     s.layout = x.is_contiguous() ? "the kernels copy x's bytes in place"
                                  : "x is not contiguous: the kernels copy x.contiguous()";
@@ -264,7 +280,7 @@ CopyConfig resolve_op(const std::string& op, int sm, MechanismArg mech, int64_t 
     return resolve_stencil(dev, mech, stages, g);
   }
   if (op != "reduce") unknown_op(op);
-  return resolve_reduce(dev, mech, stages, shape.outer, shape.r, shape.inner, shape.esz);
+  return resolve_reduce(dev, mech, stages, shape.outer, shape.r, shape.inner, shape.esz, shape.reduce_op);
 }
 
 }  // namespace ops

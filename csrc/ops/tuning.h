@@ -31,7 +31,7 @@ CopyConfig resolve_stencil(const DeviceInfo& dev, MechanismArg mech, int64_t sta
                            const StencilGeometry& g);
 CopyConfig resolve_stencil3d(const DeviceInfo& dev, MechanismArg mech, int64_t stages);
 CopyConfig resolve_reduce(const DeviceInfo& dev, MechanismArg mech, int64_t stages, int64_t outer,
-                          int64_t r, int64_t inner, int esz);
+                          int64_t r, int64_t inner, int esz, ReduceOp op = ReduceOp::Sum);
 
 // The ops whose knobs the table resolves, by their public names.
 std::vector<std::string> tuned_op_names();
@@ -44,6 +44,7 @@ struct TableShape {
   int ry = 0, rx = 0;
   int rz = 0;  // stencil3d's depth radius (0: it runs as stencil2d, whose table then applies)
   int esz = 4;
+  ReduceOp reduce_op = ReduceOp::Sum;
   bool rows16 = false;
   int64_t step = 1;  // stencils: elements between x taps (StencilGeometry::step)
   std::string layout;  // the layout plan in words (ops/layout.h), for explain

@@ -1,0 +1,270 @@
+"""The state reductions of cupipe.reduce (var, std, argmax, argmin, logsumexp, norm) against torch:
+every layout path of the CUDA kernel (packed rows, split rows, dense and boxed columns, parts with
+the partials pass, misaligned data), every mechanism, dtypes, ties and NaN, determinism, gradients,
+errors, and the torch integrations (opcheck, compile, vmap, graphs)."""
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+
+import cupipe
+from conftest import FLOAT_DTYPES, assert_close, make_input, poison_allocator, tma_supported
+
+STATE_OPS = ["var", "std", "argmax", "argmin", "logsumexp", "norm"]
+NORM_ORDS = [2, 1, math.inf, -math.inf, 0, 3.5, -1]
+DTYPE_IDS = {torch.float32: "f32", torch.float16: "f16", torch.bfloat16: "bf16", torch.float64: "f64"}
+
+
+def torch_ref(x, op, dim=None, keepdim=False, *, correction=1, ord=2, dtype=None):
+    """torch's op, computed in fp64 and cast to the result dtype (indices: on x itself)."""
+    dims = list(range(x.dim())) if dim is None or dim == [] else dim
+    if op in ("argmax", "argmin"):
+        d = None if dim is None else (dim[0] if isinstance(dim, list) else dim)
+        return getattr(torch, op)(x, d, keepdim=keepdim)
+    xd = x.double()
+    if op == "var":
+        r = torch.var(xd, dims, correction=correction, keepdim=keepdim)
+    elif op == "std":
+        r = torch.std(xd, dims, correction=correction, keepdim=keepdim)
+    elif op == "logsumexp":
+        r = torch.logsumexp(xd, dims, keepdim=keepdim)
+    else:
+        r = torch.linalg.vector_norm(xd, ord, dims, keepdim)
+    return r.to(dtype or x.dtype)
+
+
+def _tol(dtype, op, ord=2):
+    if op in ("argmax", "argmin"):
+        return 0.0, 0.0
+    t = {torch.float64: 1e-10, torch.float32: 2e-5, torch.float16: 2e-3, torch.bfloat16: 1.6e-2}[dtype]
+    if op == "norm" and not (ord in (0, 1, 2) or math.isinf(ord)):
+        t *= 4  # the p-th power and its root
+    return t, t
+
+
+def check(x, op, dim=None, keepdim=False, what="", **kw):
+    got = cupipe.reduce(x, op, dim, keepdim, **kw)
+    kw = {k: v for k, v in kw.items() if k not in ("mechanism", "stages")}
+    exp = torch_ref(x, op, dim, keepdim, **kw)
+    atol, rtol = _tol(x.dtype, op, kw.get("ord", 2))
+    assert_close(got, exp, atol=atol, rtol=rtol, equal_nan=True,
+                 what=f"{what} {op} {tuple(x.shape)} stride={x.stride()} dim={dim} keepdim={keepdim} {x.dtype} {kw}")
+    return got
+
+
+DIM_CASES = [((17,), None), ((5, 7), 0), ((5, 7), 1), ((3, 4, 5), 1), ((3, 4, 5), [0, 2]), ((3, 4, 5), [1, 2]),
+             ((2, 3, 4, 5), [1, 3]), ((2, 3, 4, 5), None), ((64, 257), -1), ((257, 64), 0), ((1, 1, 9), [0, 2])]
+
+
+@pytest.mark.parametrize("keepdim", [False, True], ids=["nokeep", "keep"])
+@pytest.mark.parametrize("dtype", FLOAT_DTYPES, ids=lambda d: DTYPE_IDS[d])
+@pytest.mark.parametrize("op", STATE_OPS)
+def test_state_ops_match_torch(device, op, dtype, keepdim):
+    for i, (shape, dim) in enumerate(DIM_CASES):
+        if op in ("argmax", "argmin") and isinstance(dim, list) and len(dim) > 1:
+            dim = dim[:1]
+        x = make_input(shape, dtype, device, seed=i, low=-2, high=2)
+        poison_allocator(4 * x.numel() + 4096, device)
+        if op == "norm":
+            for o in NORM_ORDS:
+                check(x, op, dim, keepdim, ord=o)
+        elif op in ("var", "std"):
+            for c in (1, 0, 2, 0.5):
+                check(x, op, dim, keepdim, correction=c)
+        else:
+            check(x, op, dim, keepdim)
+
+
+# Shapes that reach each path of reduce_state_kernel: packed rows (one lane or groups per row,
+# rows spanning tiles' ends), split rows (one part, several parts: the partials pass), dense
+# columns (inner up to 256, narrow and odd), boxed columns (wider rows, a partial last chunk),
+# column parts; with a storage offset that misaligns the data.
+LAYOUT_CASES = [((257, 64), 1), ((300, 37), 1), ((4, 9000), 1), ((3, 40000), -1), ((2, 300001), 1),
+                ((300, 3), 0), ((1000, 1003), 0), ((4, 67, 300), 1), ((2, 33, 5), 1), ((20000, 7), 0),
+                ((9, 2050), 0), ((3, 70, 600), 1), ((1, 5000, 16), 1), ((4099, 1), 0)]
+
+
+@pytest.mark.parametrize("op", STATE_OPS)
+def test_state_layouts(device, op):
+    for i, (shape, dim) in enumerate(LAYOUT_CASES):
+        n = math.prod(shape)
+        for offset in (0, 1):
+            x = make_input((n + offset,), torch.float32, device, seed=50 + i)[offset:].view(shape)
+            check(x, op, dim, what=f"offset={offset}")
+
+
+@pytest.mark.parametrize("mechanism", cupipe.MECHANISMS)
+def test_state_every_mechanism(device, mechanism):
+    if device == "cuda" and mechanism == "tma" and not tma_supported():
+        pytest.skip("tma needs sm_90")
+    for i, (shape, dim) in enumerate([((37, 301), 1), ((37, 301), 0), ((3, 30000), 1), ((2, 9, 700), 1)]):
+        for dtype, stage_counts in ((torch.float32, (1, 2)), (torch.bfloat16, (2,)), (torch.float64, (2,))):
+            x = make_input(shape, dtype, device, seed=70 + i)
+            for stages in stage_counts:
+                for op in STATE_OPS:
+                    check(x, op, dim, mechanism=mechanism, stages=stages, what=f"{mechanism}/{stages}")
+
+
+def test_state_noncontiguous_and_expanded(device):
+    base = make_input((40, 30, 6), torch.float32, device, seed=3)
+    views = [base.transpose(0, 1), base[:, ::2, 1:5], base.permute(2, 0, 1), base[:, :1].expand(40, 7, 6)]
+    for v in views:
+        for op in STATE_OPS:
+            for dim in (None, 0, 1, 2, [0, 2]):
+                if op in ("argmax", "argmin") and isinstance(dim, list):
+                    continue
+                check(v, op, dim)
+
+
+@pytest.mark.parametrize("op", ["argmax", "argmin"])
+def test_arg_ties_and_nan(device, op):
+    x = torch.tensor([[1., 3., 3., 0.], [math.nan, 2., math.nan, 5.], [2., 2., 2., 2.], [-0., 0., -1., -1.]],
+                     device=device)
+    for dim in (None, 0, 1):
+        check(x, op, dim)
+    # ties across every lane, part and block: the first index wins
+    y = torch.zeros(3, 100000, device=device)
+    y[:, 77777] = 1
+    y[:, 99998] = 1
+    assert cupipe.reduce(y, "argmax", 1).tolist() == [77777] * 3
+    assert cupipe.reduce(y, "argmin", 1).tolist() == [0] * 3
+    y[1, 50001] = math.nan
+    y[1, 60001] = math.nan
+    assert cupipe.reduce(y, "argmax", 1).tolist()[1] == 50001
+    assert cupipe.reduce(y, "argmin", 1).tolist()[1] == 50001
+    z = torch.zeros(100000, 3, device=device)
+    z[4321, :] = 2
+    z[90000, :] = 2
+    assert cupipe.reduce(z, "argmax", 0).tolist() == [4321] * 3
+
+
+def test_logsumexp_and_norm_infinities(device):
+    inf, nan = math.inf, math.nan
+    x = torch.tensor([[-inf, -inf], [inf, 1.], [inf, inf], [nan, 1.], [-inf, 3.], [1e18, -1e18]], device=device)
+    check(x, "logsumexp", 1)
+    for o in (1, 2, inf, -inf, 0):
+        check(x, "norm", 1, ord=o)
+    check(x, "var", 1)
+    check(x, "std", 1)
+
+
+def test_var_is_stable_on_large_offsets(device):
+    """One pass that stays exact where the sum of squares would cancel: values 1e6 + N(0, 1)."""
+    x = (1e6 + make_input((4, 100000), torch.float64, device, seed=5)).float()
+    got = cupipe.reduce(x, "var", 1)
+    exp = torch.var(x.double(), 1).float()
+    assert_close(got, exp, atol=0, rtol=1e-3, what="var of 1e6 + noise")
+
+
+def test_var_correction_past_count(device):
+    x = make_input((3, 4), torch.float32, device)
+    check(x, "var", 1, correction=4)  # dof 0: inf (nan where there is no spread)
+    check(x, "var", 1, correction=7)
+    check(x, "std", 0, correction=3)
+    c = torch.full((2, 5), 2.0, device=device)
+    check(c, "var", 1, correction=5)
+
+
+@pytest.mark.parametrize("op", STATE_OPS)
+def test_state_deterministic(device, op):
+    x = make_input((3, 1_000_003), torch.float32, device, seed=9)
+    for dim in (None, 1):
+        a = cupipe.reduce(x, op, dim)
+        for _ in range(3):
+            assert torch.equal(cupipe.reduce(x, op, dim), a), f"{op} dim={dim} changed on repeat"
+    y = make_input((70000, 40), torch.float32, device, seed=10)
+    b = cupipe.reduce(y, op, 0)
+    assert torch.equal(cupipe.reduce(y, op, 0), b)
+
+
+def test_state_empty(device):
+    e = torch.empty(0, 3, device=device)
+    assert torch.isnan(cupipe.reduce(e, "var", 0)).all() and torch.isnan(cupipe.reduce(e, "std", 0)).all()
+    assert (cupipe.reduce(e, "logsumexp", 0) == -math.inf).all()
+    assert (cupipe.reduce(e, "norm", 0) == 0).all()
+    assert cupipe.reduce(e, "argmax", 1).shape == (0,)
+    for op, kw in (("argmax", {}), ("argmin", {}), ("norm", {"ord": math.inf})):
+        with pytest.raises(ValueError, match="empty"):
+            cupipe.reduce(e, op, 0, **kw)
+    with pytest.raises(ValueError, match="empty"):
+        cupipe.reduce(e, "argmax")
+
+
+def test_state_errors(device):
+    x = make_input((3, 4), torch.float32, device)
+    cases = [(dict(op="argmax", dim=[0, 1]), "one dim"), (dict(op="var", dtype=torch.float64), "dtype"),
+             (dict(op="sum", correction=0), "correction"), (dict(op="var", ord=1), "ord"),
+             (dict(op="norm", ord=math.nan), "ord"), (dict(op="var", correction=math.inf), "correction")]
+    for kw, word in cases:
+        with pytest.raises(ValueError, match=word):
+            cupipe.reduce(x, **kw)
+
+
+def test_norm_dtype(device):
+    x = make_input((30, 40), torch.float16, device)
+    got = cupipe.reduce(x, "norm", 1, dtype=torch.float32)
+    assert got.dtype == torch.float32
+    assert_close(got, torch.linalg.vector_norm(x.double(), 2, 1).float(), atol=1e-5, rtol=1e-5, what="norm dtype")
+    got = cupipe.reduce(x, "norm", 1, ord=1, dtype=torch.float64)
+    assert_close(got, torch.linalg.vector_norm(x.double(), 1, 1), atol=1e-10, rtol=1e-10, what="norm f64")
+
+
+GRAD_CASES = [("var", {}), ("var", {"correction": 0}), ("std", {}), ("logsumexp", {}), ("norm", {}),
+              ("norm", {"ord": 1}), ("norm", {"ord": math.inf}), ("norm", {"ord": 3.0})]
+
+
+@pytest.mark.parametrize("op,kw", GRAD_CASES, ids=[f"{o}-{k}" for o, k in GRAD_CASES])
+def test_state_grad_matches_torch(device, op, kw):
+    for dim, keepdim in ((None, False), (1, True), ([0, 2], False)):
+        x = make_input((4, 5, 6), torch.float64, device, seed=11).requires_grad_()
+        g = make_input(torch_ref(x.detach(), op, dim, keepdim, **kw).shape, torch.float64, device, seed=12)
+        got, = torch.autograd.grad(cupipe.reduce(x, op, dim, keepdim, **kw), x, g)
+        exp, = torch.autograd.grad(torch_ref(x, op, dim, keepdim, **kw), x, g)
+        assert_close(got, exp, atol=1e-10, rtol=1e-10, what=f"grad {op} {kw} dim={dim}")
+    x = make_input((3, 7), torch.float64, device, seed=13).requires_grad_()
+    assert torch.autograd.gradcheck(lambda t: cupipe.reduce(t, op, 1, **kw), (x,))
+
+
+def test_arg_outputs_need_no_grad(device):
+    x = make_input((4, 5), torch.float32, device).requires_grad_()
+    i = cupipe.reduce(x, "argmax", 1)
+    assert i.dtype == torch.int64 and not i.requires_grad
+
+
+def test_state_opcheck_compile_vmap(device):
+    x = make_input((6, 50), torch.float32, device, seed=14)
+    for op, kw in (("var", {"correction": 0}), ("argmax", {}), ("logsumexp", {}), ("norm", {"ord": 1})):
+        torch.library.opcheck(torch.ops.cupipe.reduce.default, (x, op, [1], False), kw,
+                              test_utils=("test_schema", "test_faketensor", "test_autograd_registration"))
+        f = torch.compile(lambda t: cupipe.reduce(t, op, 1, **kw), fullgraph=True, backend="aot_eager")
+        assert_close(f(x), cupipe.reduce(x, op, 1, **kw), atol=0, rtol=0, what=f"compile {op}")
+        got = torch.vmap(lambda t: cupipe.reduce(t, op, **kw))(x)
+        exp = torch.stack([cupipe.reduce(t, op, **kw) for t in x])
+        assert_close(got, exp, atol=1e-6, rtol=1e-6, what=f"vmap {op}")
+    got = torch.vmap(lambda t: cupipe.reduce(t, "argmin", keepdim=True))(x.view(6, 5, 10))
+    assert got.shape == (6, 1, 1)
+    assert torch.equal(got.flatten(), torch.stack([t.argmin() for t in x]))
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a GPU")
+def test_state_cuda_graph_and_stream():
+    x = make_input((5, 70000), torch.float32, "cuda", seed=15)
+    s = torch.cuda.Stream()
+    with torch.cuda.stream(s):
+        for op in STATE_OPS:
+            check(x, op, 1)
+    s.synchronize()
+    g = torch.cuda.CUDAGraph()
+    outs = {}
+    torch.cuda.synchronize()
+    with torch.cuda.graph(g):
+        for op in STATE_OPS:
+            outs[op] = cupipe.reduce(x, op, 1)
+    x.copy_(make_input((5, 70000), torch.float32, "cuda", seed=16))
+    g.replay()
+    torch.cuda.synchronize()
+    for op in STATE_OPS:
+        assert_close(outs[op], torch_ref(x, op, 1), atol=_tol(x.dtype, op)[0], rtol=_tol(x.dtype, op)[1],
+                     what=f"graph {op}", equal_nan=True)
