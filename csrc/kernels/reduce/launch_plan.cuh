@@ -385,12 +385,15 @@ inline StatePlan make_state_plan(const ReduceParams& p, const DeviceInfo& dev, i
   pl.ctx = state_ctx(p);
   pl.tile_elems = tile_bytes / esz;
   pl.col_chunks = 1;
+  pl.vec_rows = (reinterpret_cast<uintptr_t>(p.x) & 15u) == 0 && (p.r * esz) % 16 == 0;
   if (p.inner == 1 && p.r <= pl.tile_elems) {
     pl.mode = 0;
     pl.rows_per_tile = static_cast<int>(pl.tile_elems / p.r);
     pl.items = ceil_div(p.outer, pl.rows_per_tile);
     int g = 1;  // at least 8 elements a lane: fewer merges per element
     while (g < 32 && g * 8 < p.r) g *= 2;
+    // Tiles of few long rows: several warps per row, so that the rows fill the block.
+    while (g >= 32 && g * 2 <= consumers && g * pl.rows_per_tile < consumers && g * 8 < p.r) g *= 2;
     pl.group = g;
     while ((1 << pl.group_log2) < g) ++pl.group_log2;
     pl.parts = pl.part_tiles = pl.last_tiles = 1;
@@ -402,7 +405,9 @@ inline StatePlan make_state_plan(const ReduceParams& p, const DeviceInfo& dev, i
     pl.stage_bytes = static_cast<int>(round_up(static_cast<int64_t>(pl.tile_elems) * esz + 32, 128));
   } else {
     pl.mode = 2;
-    pl.chunk_cols = static_cast<int>(std::min<int64_t>(p.inner, consumers));
+    pl.col_threads = static_cast<int>(std::min<int64_t>(p.inner, consumers));
+    pl.vecs = static_cast<int>(std::min<int64_t>(kStateColStates, ceil_div(p.inner, pl.col_threads)));
+    pl.chunk_cols = static_cast<int>(std::min<int64_t>(p.inner, static_cast<int64_t>(pl.col_threads) * pl.vecs));
     pl.dense = pl.chunk_cols == p.inner;
     pl.col_chunks = ceil_div(p.inner, pl.chunk_cols);
     if (pl.dense) {

@@ -3,14 +3,17 @@
 // reduce_state_kernel, one kernel per state kind for every layout, with three ways to read a tile:
 //
 //   packed rows (inner == 1, a row fits a stage): a tile is whole rows, one contiguous copy; a
-//        group of G lanes per row (each at least 8 elements), merged by a fixed shuffle tree.
+//        group of G lanes per row (each at least 8 elements, enough lanes to fill the block when
+//        a tile has few rows), merged by a fixed shuffle tree, then in warp order through smem.
 //   split rows  (inner == 1, longer rows): a block per part of a row; its tiles stream through
 //        the ring, thread t folding elements t, t + consumers, ...; the block's states merge in
 //        warp order, to the output or to the workspace when the row has several parts.
-//   columns     (inner > 1): a work item is a chunk of up to 256 contiguous columns of one outer
-//        slice (the whole row when inner is at most 256: the tile is one contiguous copy); a
-//        thread owns a column of rows g, g + groups, ...; the groups merge as a tree through
-//        shared memory at the item's end.
+//   columns     (inner > 1): a work item is a chunk of contiguous columns of one outer slice, up to
+//        kStateColStates columns per consumer thread (col_threads threads across, columns
+//        col + u * col_threads), so that a tile's rows are runs of up to 4 KiB (fp32) in DRAM: a
+//        1 KiB run read at about 0.4x the rate. When the chunk is the whole row the tile is one
+//        contiguous copy. A thread owns its columns' rows g, g + groups, ...; the groups merge as
+//        a tree through shared memory at the item's end.
 //
 // Items (tiles of rows, rows, column chunks) are shared by persistent blocks when r is whole in
 // one part, else each block takes one (item, part) and reduce_state_partials_kernel merges the
@@ -30,7 +33,7 @@ namespace cupipe {
 namespace kernels {
 
 constexpr int kStateThreads = 256;
-constexpr int kStateColsChunk = 256;  // columns per item at most (a thread per column)
+constexpr int kStateColStates = 4;  // columns (states) per thread at most
 
 struct StatePlan {
   int64_t outer, r, inner;
@@ -38,7 +41,10 @@ struct StatePlan {
   int tile_elems;        // packed rows and split rows: elements per tile
   int rows_per_tile;     // packed: whole rows per tile
   int group, group_log2; // packed: lanes per row
-  int chunk_cols;        // columns: columns per item (inner when dense)
+  bool vec_rows;         // rows: x and every row 16-byte aligned, read as 16-byte vectors
+  int chunk_cols;        // columns: columns per item (col_threads * vecs, or inner)
+  int col_threads;       // columns: consumer threads across a tile row
+  int vecs;              // columns: columns per thread, 1..kStateColStates
   int tile_rows;         // columns: rows per tile
   int pitch;             // columns, boxed: smem bytes per tile row (a multiple of 16)
   int stage_bytes;       // a tile with its slack (shift and zero-filled tail), a multiple of 128
@@ -93,9 +99,10 @@ __device__ __forceinline__ void store_state(void* out, DType od, int64_t i, cons
   }
 }
 
-// Four blocks a SM at one 32 KiB stage (64 registers), three at more stages (fp64 var spilled at 64).
+// Four blocks a SM at one 32 KiB stage (64 registers), three at more stages; fp64 states, two
+// (its four column states spilled at 64 registers).
 template <engine::Mechanism M, int S, typename T, StateKind K>
-__global__ void __launch_bounds__(kStateThreads, S == 1 ? 4 : 3)
+__global__ void __launch_bounds__(kStateThreads, sizeof(T) == 8 ? 2 : S == 1 ? 4 : 3)
     reduce_state_kernel(const T* __restrict__ x, void* out, DType od, State<acc_t<T>, K>* partials, StatePlan pl) {
   if constexpr (!engine::mechanism_in_this_pass(M)) { __trap(); return; }
   using A = acc_t<T>;
@@ -119,6 +126,11 @@ __global__ void __launch_bounds__(kStateThreads, S == 1 ? 4 : 3)
     if constexpr (K == StateKind::Moments) return to_acc<A>(v) - k;
     else return to_acc<A>(v);
   };
+  auto val_acc = [](A v, A k) {
+    if constexpr (K == StateKind::Moments) return v - k;
+    else return v;
+  };
+  constexpr int VE = 16 / esz;
 
   // The block's items: b, b + grid, ... (one part), or the one (item, part) of blockIdx.x.
   int64_t first_item, item_step, my_items, part;
@@ -161,11 +173,28 @@ __global__ void __launch_bounds__(kStateThreads, S == 1 ? 4 : 3)
         if (live) {
           const T* row = tile + static_cast<int64_t>(rr) * r;
           const A k0 = shift_at(row);
-          for (int e = lane; e < r; e += G) s.add(val(row[e], k0), e, c);
+          if (pl.vec_rows) {  // lane takes vectors lane, lane + G, ...: ascending indices
+            const uint4* u = reinterpret_cast<const uint4*>(row);
+            for (int v = lane; v < r / VE; v += G) {
+              A e[VE];
+              unpack16<T>(u[v], e);
+#pragma unroll
+              for (int j = 0; j < VE; ++j) s.add(val_acc(e[j], k0), v * VE + j, c);
+            }
+          } else {
+            for (int e = lane; e < r; e += G) s.add(val(row[e], k0), e, c);
+          }
         }
-        for (int o = 1; o < G; o <<= 1) {  // a fixed tree; lane 0 ends with the row's state
-          const St t = shfl_state(s, o, G);
+        for (int o = 1; o < min(G, 32); o <<= 1) {  // a fixed tree; lane 0 ends with the row's state
+          const St t = shfl_state(s, o, min(G, 32));
           if ((lane & o) == 0) s.merge(t, c);
+        }
+        if (G > 32) {  // a row of several warps: their states merge in warp order through smem
+          if ((team.rank & 31) == 0) scratch[team.rank >> 5] = s;
+          engine::team_sync(team);
+          if (live && lane == 0)
+            for (int w = 1; w < (G >> 5); ++w) s.merge(scratch[(team.rank >> 5) + w], c);
+          engine::team_sync(team);  // scratch is free for the next rows
         }
         if (live && lane == 0) store_state(out, od, row0 + rr, s, c);
       }
@@ -196,7 +225,19 @@ __global__ void __launch_bounds__(kStateThreads, S == 1 ? 4 : 3)
       const T* tile = reinterpret_cast<const T*>(stage + shift_of(src));
       const int cnt = static_cast<int>(min(static_cast<int64_t>(pl.tile_elems), end - e0));
       const A k0 = shift_at(x + row * pl.r);
-      for (int e = team.rank; e < cnt; e += team.size) acc.add(val(tile[e], k0), e0 + e, c);
+      int e = team.rank;
+      if (pl.vec_rows) {  // vectors rank, rank + size, ..., then the tail's elements: ascending
+        const uint4* u = reinterpret_cast<const uint4*>(tile);
+        const int nvec = cnt / VE;
+        for (int v = team.rank; v < nvec; v += team.size) {
+          A a[VE];
+          unpack16<T>(u[v], a);
+#pragma unroll
+          for (int j = 0; j < VE; ++j) acc.add(val_acc(a[j], k0), e0 + v * VE + j, c);
+        }
+        e = nvec * VE + team.rank;
+      }
+      for (; e < cnt; e += team.size) acc.add(val(tile[e], k0), e0 + e, c);
       if (k % item_tiles + 1 < item_tiles) return;
       // The row's last tile: the team's states merge in a fixed order (in warps, then warp 0).
       for (int o = 1; o < 32; o <<= 1) {
@@ -216,8 +257,9 @@ __global__ void __launch_bounds__(kStateThreads, S == 1 ? 4 : 3)
     return;
   }
 
-  // Columns: item = (outer slice, chunk of columns); thread (col, grp) of the consumers.
-  const int cw = min(pl.chunk_cols, team0.size), groups = team0.size / cw;
+  // Columns: item = (outer slice, chunk of columns); thread (col, grp) of the consumers owns the
+  // chunk's columns col + u * cw (u < vecs).
+  const int cw = pl.col_threads, groups = team0.size / cw, nv = pl.vecs;
   const int col = team0.rank % cw, grp = team0.rank / cw;
   const int64_t nrows = max(int64_t(0), min(begin + pl.part_len, pl.r) - begin);
   auto item_at = [&](int64_t k, int64_t& o, int64_t& c0, int& ncols, int64_t& kt) {
@@ -229,7 +271,9 @@ __global__ void __launch_bounds__(kStateThreads, S == 1 ? 4 : 3)
     ncols = static_cast<int>(min(static_cast<int64_t>(pl.chunk_cols), pl.inner - c0));
     return static_cast<int>(max(int64_t(0), min(static_cast<int64_t>(pl.tile_rows), nrows - kt * pl.tile_rows)));
   };
-  St acc = St::init(c);
+  St acc[kStateColStates];
+#pragma unroll
+  for (int u = 0; u < kStateColStates; ++u) acc[u] = St::init(c);
   auto load = [&](const auto& w, int64_t k) {
     int64_t o, c0, kt;
     int ncols;
@@ -251,33 +295,45 @@ __global__ void __launch_bounds__(kStateThreads, S == 1 ? 4 : 3)
     int ncols;
     const int rows = item_at(k, o, c0, ncols, kt);
     const int64_t row0 = begin + kt * pl.tile_rows;  // index along r of the tile's first row
-    if (grp < groups && col < ncols) {
-      const A k0 = shift_at(x + o * pl.r * pl.inner + c0 + col);
-      if (pl.dense) {
-        const T* e = reinterpret_cast<const T*>(stage + shift_of(x + (o * pl.r + row0) * pl.inner)) + col;
-        for (int i = grp; i < rows; i += groups) acc.add(val(e[static_cast<int64_t>(i) * pl.inner], k0), row0 + i, c);
-      } else {
-        const T* src = x + (o * pl.r + row0) * pl.inner + c0;
+    const T* src = x + (o * pl.r + row0) * pl.inner + c0;
+    if (grp < groups) {
+      // Row i of the tile: dense tiles are one copy at the first row's shift; boxed rows each at
+      // their own shift, pitch bytes apart.
+      const int64_t step = pl.dense ? pl.inner * esz : pl.pitch;
+      const char* first = stage + (pl.dense ? shift_of(src) : 0);
+#pragma unroll
+      for (int u = 0; u < kStateColStates; ++u) {
+        const int cu = col + u * cw;
+        if (u >= nv || cu >= ncols) break;
+        const A k0 = shift_at(x + o * pl.r * pl.inner + c0 + cu);
         for (int i = grp; i < rows; i += groups) {
-          const T* row = reinterpret_cast<const T*>(stage + static_cast<int64_t>(i) * pl.pitch +
-                                                    shift_of(src + i * pl.inner));
-          acc.add(val(row[col], k0), row0 + i, c);
+          const int sh = pl.dense ? 0 : shift_of(src + i * pl.inner);
+          const T* e = reinterpret_cast<const T*>(first + i * step + sh) + cu;
+          acc[u].add(val(*e, k0), row0 + i, c);
         }
       }
     }
     if (kt + 1 < item_tiles) return;
     // The item's last tile: the groups' states of a column merge as a tree (group 0 holds it).
-    scratch[team.rank] = acc;
-    engine::team_sync(team);
-    int span = 1;
-    while (span < groups) span <<= 1;
-    for (int s = span >> 1; s > 0; s >>= 1) {
-      if (grp < s && grp + s < groups) scratch[team.rank].merge(scratch[team.rank + s * cw], c);
-      engine::team_sync(team);
+#pragma unroll
+    for (int u = 0; u < kStateColStates; ++u) {
+      if (u >= nv) break;
+      if (groups > 1) {
+        scratch[team.rank] = acc[u];
+        engine::team_sync(team);
+        int span = 1;
+        while (span < groups) span <<= 1;
+        for (int s = span >> 1; s > 0; s >>= 1) {
+          if (grp < s && grp + s < groups) scratch[team.rank].merge(scratch[team.rank + s * cw], c);
+          engine::team_sync(team);
+        }
+        acc[u] = scratch[team.rank];
+        engine::team_sync(team);  // scratch is free for the next column or item
+      }
+      const int cu = col + u * cw;
+      if (grp == 0 && cu < ncols) finish(o * pl.inner + c0 + cu, acc[u]);
+      acc[u] = St::init(c);
     }
-    if (grp == 0 && col < ncols) finish(o * pl.inner + c0 + col, scratch[team.rank]);
-    engine::team_sync(team);  // scratch is free for the next item
-    acc = St::init(c);
   };
   engine::run_ring(ring, my_items * item_tiles, load, consume);
 }
