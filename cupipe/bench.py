@@ -571,6 +571,31 @@ def tasks_suite(b: Bench, ops: List[str]) -> List[Task]:
                 lambda shape=shape, cdt=cdt: b.randn(*shape, dtype=cdt), ours, eager, ename,
                 comp=lambda i, eager=eager: eager(i)(), ref=ref, nbytes_of=lambda i: i.numel() * i.element_size(),
                 atol_of=lambda i, dim=dim: 1e-4 * math.sqrt(i.numel() if dim is None else i.shape[dim])))
+    if "reduce" in ops:
+        # The state reductions (var .. norm) on the same shapes, against their torch functions.
+        state_ops = {"var": (lambda t, d: torch.var(t, d), "torch.var"),
+                     "std": (lambda t, d: torch.std(t, d), "torch.std"),
+                     "argmax": (lambda t, d: torch.argmax(t, d), "torch.argmax"),
+                     "argmin": (lambda t, d: torch.argmin(t, d), "torch.argmin"),
+                     "logsumexp": (lambda t, d: torch.logsumexp(t, list(range(t.dim())) if d is None else d),
+                                   "torch.logsumexp"),
+                     "norm": (lambda t, d: torch.linalg.vector_norm(t, 2, d), "torch.linalg.vector_norm")}
+        shapes = [((n,), None), *[(s, -1) for s in b.rows], (b.cols, 0)]
+        if b.quick and not b.cpu:
+            shapes = [c for c in shapes if c[0] in ((n,), (4194304, 64), (32768, 8192))]
+        for sop, (tf, tname) in state_ops.items():
+            for shape, dim in shapes:
+                ours = lambda i, sop=sop, dim=dim: (lambda: cupipe.reduce(i, sop, dim))
+                eager = lambda i, tf=tf, dim=dim: (lambda: tf(i, dim))
+                # Indices compare exactly; values against torch in fp64, cast back.
+                ref = (lambda i, tf=tf, dim=dim, sop=sop: (lambda: tf(i, dim) if sop.startswith("arg")
+                                                           else tf(i.double(), dim).to(i.dtype)))
+                tasks.append(_suite_case(
+                    b, "reduce", f"{sop} {'all' if dim is None else 'cols' if dim == 0 else 'rows'} "
+                    f"{tuple(shape)} {tag}", lambda shape=shape: b.randn(*shape, dtype=dt), ours, eager,
+                    f"{tname}(x{'' if dim is None else f', {dim}'})", comp=lambda i, eager=eager: eager(i)(),
+                    ref=ref, nbytes_of=lambda i: i.numel() * i.element_size(),
+                    table=f"suite: reduce (state ops){b.tag}"))
     if "stencil2d" in ops:
         H = W = b.hw
         star = [[0, 1, 0], [1, -4, 1], [0, 1, 0]]
