@@ -120,9 +120,21 @@ BAD_CALLS = [
      ValueError, r"cupipe\.stream_copy: vec_bytes must be .* got 32"),
     ("stream_copy-vec-neg", lambda d: cupipe.stream_copy(_f((8,), device=d), vec_bytes=-4),
      ValueError, r"cupipe\.stream_copy: vec_bytes must be .* got -4"),
-    # dtype= only for sum/mean
+    # dtype= only for sum/mean/norm; correction= for var/std; ord= for norm; argmax over one dim
     ("reduce-amax-dtype", lambda d: cupipe.reduce(_f((8,), device=d), "amax", dtype=torch.float64),
-     ValueError, r"cupipe\.reduce: dtype= is only accepted for op='sum' and op='mean'.*amax"),
+     ValueError, r"cupipe\.reduce: dtype= is only accepted for op='sum', 'mean' and 'norm'.*amax"),
+    ("reduce-var-dtype", lambda d: cupipe.reduce(_f((8,), device=d), "var", dtype=torch.float64),
+     ValueError, r"cupipe\.reduce: dtype= is only accepted .*var"),
+    ("reduce-sum-correction", lambda d: cupipe.reduce(_f((8,), device=d), "sum", correction=0),
+     ValueError, r"cupipe\.reduce: correction= is only used by op='var' and 'std'"),
+    ("reduce-var-ord", lambda d: cupipe.reduce(_f((8,), device=d), "var", ord=1),
+     ValueError, r"cupipe\.reduce: ord= is only used by op='norm'"),
+    ("reduce-norm-nan-ord", lambda d: cupipe.reduce(_f((8,), device=d), "norm", ord=float("nan")),
+     ValueError, r"cupipe\.reduce: ord must be a number"),
+    ("reduce-argmax-dims", lambda d: cupipe.reduce(_f((4, 8), device=d), "argmax", [0, 1]),
+     ValueError, r"cupipe\.reduce: op='argmax' takes dim=None or one dim"),
+    ("reduce-argmin-empty", lambda d: cupipe.reduce(_f((0, 8), device=d), "argmin", 0),
+     ValueError, r"cupipe\.reduce: op='argmin' of an empty reduction is undefined"),
     ("reduce-amin-dtype", lambda d: cupipe.reduce(_f((8,), device=d), "amin", dtype=torch.float32),
      ValueError, r"cupipe\.reduce: dtype= is only accepted .*amin"),
     # empty amax

@@ -156,6 +156,9 @@ int64_t launch_stencil_weight_grad(const StencilWeightGradParams& p);
 void launch_stencil3d(const Stencil3dParams& p);
 int64_t reduce_workspace_bytes(const ReduceParams& p);
 void launch_reduce(const ReduceParams& p);
+// The state reductions (is_state_op), which launch_reduce and reduce_workspace_bytes forward to.
+int64_t reduce_state_workspace_bytes(const ReduceParams& p);
+void launch_reduce_state(const ReduceParams& p);
 
 // Device facts the binding layer needs for checks (sm version, shared memory per block).
 struct DeviceInfo {

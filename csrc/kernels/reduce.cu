@@ -1,23 +1,18 @@
-// launch_reduce: the workspace check, then the launch plan (reduce/launch_plan.cuh); the kernels
-// themselves are instances in the registry.
+// launch_reduce: the workspace check, then the launch plan (reduce/launch_plan.cuh; the state
+// reductions go to reduce_state.cu); the kernels themselves are instances in the registry.
 #include "kernels/reduce.cuh"
 
 namespace cupipe {
 
 int64_t reduce_workspace_bytes(const ReduceParams& p) {
   if (p.outer * p.inner == 0) return 0;
-  const DeviceInfo dev = device_info(current_device());
-  if (is_state_op(p.op)) return kernels::state_workspace_bytes(p, dev);
-  return kernels::partial_count(p, dev) * kernels::acc_size(p);
+  if (is_state_op(p.op)) return reduce_state_workspace_bytes(p);
+  return kernels::partial_count(p, device_info(current_device())) * kernels::acc_size(p);
 }
 
 void launch_reduce(const ReduceParams& p) {
   if (p.outer * p.inner == 0) return;
-  if (is_state_op(p.op)) {
-    if (kernels::state_workspace_bytes(p, device_info(current_device())) > p.workspace_bytes)
-      throw std::runtime_error("reduce: workspace too small (internal error)");
-    return kernels::launch_reduce_state(p);
-  }
+  if (is_state_op(p.op)) return launch_reduce_state(p);
   if (kernels::partial_count(p, device_info(current_device())) * kernels::acc_size(p) > p.workspace_bytes)
     throw std::runtime_error("reduce: workspace too small (internal error)");
   kernels::launch_reduce_plan(p);

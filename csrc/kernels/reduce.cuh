@@ -5,6 +5,7 @@
 //   reduce/partials.cuh     the partials pass: split reductions' partials combined in order
 //   reduce/states.h         var/std, argmax/argmin, logsumexp, norm as states (host and device)
 //   reduce/stateful.cuh     StatePlan, reduce_state_kernel (every layout) and its partials pass
+//   reduce/state_launch.cuh the state reductions' plans, workspace and launcher (reduce_state.cu)
 //   reduce/launch_plan.cuh  stage sizes, the plans, the workspace size and the launchers
 //
 //   rows  (inner == 1):  short rows are packed several to a tile and reduced by lane groups of

@@ -1,8 +1,7 @@
 // How a reduction is launched: the stage sizes, the rows and columns plans worked out on the host
 // (packed, wide, chunked or split rows; column chunks and parts of r), the workspace's partial
 // count, and launch_reduce_typed / launch_reduce_plan, which launch the main pass and, when r
-// is split, the partials pass; then the same for the state reductions (StatePlan,
-// launch_reduce_state).
+// is split, the partials pass. (The state reductions': state_launch.cuh.)
 #pragma once
 
 #include <algorithm>
@@ -19,7 +18,6 @@
 #include "kernels/reduce/combine.cuh"
 #include "kernels/reduce/partials.cuh"
 #include "kernels/reduce/rows.cuh"
-#include "kernels/reduce/stateful.cuh"
 
 namespace cupipe {
 namespace kernels {
@@ -342,157 +340,6 @@ inline void launch_reduce_plan(const ReduceParams& p) {
   if (p.stages < 1 || p.stages > engine::kMaxStages)
     throw std::runtime_error("stages must be 1..8, got " + std::to_string(p.stages));
   dispatch_dtype(p.in_dtype, [&](auto tv) { launch_reduce_typed<decltype(tv)>(p); });
-}
-
-// ------------------------------------------------------------------------- state reductions
-
-// 32 KiB stages: a row of up to 32 KiB is one packed tile; four blocks a SM keep 128 KiB in flight.
-constexpr int kStateTileBytes = 32768;
-constexpr const char* kReduceStateHeader = "kernels/reduce/stateful.cuh";
-
-inline const char* state_kind_id(StateKind k) {
-  switch (k) {
-    case StateKind::Moments: return "StateKind::Moments";
-    case StateKind::Arg: return "StateKind::Arg";
-    case StateKind::Lse: return "StateKind::Lse";
-    case StateKind::Norm: return "StateKind::Norm";
-  }
-  return "?";
-}
-
-inline StateCtx state_ctx(const ReduceParams& p) { return make_state_ctx(p.op, p.correction, p.ord); }
-
-inline int64_t round_up(int64_t v, int64_t m) { return ceil_div(v, m) * m; }
-
-// Parts of r (of `unit` elements or rows each) for `items` items: one wave of target_blocks, at
-// least four units a part. Sets parts, part_len, part_tiles and last_tiles.
-inline void split_state_parts(StatePlan& pl, int64_t r, int64_t unit, int64_t items, int64_t target_blocks) {
-  int64_t parts = std::max<int64_t>(1, target_blocks / std::max<int64_t>(items, 1));
-  parts = std::min(parts, std::max<int64_t>(1, ceil_div(r, 4 * unit)));
-  pl.part_len = ceil_div(ceil_div(r, parts), unit) * unit;
-  pl.parts = ceil_div(r, pl.part_len);
-  pl.part_tiles = pl.part_len / unit;
-  pl.last_tiles = std::max<int64_t>(1, ceil_div(r - (pl.parts - 1) * pl.part_len, unit));
-  if (pl.parts == 1) pl.part_tiles = pl.last_tiles;
-}
-
-inline StatePlan make_state_plan(const ReduceParams& p, const DeviceInfo& dev, int64_t target_blocks) {
-  StatePlan pl{};
-  const int esz = dtype_size(p.in_dtype);
-  const int consumers = engine::consumer_threads(p.mechanism, kStateThreads);
-  const int tile_bytes = p.tile_bytes > 0 ? p.tile_bytes : fitted_tile_bytes(p, dev, kStateTileBytes, 160);
-  pl.outer = p.outer, pl.r = p.r, pl.inner = p.inner;
-  pl.ctx = state_ctx(p);
-  pl.tile_elems = tile_bytes / esz;
-  pl.col_chunks = 1;
-  pl.vec_rows = (reinterpret_cast<uintptr_t>(p.x) & 15u) == 0 && (p.r * esz) % 16 == 0;
-  if (p.inner == 1 && p.r <= pl.tile_elems) {
-    pl.mode = 0;
-    pl.rows_per_tile = static_cast<int>(pl.tile_elems / p.r);
-    pl.items = ceil_div(p.outer, pl.rows_per_tile);
-    int g = 1;  // at least 8 elements a lane: fewer merges per element
-    while (g < 32 && g * 8 < p.r) g *= 2;
-    // Tiles of few long rows: several warps per row, so that the rows fill the block.
-    while (g >= 32 && g * 2 <= consumers && g * pl.rows_per_tile < consumers && g * 8 < p.r) g *= 2;
-    pl.group = g;
-    while ((1 << pl.group_log2) < g) ++pl.group_log2;
-    pl.parts = pl.part_tiles = pl.last_tiles = 1;
-    pl.stage_bytes = static_cast<int>(round_up(static_cast<int64_t>(pl.rows_per_tile) * p.r * esz + 32, 128));
-  } else if (p.inner == 1) {
-    pl.mode = 1;
-    pl.items = p.outer;
-    split_state_parts(pl, p.r, pl.tile_elems, pl.items, target_blocks);
-    pl.stage_bytes = static_cast<int>(round_up(static_cast<int64_t>(pl.tile_elems) * esz + 32, 128));
-  } else {
-    pl.mode = 2;
-    pl.col_threads = static_cast<int>(std::min<int64_t>(p.inner, consumers));
-    pl.vecs = static_cast<int>(std::min<int64_t>(kStateColStates, ceil_div(p.inner, pl.col_threads)));
-    pl.chunk_cols = static_cast<int>(std::min<int64_t>(p.inner, static_cast<int64_t>(pl.col_threads) * pl.vecs));
-    pl.dense = pl.chunk_cols == p.inner;
-    pl.col_chunks = ceil_div(p.inner, pl.chunk_cols);
-    if (pl.dense) {
-      pl.tile_rows = static_cast<int>(std::max<int64_t>(1, tile_bytes / (p.inner * esz)));
-      pl.stage_bytes = static_cast<int>(round_up(pl.tile_rows * p.inner * esz + 32, 128));
-    } else {
-      // Each row lands at its source's shift, with 16 bytes for a zero-filled tail.
-      pl.pitch = static_cast<int>(round_up(static_cast<int64_t>(pl.chunk_cols) * esz + 32, 16));
-      pl.tile_rows = std::max(1, tile_bytes / pl.pitch);
-      pl.stage_bytes = static_cast<int>(round_up(static_cast<int64_t>(pl.tile_rows) * pl.pitch, 128));
-    }
-    pl.items = p.outer * pl.col_chunks;
-    split_state_parts(pl, p.r, pl.tile_rows, pl.items, target_blocks);
-  }
-  pl.parts_div = FastDiv(static_cast<uint32_t>(std::min<int64_t>(pl.parts, 0x7fffffff)));
-  pl.chunks_div = FastDiv(static_cast<uint32_t>(std::clamp<int64_t>(pl.col_chunks, 1, 0x7fffffff)));
-  return pl;
-}
-
-inline int64_t state_grid(const StatePlan& pl, int64_t target_blocks) {
-  return pl.parts > 1 ? pl.items * pl.parts : std::clamp<int64_t>(pl.items, 1, std::max<int64_t>(target_blocks, 1));
-}
-
-inline int state_size(const ReduceParams& p) {
-  const bool d = p.in_dtype == DType::F64;
-  switch (state_kind(p.op)) {
-    case StateKind::Moments: return d ? sizeof(State<double, StateKind::Moments>) : sizeof(State<float, StateKind::Moments>);
-    case StateKind::Arg: return d ? sizeof(State<double, StateKind::Arg>) : sizeof(State<float, StateKind::Arg>);
-    case StateKind::Lse: return d ? sizeof(State<double, StateKind::Lse>) : sizeof(State<float, StateKind::Lse>);
-    case StateKind::Norm: return d ? sizeof(State<double, StateKind::Norm>) : sizeof(State<float, StateKind::Norm>);
-  }
-  return 0;
-}
-
-// Workspace bytes: the partial states of the largest grid a launch may choose.
-inline int64_t state_workspace_bytes(const ReduceParams& p, const DeviceInfo& dev) {
-  const StatePlan pl = make_state_plan(p, dev, max_target_blocks(p, dev));
-  return pl.parts > 1 ? p.outer * p.inner * pl.parts * state_size(p) : 0;
-}
-
-template <typename T, StateKind K>
-void launch_reduce_state_typed(const ReduceParams& p) {
-  using A = acc_t<T>;
-  using St = State<A, K>;
-  const engine::Mechanism M = p.mechanism;
-  const int S = p.stages;
-  const DeviceInfo dev = device_info(current_device());
-  const cudaStream_t stream = reinterpret_cast<cudaStream_t>(p.stream);
-  St* partials = static_cast<St*>(p.workspace);
-  const auto kernel = kernel_ref<const T*, void*, DType, St*, StatePlan>(
-      kReduceStateHeader, kernel_id("reduce_state_kernel", M, S, type_c<T>{}, state_kind_id(K)), stream);
-  const StatePlan shape = make_state_plan(p, dev, 1);  // the stage size; the split needs `resident`
-  const size_t smem = static_cast<size_t>(S) * shape.stage_bytes;
-  prepare_smem(kernel, smem, "reduce");
-  const int64_t resident = static_cast<int64_t>(dev.num_sms) * blocks_per_sm(kernel, kStateThreads, smem);
-  StatePlan pl = make_state_plan(p, dev, target_blocks(p, resident));
-  const int64_t grid = state_grid(pl, target_blocks(p, resident));
-  if (grid > 0x7fffffff || pl.items > 0x7fffffff) throw std::runtime_error("reduce: too many blocks for one launch");
-  pl.share = TileShare(pl.items, grid);
-  launch_kernel(kernel, dim3(static_cast<unsigned>(grid)), dim3(kStateThreads), smem, stream, false,
-                static_cast<const T*>(p.x), p.out, p.out_dtype, partials, pl);
-  if (pl.parts == 1) return;
-  const int64_t nout = p.outer * p.inner;
-  const int64_t blocks = ceil_div(nout * 32, 256);
-  if (blocks > 0x7fffffff) throw std::runtime_error("reduce: too many outputs for the partials pass");
-  const auto k = kernel_ref<const St*, void*, DType, int64_t, int64_t, int64_t, int64_t, StateCtx>(
-      kReduceStateHeader, kernel_id("reduce_state_partials_kernel", type_c<A>{}, state_kind_id(K)), stream);
-  const bool rows = pl.mode == 1;
-  launch_kernel(k, dim3(static_cast<unsigned>(blocks)), dim3(256), 0, stream, dev.code_sm >= 90,
-                static_cast<const St*>(partials), p.out, p.out_dtype, nout, pl.parts,
-                rows ? pl.parts : int64_t(1), rows ? int64_t(1) : nout, pl.ctx);
-}
-
-inline void launch_reduce_state(const ReduceParams& p) {
-  if (p.stages < 1 || p.stages > engine::kMaxStages)
-    throw std::runtime_error("stages must be 1..8, got " + std::to_string(p.stages));
-  dispatch_dtype(p.in_dtype, [&](auto tv) {
-    using T = decltype(tv);
-    switch (state_kind(p.op)) {
-      case StateKind::Moments: launch_reduce_state_typed<T, StateKind::Moments>(p); break;
-      case StateKind::Arg: launch_reduce_state_typed<T, StateKind::Arg>(p); break;
-      case StateKind::Lse: launch_reduce_state_typed<T, StateKind::Lse>(p); break;
-      case StateKind::Norm: launch_reduce_state_typed<T, StateKind::Norm>(p); break;
-    }
-  });
 }
 
 }  // namespace kernels
