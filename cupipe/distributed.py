@@ -69,6 +69,7 @@ through gloo; CUDA tensors with a gloo-only group are staged through host memory
 """
 from __future__ import annotations
 
+import math
 import statistics
 import time
 from dataclasses import dataclass, field
@@ -559,8 +560,8 @@ def _acc_dtype(x_dtype: torch.dtype, dtype: Optional[torch.dtype]) -> torch.dtyp
 
 def reduce(x_local: torch.Tensor, op: str = "sum", dim: Union[int, Sequence[int], None] = None,
            keepdim: bool = False, *, group=None, split_dim: int = 0,
-           dtype: Optional[torch.dtype] = None, mechanism: str = "auto",
-           stages: int = 0) -> torch.Tensor:
+           dtype: Optional[torch.dtype] = None, correction: float = 1, ord: float = 2,
+           mechanism: str = "auto", stages: int = 0) -> torch.Tensor:
     """Distributed ``cupipe.reduce``: ``x_local`` is this rank's block of a tensor split along
     ``split_dim`` across ``group``. When ``split_dim`` is reduced, returns the full result of
     ``cupipe.reduce(x_global, op, dim, keepdim, dtype=dtype)`` on every rank (local reduction +
@@ -568,8 +569,12 @@ def reduce(x_local: torch.Tensor, op: str = "sum", dim: Union[int, Sequence[int]
 
     sum/mean: partial sums in fp32 (fp64 when ``x`` or ``dtype`` is fp64), summed across ranks,
     divided by the global count for mean, cast once to the result dtype. amax/amin: MAX/MIN
-    all_reduce, with NaN propagated like torch (NaN anywhere in a reduced slice gives NaN). Ranks
-    may hold zero rows, as long as the reduced slices are not empty globally."""
+    all_reduce, with NaN propagated like torch (NaN anywhere in a reduced slice gives NaN).
+    var/std, logsumexp, norm, argmax/argmin (``correction`` and ``ord`` as in ``cupipe.reduce``):
+    each rank's partial states (count, mean and squared deviations; logsumexp; the local norm;
+    the best value with its global index) gathered with one ``all_gather`` and merged in rank
+    order: the same result on every rank, bit-identical on repeat. Ranks may hold zero rows, as
+    long as the reduced slices are not empty globally."""
     name = "cupipe.distributed.reduce"
     _check_no_grad(name, x_local)
     if op not in _cops.REDUCE_OPS:
@@ -589,14 +594,18 @@ def reduce(x_local: torch.Tensor, op: str = "sum", dim: Union[int, Sequence[int]
             raise IndexError(f"{name}: dim {dd} out of range for a {nd}-D tensor")
     dims = sorted({dd % nd for dd in dims_in}) if dims_in else list(range(nd))
 
-    def local(t, o, dt):
-        return _cops.reduce(t, o, dim, keepdim, dtype=dt, mechanism=mechanism, stages=stages)
+    def local(t, o, dt, **kw):
+        # correction and ord reach the ops that take them, and the op called (for its errors)
+        if o in ("var", "std") or o == op:
+            kw.setdefault("correction", correction)
+        if o == "norm" or o == op:
+            kw.setdefault("ord", ord)
+        return _cops.reduce(t, o, dim, keepdim, dtype=dt, mechanism=mechanism, stages=stages, **kw)
 
     if sd not in dims:
         return local(x_local, op, dtype)
     if op not in ("sum", "mean", "amax", "amin"):
-        raise ValueError(f"{name}: op={op!r} over the split dim {split_dim} is not supported across ranks "
-                         "(sum, mean, amax and amin are); reduce dims other than split_dim, or gather first")
+        return _reduce_states(x_local, op, dim, dims, sd, keepdim, dtype, correction, ord, group, local, name)
     if op in ("amax", "amin") and dtype is not None:
         return local(x_local, op, dtype)  # the op's own error for dtype= with amax/amin
     if dtype is not None and dtype not in _DTYPES:
@@ -641,6 +650,101 @@ def reduce(x_local: torch.Tensor, op: str = "sum", dim: Union[int, Sequence[int]
     m = vals.numel()
     res = torch.where(buf[m:] != 0, torch.full_like(buf[:m], float("nan")), buf[:m])
     return res.reshape(out_shape).to(device=x_local.device, dtype=x_local.dtype)
+
+
+def _reduce_states(x_local, op, dim, dims, sd, keepdim, dtype, correction, ord, group, local, name):
+    """var/std, logsumexp, norm, argmax/argmin over dims that include the split dim: one
+    all_gather of each rank's partial state, merged in rank order."""
+    local(x_local.new_zeros([1] * x_local.dim()), op, dtype)  # the op's own errors for its arguments
+    lay = _layout(x_local, sd, group, False, 0, name)
+    shape = list(x_local.shape)
+    gshape = list(shape)
+    gshape[sd] = sum(lay.sizes)
+    n_glob = math.prod(gshape[d] for d in dims)
+    out_shape = [1 if i in dims else s for i, s in enumerate(shape)] if keepdim else \
+        [s for i, s in enumerate(shape) if i not in dims]
+    cdev = lay.comm_device
+    acc = _acc_dtype(x_local.dtype, dtype)
+    empty = x_local.shape[sd] == 0
+    xa = x_local if x_local.dtype == acc else x_local.to(acc)  # partial states in the accumulation dtype
+
+    def gather(t):
+        t = t.to(device=cdev, dtype=acc if t.is_floating_point() else t.dtype).contiguous()
+        out = [torch.empty_like(t) for _ in range(lay.world)]
+        dist.all_gather(out, t, group=lay.group)
+        return out
+
+    def full(v):
+        return torch.full(out_shape, v, dtype=acc, device=x_local.device)
+
+    if n_glob == 0 and op in ("argmax", "argmin"):
+        return local(torch.empty(gshape, dtype=x_local.dtype, device=x_local.device), op, dtype)  # its error
+    if op in ("var", "std"):
+        n = math.prod(shape[d] for d in dims)
+        mean = full(0.0) if empty else local(xa, "mean", None)
+        m2 = full(0.0) if empty else local(xa, "var", None, correction=0) * n
+        counts = [n_r * math.prod(shape[d] for d in dims if d != sd) for n_r in lay.sizes]
+        tot_n, tot_mean, tot_m2 = 0, None, None
+        for n_r, mean_r, m2_r in zip(counts, gather(mean), gather(m2)):  # Chan's merge, rank order
+            if n_r == 0:
+                continue
+            if tot_mean is None:
+                tot_n, tot_mean, tot_m2 = n_r, mean_r, m2_r
+                continue
+            d = mean_r - tot_mean
+            nn = tot_n + n_r
+            tot_mean = tot_mean + d * (n_r / nn)
+            tot_m2 = tot_m2 + m2_r + d * d * (tot_n * n_r / nn)
+            tot_n = nn
+        if tot_m2 is None:  # nothing anywhere: nan, as torch's
+            tot_m2 = torch.full(out_shape, float("nan"), dtype=acc, device=cdev)
+        var = tot_m2 / max(n_glob - correction, 0)
+        res = var.sqrt() if op == "std" else var
+        return res.to(device=x_local.device, dtype=x_local.dtype)
+    if op == "logsumexp":
+        part = full(float("-inf")) if empty else local(xa, "logsumexp", None)
+        res = torch.logsumexp(torch.stack(gather(part)), 0)
+        return res.to(device=x_local.device, dtype=x_local.dtype)
+    if op == "norm":
+        if n_glob == 0 and math.isinf(ord):
+            return local(torch.empty(gshape, dtype=x_local.dtype, device=x_local.device), op, dtype)  # its error
+        ident = float("inf") if ord == -math.inf else 0.0
+        part = full(ident) if empty else local(xa, "norm", None)
+        # The global norm is the norm of the ranks' norms (ord 0: their counts add up).
+        res = torch.linalg.vector_norm(torch.stack(gather(part)), 1 if ord == 0 else ord, dim=0)
+        return res.to(device=x_local.device, dtype=dtype if dtype is not None else x_local.dtype)
+    # argmax / argmin: the best value of each rank with its index in the global tensor
+    offset = sum(lay.sizes[:lay.rank])
+    if empty:
+        idx = torch.zeros(out_shape, dtype=torch.int64, device=x_local.device)
+        val = full(float("nan"))
+    else:
+        idx = local(x_local, op, None)
+        d0 = dim if dim is None else dims[0]
+        if d0 is None:
+            coords = list(torch.unravel_index(idx, shape))
+            coords[sd] = coords[sd] + offset
+            val = x_local.reshape(-1)[idx].to(acc)
+            idx = torch.zeros_like(idx)
+            for k, c in enumerate(coords):  # the flat index in the global shape
+                idx = idx * gshape[k] + c
+        else:
+            val = torch.gather(xa, d0, idx if keepdim else idx.unsqueeze(d0))
+            val = val if keepdim else val.squeeze(d0)
+            idx = idx + offset
+    valid = [n_r > 0 for n_r in lay.sizes]
+    best_v, best_i = None, None
+    for ok, v_r, i_r in zip(valid, gather(val), gather(idx)):  # rank order: smaller indices first
+        if not ok:
+            continue
+        if best_v is None:
+            best_v, best_i = v_r, i_r
+            continue
+        nan_r, nan_b = torch.isnan(v_r), torch.isnan(best_v)
+        better = (v_r > best_v) if op == "argmax" else (v_r < best_v)
+        take = (nan_r & ~nan_b) | (~nan_r & ~nan_b & better)
+        best_v, best_i = torch.where(take, v_r, best_v), torch.where(take, i_r, best_i)
+    return best_i.to(x_local.device)
 
 
 # ----------------------------------------------------------------------------- gather

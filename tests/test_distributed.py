@@ -331,6 +331,48 @@ def _reduce_cases(world):
                            atol=atol, rtol=atol)
             cases.append(("reduce", f"{op}-{str(dtype)[6:]}-to-{str(out)[6:]}", fn))
 
+    # The state reductions over the split dim: partial states gathered and merged in rank order.
+    state_ops = [("var", {}), ("std", {"correction": 0}), ("logsumexp", {}), ("norm", {}), ("norm", {"ord": 1}),
+                 ("norm", {"ord": float("inf")}), ("norm", {"ord": 0}), ("norm", {"ord": 3.0}), ("argmax", {}),
+                 ("argmin", {})]
+    for split in (0, 1):
+        def states(rank, world, split=split):
+            sizes = _sizes(world, 1, split)
+            shape = [3, 4, 5]
+            shape[split] = sum(sizes)
+            x = _inp(shape, torch.float64, seed=60 + split)
+            x.view(-1)[::7] = x.view(-1)[0]  # ties for argmax/argmin
+            xl = _local(x, split, sizes, rank)
+            for op, kw in state_ops:
+                for dim in (None, split, [0, 2] if split == 0 else [1, 2], [0, 1, 2]):
+                    if op.startswith("arg") and isinstance(dim, list):
+                        continue
+                    for keepdim in (False, True):
+                        y = cd.reduce(xl, op, dim, keepdim, split_dim=split, **kw)
+                        ref = cupipe.reduce(x, op, dim, keepdim, **kw)
+                        _close(y, ref, f"rank {rank} {op} {kw} dim={dim} keepdim={keepdim} split={split}")
+        cases.append(("reduce", f"state-ops-split{split}", states))
+
+    def states_zero_rows_nan(rank, world):
+        sizes = [3, 0, 4, 0][:world] if world > 1 else [3]
+        x = _inp((sum(sizes), 3, 2), torch.float32, seed=61)
+        x[-1, 1, 0] = float("nan")
+        x[0, 2, 1] = float("inf")
+        xl = _local(x, 0, sizes, rank)
+        for op, kw in state_ops:
+            for dim in (None, 0) if op.startswith("arg") else (None, 0, [0, 2]):
+                ref = cupipe.reduce(x, op, dim, **kw)
+                tol = 0 if op.startswith("arg") else 2e-6
+                _close(cd.reduce(xl, op, dim, **kw), ref, f"rank {rank} {op} {kw} dim={dim} zero-row ranks",
+                       ref.dtype, atol=tol, rtol=tol, equal_nan=True)
+        try:
+            cd.reduce(xl, "argmax", [0, 1])
+        except ValueError as e:
+            assert "one dim" in str(e)
+        else:
+            raise AssertionError("argmax over two dims did not raise")
+    cases.append(("reduce", "state-ops-zero-rows-nan-inf", states_zero_rows_nan))
+
     def nan_inf(rank, world):
         sizes = _sizes(world, 1, 0)
         x = _inp((sum(sizes), 4), torch.float32, seed=53)

@@ -25,6 +25,11 @@ LOSSES = {
     "reduce_mean": lambda x, w: cupipe.reduce(x, "mean", [0, 1]) * 3,
     "reduce_amax": lambda x, w: cupipe.reduce(x, "amax", 0).pow(2).sum(),
     "reduce_amin_all": lambda x, w: cupipe.reduce(x, "amin") * 2,
+    "reduce_var": lambda x, w: cupipe.reduce(x, "var", -1).pow(2).sum(),
+    "reduce_std_all": lambda x, w: cupipe.reduce(x, "std", correction=0) * 2,
+    "reduce_logsumexp": lambda x, w: cupipe.reduce(x, "logsumexp", 0).pow(2).sum(),
+    "reduce_norm": lambda x, w: cupipe.reduce(x, "norm", [0, 1]) * 3,
+    "reduce_norm_ord3": lambda x, w: cupipe.reduce(x, "norm", 1, ord=3).sum(),
 }
 
 
@@ -111,6 +116,9 @@ def test_vmap_rules(device, bdim):
                 # bit for bit; amax and amin do not round and stay exact.
                 check(lambda t: cupipe.reduce(t, op, dim, keepdim), tol=1e-13 if op in ("sum", "mean") else 0.0)
     check(lambda t: cupipe.reduce(t, "sum", 1, dtype=torch.float32), tol=1e-6)
+    for op in ("var", "std", "argmax", "argmin", "logsumexp", "norm"):
+        for dim in (None, 0, -1) if op.startswith("arg") else (None, [1], [-1, 0]):
+            check(lambda t: cupipe.reduce(t, op, dim), tol=0.0 if op.startswith("arg") else 1e-13)
 
 
 def test_vmap_of_scalar_samples_and_per_sample_weights(device):
