@@ -686,7 +686,7 @@ def _conv2d_planes(x, w):
 def tasks_layout(b: Bench) -> List[Task]:
     """The layout sweep (docs/design.md, section 7): reductions over (outer, r, inner) grids,
     through transposed and permuted views, over several dims and as channels_last global average
-    pooling; stencils along first, middle and last dims and on transposed, channels_last and
+    pooling; var and argmax on the long-row and middle-dim points; stencils along first, middle and last dims and on transposed, channels_last and
     cropped planes. fp32 and bf16 (fp32 only with --quick; --dtype picks one). Each row against
     eager and torch.compile of the same computation on the same (non-contiguous) input."""
     tasks: List[Task] = []
@@ -724,6 +724,13 @@ def tasks_layout(b: Bench) -> List[Task]:
                     lambda i: (lambda: cupipe.reduce(i[0], "sum", 1)), lambda i: (lambda: i[0].sum(1)),
                     "x.sum(1)", lambda i: i[0].sum(1), dt, r=r,
                     cls=f"{vname.strip()} view" if vname else f"middle dim, {width}")
+        # The state reductions (var: Moments; argmax: Arg) on the grid's long rows and middle dims.
+        for o, r, n in [pt for pt in grid if pt[1] >= 1000 and pt[2] in (1, 16, 1024) and pt[0] in (1, 64, 1000)]:
+            for sop, tf in (("var", lambda t: t.var(1)), ("argmax", lambda t: t.argmax(1))):
+                add("reduce", f"{sop} (outer, r, inner)=({o}, {r}, {n}) dim 1",
+                    lambda o=o, r=r, n=n: (b.randn(o, r, n, dtype=dt),),
+                    lambda i, sop=sop: (lambda: cupipe.reduce(i[0], sop, 1)), lambda i, tf=tf: (lambda: tf(i[0])),
+                    f"x.{sop}(1)", lambda i, tf=tf: tf(i[0]), dt, r=r, cls=f"state op {sop}")
         several = [((64, 256, 64, 256), (1, 3)), ((256, 256, 256), (0, 2)), ((4096, 64, 64), (1, 2))]
         gap = [(64, 256, 56, 56), (256, 64, 32, 32), (32, 1024, 14, 14)]
         if b.cpu:
@@ -787,8 +794,11 @@ def layout_summary(res: Results, title: str):
     groups: Dict[str, List[dict]] = {}
     for r in rows:
         groups.setdefault(str(r["cls"]), []).append(r)
+    state = lambda r: "state op" in str(r["cls"])  # noqa: E731  (issue 48's ops: a mean of their own)
     for op in sorted({str(r["op"]) for r in rows}):
-        groups[f"{op}: all"] = [r for r in rows if r["op"] == op]
+        groups[f"{op}: all"] = [r for r in rows if r["op"] == op and not state(r)]
+    if any(state(r) for r in rows):
+        groups["reduce state ops: all"] = [r for r in rows if state(r)]
     for cls, rs in groups.items():
         sp = [num(r["speedup_vs_best"]) for r in rs]
         vc = [num(r.get("vs_copy")) for r in rs]

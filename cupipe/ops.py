@@ -154,9 +154,6 @@ def stencil3d(x: torch.Tensor, weights: torch.Tensor, *, boundary: str = "zero",
     return _op("stencil3d", x, weights, boundary=boundary, mechanism=mechanism, stages=stages, steps=steps)
 
 
-_SCALAR_REDUCE_OPS = ("sum", "mean", "amax", "amin")
-
-
 def reduce(x: torch.Tensor, op: str = "sum", dim: Union[int, Sequence[int], None] = None,
            keepdim: bool = False, *, dtype: Optional[torch.dtype] = None, correction: Optional[float] = 1,
            ord: float = 2, mechanism: str = "auto", stages: int = 0) -> torch.Tensor:
@@ -174,7 +171,7 @@ def reduce(x: torch.Tensor, op: str = "sum", dim: Union[int, Sequence[int], None
     fp16/bf16 accumulate in fp32. ``dtype`` (sum, mean and norm) sets the result dtype as in
     ``torch.sum``. Deterministic: bit-identical on repeat. Differentiable w.r.t. ``x`` (argmax and
     argmin return indices). ``mechanism="auto"`` consults the tuning cache first (sum, mean, amax,
-    amin), like ``stream_copy``.
+    amin; the state ops by their state kind), like ``stream_copy``.
     """
     if isinstance(dim, int):
         dim = [dim]
@@ -182,8 +179,8 @@ def reduce(x: torch.Tensor, op: str = "sum", dim: Union[int, Sequence[int], None
         dim = list(dim)
     if correction is None:  # as torch.var's
         correction = 1
-    if mechanism == "auto" and op in _SCALAR_REDUCE_OPS:
-        mechanism, stages, _ = _tuning.cached_config("reduce", x, mechanism, stages, dim=dim)
+    if mechanism == "auto":
+        mechanism, stages, _ = _tuning.cached_config("reduce", x, mechanism, stages, dim=dim, reduce_op=op)
     if _direct(x):
         return _call(_C.call_reduce, _ops.reduce, x, op, dim, keepdim, dtype=dtype, correction=correction,
                      ord=ord, mechanism=mechanism, stages=stages)

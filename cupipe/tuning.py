@@ -250,10 +250,21 @@ def cache_key(op: str, cls: str, dtype: torch.dtype, dev_name: str) -> str:
     return f"{op}|{cls}|{_dtype_name(dtype)}|{dev_name}"
 
 
+# reduce's state ops run their own kernel per state kind (csrc/kernels/reduce/stateful.cuh): their
+# cache entries carry the kind, apart from the scalar ops' (sum, mean, amax, amin).
+_STATE_KINDS = {"var": "moments", "std": "moments", "argmax": "arg", "argmin": "arg", "logsumexp": "lse",
+                "norm": "norm"}
+
+
+def _reduce_kind_suffix(reduce_op) -> str:
+    kind = _STATE_KINDS.get(reduce_op) if isinstance(reduce_op, str) else None
+    return f":{kind}" if kind else ""
+
+
 # ----------------------------------------------------------------------------- the hot path
 
 def cached_config(op: str, x: torch.Tensor, mechanism: str, stages: int, vec_bytes: int = 0, *,
-                  weights: Optional[torch.Tensor] = None, dim=None) -> Tuple[str, int, int]:
+                  weights: Optional[torch.Tensor] = None, dim=None, reduce_op=None) -> Tuple[str, int, int]:
     """The (mechanism, stages, vec_bytes) a Python wrapper passes on: the tuning cache's entry
     for this call when ``mechanism == "auto"`` and there is one, else the arguments unchanged
     (the op then resolves auto from the shipped table). Cheap and side-effect free after the
@@ -282,6 +293,7 @@ def cached_config(op: str, x: torch.Tensor, mechanism: str, stages: int, vec_byt
                 return mechanism, stages, vec_bytes
             radius = tuple((k - 1) // 2 for k in weights.shape)
         cls = shape_class(op, shape, dim=dim, radius=radius, strides=tuple(x.stride()))
+        cls += _reduce_kind_suffix(reduce_op) if op == "reduce" else ""
     except Exception:  # let the op produce its own error message
         return mechanism, stages, vec_bytes
     e = entries.get(cache_key(op, cls, x.dtype, device_name(x.device)))
@@ -524,6 +536,7 @@ def _tune(op, x, args, kwargs, *, sm: int, dev_name: str, timer, mechanisms, sta
         mechanisms = [m for m in ALL_MECHANISMS if m != "tma" or sm >= 90]
     widths = list(vec_widths) if op == "stream_copy" else [0]
     cls = shape_class(op, tuple(x.shape), strides=tuple(x.stride()), **_geometry(op, a))
+    cls += _reduce_kind_suffix(a.get("op")) if op == "reduce" else ""
     key = cache_key(op, cls, x.dtype, dev_name)
 
     call = _direct_call(op, a)
@@ -590,5 +603,6 @@ def _direct_call(op: str, a: Dict[str, object]):
                                              mechanism=m, stages=s, steps=a["steps"])
     d = a["dim"]
     dims = None if d is None else ([d] if isinstance(d, int) else list(d))
+    corr = 1 if a.get("correction") is None else a.get("correction")
     return lambda m, s, v: ops.reduce(x, a["op"], dims, a["keepdim"], dtype=a["dtype"],
-                                      mechanism=m, stages=s)
+                                      correction=corr, ord=a.get("ord", 2), mechanism=m, stages=s)

@@ -296,13 +296,17 @@ def test_layout_sweep_runs_checks_and_plots(tmp_path):
     rows = [r for r in rows if r["table"] != "layout: summary [CPU]"]
     assert all(not r.get("error") and r["ms"] > 0 for r in rows)
     # the summary: a class per row group, each op's rows once more in "<op>: all"
+    state = [r for r in rows if "state op" in r["cls"]]  # issue 48's ops: a mean of their own
+    assert {r["workload"].split()[0] for r in state} == {"var", "argmax"}
+    assert summary["reduce state ops: all"]["rows"] == len(state)
     for op in ("reduce", "stencil1d", "stencil2d"):
-        mine = [r for r in rows if r["op"] == op]
+        mine = [r for r in rows if r["op"] == op and r not in state]
         s = summary[f"{op}: all"]
         assert s["rows"] == len(mine) and s["min"] <= s["geomean"] <= s["max"]
         assert s["min"] == min(r["speedup_vs_best"] for r in mine)
         assert s["below_0_95"] == sum(r["speedup_vs_best"] < 0.95 for r in mine)
     assert sum(s["rows"] for k, s in summary.items() if not k.endswith(": all")) == len(rows)
+    assert "reduce state op var" in summary and "reduce state op argmax" in summary
     assert "reduce several dims" in summary and "stencil2d cropped" in summary
     names = " ".join(r["workload"] for r in rows)
     for what in ("transposed", "permuted", "channels_last", "cropped", "middle dim", "dims (1, 3)"):

@@ -209,6 +209,17 @@ def test_wrappers_use_a_cached_entry_for_auto(fake_gpu):
     assert fake_gpu.calls[-1][1]["mechanism"] == "barrier"
     cupipe.reduce(torch.empty(32, 64, device="cuda"), "sum", 0)
     assert fake_gpu.calls[-1][1]["mechanism"] == "auto"
+    # the state ops keep entries of their own, per state kind (var and std share the kernel)
+    cupipe.reduce(torch.empty(32, 64, device="cuda"), "var", -1)
+    assert fake_gpu.calls[-1][1]["mechanism"] == "auto"
+    tuning.store_entries({tuning.cache_key("reduce", tuning.shape_class("reduce", (32, 64), dim=[1]) + ":moments",
+                                           torch.float32, "Fake GPU"): dict(ENTRY, mechanism="cg", stages=2)})
+    cupipe.reduce(torch.empty(32, 64, device="cuda"), "std", -1, correction=0)
+    assert fake_gpu.calls[-1][1]["mechanism"] == "cg" and fake_gpu.calls[-1][1]["correction"] == 0
+    cupipe.reduce(torch.empty(32, 64, device="cuda"), "argmax", -1)
+    assert fake_gpu.calls[-1][1]["mechanism"] == "auto"
+    cupipe.reduce(torch.empty(32, 64, device="cuda"), "sum", -1)
+    assert fake_gpu.calls[-1][1]["mechanism"] == "barrier"
 
     cupipe.stencil1d(torch.empty(32, 64, device="cuda"), torch.empty(5, device="cuda"), dim=0)
     assert fake_gpu.calls[-1][1]["mechanism"] == "specialized"
