@@ -27,7 +27,8 @@ tuning:tests/test_tuning.py"}
   export BENCH_OPS=${BENCH_OPS:-stencil1d,stencil2d,stencil3d} BENCH_SWEEP=${BENCH_SWEEP:-1}
 elif [ "$STEPS" = reductions ]; then
   STEPS="build tests sanitize benchops"
-  export TEST_GROUPS=${TEST_GROUPS:-"reduce_a:tests/test_reduce.py -k 'not layout';reduce_layouts:tests/test_reduce.py -k layout;tuning:tests/test_tuning.py"}
+  export TEST_GROUPS=${TEST_GROUPS:-"reduce_a:tests/test_reduce.py -k 'not layout';reduce_layouts:tests/test_reduce.py -k layout;\
+states:tests/test_reduce_states.py tests/test_opinfo.py;tuning:tests/test_tuning.py"}
   export SAN_OPS=${SAN_OPS:-reduce} SAN_STAGES=${SAN_STAGES:-2} SAN_RACE_STAGES=${SAN_RACE_STAGES:-2}
   export BENCH_OPS=${BENCH_OPS:-reduce} BENCH_SWEEP=${BENCH_SWEEP:-1}
 fi

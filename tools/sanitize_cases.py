@@ -120,10 +120,11 @@ for m in mechs:
                            ((9, 4096), 1),  # wide rows (reduce_wide_rows_kernel, a block per row)
                            ((20001,), 0)] if "reduce" in ops else []:  # at one stage, 64 KiB chunks, the last ending in one element
             x = torch.randn(shape, device="cuda")
-            for op in ["sum", "amax"]:
+            for op in ["sum", "amax", "var", "argmax"]:  # the scalar kernels, then two state kinds
                 y = cupipe.reduce(x, op, dim, mechanism=m, stages=s)
                 ref = getattr(torch, op)(x, dim)
-                check(torch.allclose(y, ref, rtol=1e-4, atol=1e-3), f"reduce {m} {s} {shape} {op}")
+                ok = torch.equal(y, ref) if op == "argmax" else torch.allclose(y, ref, rtol=1e-4, atol=1e-3)
+                check(ok, f"reduce {m} {s} {shape} {op}")
 # The weight-gradient kernel (one mechanism of its own: primitives, 2 stages): persistent
 # accumulators (3x3, 1-D), per-item warp flushes (9x9, 3x17), edge items (odd planes).
 if "primitives" in mechs and "grad" in ops:
