@@ -9,6 +9,7 @@
 #include <ATen/Parallel.h>
 #include <torch/library.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <limits>
@@ -274,21 +275,66 @@ void reduce_cpu_impl(const T* x, O* out, int64_t outer, int64_t r, int64_t inner
   });
 }
 
-// The state reductions (var .. norm), a sequential pass per output in double (kernels/reduce/
-// states.h: the GPU kernels' states).
+// The state reductions (var .. norm) in double (kernels/reduce/states.h: the GPU kernels'
+// states). Each output's r elements are added in chunks of kStateChunk, one state a chunk (var's
+// by two passes over the chunk), merged in chunk order: fixed by r alone, so the result is the same
+// for any thread count. Many outputs run
+// in parallel; few long ones (a whole tensor) run their chunks in parallel.
+constexpr int64_t kStateChunk = int64_t(1) << 15;
+
 template <kernels::StateKind K, typename T, typename O>
 void reduce_state_cpu_impl(const T* x, O* out, int64_t outer, int64_t r, int64_t inner, const kernels::StateCtx& c) {
   using St = kernels::State<double, K>;
-  at::parallel_for(0, outer * inner, 1, [&](int64_t o0, int64_t o1) {
+  const int64_t nout = outer * inner, nchunk = std::max<int64_t>(1, (r + kStateChunk - 1) / kStateChunk);
+  auto base_of = [&](int64_t o) { return x + (o / inner) * r * inner + o % inner; };
+  // Moments add x - x[0] (states.h); the others add x.
+  auto shift_of = [&](const T* base) {
+    return K == kernels::StateKind::Moments && r > 0 ? static_cast<double>(base[0]) : 0.0;
+  };
+  auto chunk = [&](const T* base, double k0, int64_t ci) {
+    St s = St::init(c);
+    const int64_t begin = ci * kStateChunk, end = std::min(r, begin + kStateChunk);
+    if constexpr (K == kernels::StateKind::Moments) {
+      // A chunk's moments in two passes over it (in cache): no division per element.
+      double sum = 0, m2 = 0;
+      for (int64_t k = begin; k < end; ++k) sum += static_cast<double>(base[k * inner]) - k0;
+      const double mean = sum / static_cast<double>(end - begin);
+      for (int64_t k = begin; k < end; ++k) {
+        const double d = static_cast<double>(base[k * inner]) - k0 - mean;
+        m2 += d * d;
+      }
+      s.mean = mean, s.m2 = m2, s.n = end - begin;
+    } else {
+      for (int64_t k = begin; k < end; ++k) s.add(static_cast<double>(base[k * inner]) - k0, k, c);
+    }
+    return s;
+  };
+  auto store = [&](int64_t o, const St& s) {
+    if constexpr (K == kernels::StateKind::Arg) out[o] = static_cast<O>(s.index());
+    else out[o] = static_cast<O>(s.value(c));
+  };
+  if (nchunk > 1 && nout < 4 * at::get_num_threads()) {
+    std::vector<St> parts(static_cast<size_t>(nout * nchunk));
+    at::parallel_for(0, nout * nchunk, 1, [&](int64_t i0, int64_t i1) {
+      for (int64_t i = i0; i < i1; ++i) {
+        const T* base = base_of(i / nchunk);
+        parts[static_cast<size_t>(i)] = chunk(base, shift_of(base), i % nchunk);
+      }
+    });
+    for (int64_t o = 0; o < nout; ++o) {
+      St s = parts[static_cast<size_t>(o * nchunk)];
+      for (int64_t ci = 1; ci < nchunk; ++ci) s.merge(parts[static_cast<size_t>(o * nchunk + ci)], c);
+      store(o, s);
+    }
+    return;
+  }
+  at::parallel_for(0, nout, 1, [&](int64_t o0, int64_t o1) {
     for (int64_t o = o0; o < o1; ++o) {
-      const int64_t oi = o / inner, ii = o % inner;
-      const T* base = x + oi * r * inner + ii;
-      St s = St::init(c);
-      // Moments add x - x[0] (states.h); the others add x.
-      const double k0 = K == kernels::StateKind::Moments && r > 0 ? static_cast<double>(base[0]) : 0.0;
-      for (int64_t k = 0; k < r; ++k) s.add(static_cast<double>(base[k * inner]) - k0, k, c);
-      if constexpr (K == kernels::StateKind::Arg) out[o] = static_cast<O>(s.index());
-      else out[o] = static_cast<O>(s.value(c));
+      const T* base = base_of(o);
+      const double k0 = shift_of(base);
+      St s = chunk(base, k0, 0);
+      for (int64_t ci = 1; ci < nchunk; ++ci) s.merge(chunk(base, k0, ci), c);
+      store(o, s);
     }
   });
 }
