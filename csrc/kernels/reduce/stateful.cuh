@@ -10,8 +10,8 @@
 //        warp order, to the output or to the workspace when the row has several parts.
 //   columns     (inner > 1): a work item is a chunk of contiguous columns of one outer slice, up to
 //        kStateColStates columns per consumer thread (col_threads threads across, columns
-//        col + u * col_threads), so that a tile's rows are runs of up to 4 KiB (fp32) in DRAM: a
-//        1 KiB run read at about 0.4x the rate. When the chunk is the whole row the tile is one
+//        col + u * col_threads), so that a tile's rows are runs of up to 4 KiB (fp32) in DRAM:
+//        shorter runs read far below the copy rate. When the chunk is the whole row the tile is one
 //        contiguous copy. A thread owns its columns' rows g, g + groups, ...; the groups merge as
 //        a tree through shared memory at the item's end.
 //

@@ -117,10 +117,9 @@ __global__ void __launch_bounds__(kVolumeThreads, volume_min_blocks(RZ))
       for (int j = 0; j < TW; ++j) acc[a][i][j] = A(0);
 
   // One plane's taps. kFull (ry == rx == R, the radius class's own) fixes the window's halo and the
-  // tap ranges at compile time: no run-time tap checks or window offsets. It pays for 2-byte
-  // types and radius classes above 1 (bf16 7-/27-point 0.49x -> 0.59x of copy_, fp32 5x5x5
-  // 0.20x -> 0.30x, on an H100); the fp32 and fp64 3x3x3 class keeps the one body, which the
-  // second one's registers slowed there (0.74x -> 0.69x).
+  // tap ranges at compile time: no run-time tap checks or window offsets. It pays for 2-byte types
+  // and radius classes above 1; the fp32 and fp64 3x3x3 class keeps the one body, which a second
+  // body's registers slowed (design.md §4.8).
   auto plane = [&](const char* stage, int64_t k, engine::Team team, auto full) {
     constexpr bool kFull = decltype(full)::value;
     const int iy = team.rank / kVolumeItemsX, ix = team.rank % kVolumeItemsX;
