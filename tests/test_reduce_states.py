@@ -167,6 +167,17 @@ def test_var_correction_past_count(device):
     check(c, "var", 1, correction=5)
 
 
+def test_state_cpu_columns_equal_rows():
+    """The CPU kernel walks columns in blocks and rows one output at a time, in the same order per
+    output: a reduction over dim 0 equals the same one over the rows of the transposed copy, bit
+    for bit (2^15-element chunks included)."""
+    x = make_input((70000, 19), torch.float32, "cpu", seed=21, low=-3, high=5)
+    xt = x.t().contiguous()
+    for op in STATE_OPS:
+        for kw in ({}, {"ord": 3.0}) if op == "norm" else ({},):
+            assert torch.equal(cupipe.reduce(x, op, 0, **kw), cupipe.reduce(xt, op, 1, **kw)), (op, kw)
+
+
 @pytest.mark.parametrize("op", STATE_OPS)
 def test_state_deterministic(device, op):
     x = make_input((3, 1_000_003), torch.float32, device, seed=9)

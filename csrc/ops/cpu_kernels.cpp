@@ -278,8 +278,8 @@ void reduce_cpu_impl(const T* x, O* out, int64_t outer, int64_t r, int64_t inner
 // The state reductions (var .. norm) in double (kernels/reduce/states.h: the GPU kernels'
 // states). Each output's r elements are added in chunks of kStateChunk, one state a chunk (var's
 // by two passes over the chunk), merged in chunk order: fixed by r alone, so the result is the same
-// for any thread count. Many outputs run
-// in parallel; few long ones (a whole tensor) run their chunks in parallel.
+// for any thread count. Many outputs run in parallel (columns in blocks that read rows
+// contiguously); few long ones (a whole tensor) run their chunks in parallel.
 constexpr int64_t kStateChunk = int64_t(1) << 15;
 
 template <kernels::StateKind K, typename T, typename O>
@@ -326,6 +326,48 @@ void reduce_state_cpu_impl(const T* x, O* out, int64_t outer, int64_t r, int64_t
       for (int64_t ci = 1; ci < nchunk; ++ci) s.merge(parts[static_cast<size_t>(o * nchunk + ci)], c);
       store(o, s);
     }
+    return;
+  }
+  if (inner >= 8) {
+    // Columns: blocks of kBlock neighbouring outputs walk the rows together (contiguous reads),
+    // each column's arithmetic in the same order as one output alone: the same result.
+    constexpr int64_t kBlock = 64;
+    const int64_t nblk = (inner + kBlock - 1) / kBlock;
+    at::parallel_for(0, outer * nblk, 1, [&](int64_t b0, int64_t b1) {
+      std::vector<St> acc(kBlock), part(kBlock);
+      std::vector<double> k0(kBlock), sum(kBlock), m2(kBlock);
+      for (int64_t bi = b0; bi < b1; ++bi) {
+        const int64_t o0 = (bi / nblk) * inner + (bi % nblk) * kBlock;
+        const int64_t nc = std::min(kBlock, inner - (bi % nblk) * kBlock);
+        const T* base = base_of(o0);
+        for (int64_t j = 0; j < nc; ++j) k0[j] = shift_of(base + j);
+        for (int64_t ci = 0; ci < nchunk; ++ci) {
+          const int64_t begin = ci * kStateChunk, end = std::min(r, begin + kStateChunk);
+          if constexpr (K == kernels::StateKind::Moments) {
+            std::fill(sum.begin(), sum.end(), 0.0);
+            std::fill(m2.begin(), m2.end(), 0.0);
+            for (int64_t k = begin; k < end; ++k)
+              for (int64_t j = 0; j < nc; ++j) sum[j] += static_cast<double>(base[k * inner + j]) - k0[j];
+            for (int64_t j = 0; j < nc; ++j) sum[j] /= static_cast<double>(end - begin);  // the means
+            for (int64_t k = begin; k < end; ++k)
+              for (int64_t j = 0; j < nc; ++j) {
+                const double d = static_cast<double>(base[k * inner + j]) - k0[j] - sum[j];
+                m2[j] += d * d;
+              }
+            for (int64_t j = 0; j < nc; ++j) part[j].mean = sum[j], part[j].m2 = m2[j], part[j].n = end - begin;
+          } else {
+            for (int64_t j = 0; j < nc; ++j) part[j] = St::init(c);
+            for (int64_t k = begin; k < end; ++k)
+              for (int64_t j = 0; j < nc; ++j) part[j].add(static_cast<double>(base[k * inner + j]) - k0[j], k, c);
+          }
+          for (int64_t j = 0; j < nc; ++j) {
+            if (ci == 0) acc[j] = part[j];
+            else acc[j].merge(part[j], c);
+          }
+        }
+        for (int64_t j = 0; j < nc; ++j) store(o0 + j, acc[j]);
+      }
+    });
     return;
   }
   at::parallel_for(0, nout, 1, [&](int64_t o0, int64_t o1) {
