@@ -231,8 +231,8 @@ struct ReduceCombine {
   Acc operator()(Acc a, Acc v) const {
     switch (op) {
       // amax/amin propagate NaN, like torch: once the accumulator is NaN it stays NaN.
-      case ReduceOp::Amax: return std::isnan(a) ? a : (std::isnan(v) || v > a) ? v : a;
-      case ReduceOp::Amin: return std::isnan(a) ? a : (std::isnan(v) || v < a) ? v : a;
+      case ReduceOp::Amax: return kernels::nan_max(a, v);
+      case ReduceOp::Amin: return kernels::nan_min(a, v);
       default: return a + v;
     }
   }
@@ -393,7 +393,7 @@ at::Tensor reduce_cpu(const at::Tensor& x, c10::string_view op, at::OptionalIntA
       AT_DISPATCH_FLOATING_TYPES_AND2(at::kHalf, at::kBFloat16, in.scalar_type(), "reduce_state_cpu", [&] {
         using T = scalar_t;
         const T* xp = in.const_data_ptr<T>();
-        auto run = [&](auto kind) {
+        kernels::dispatch_state_kind(kernels::state_kind(plan.op), [&](auto kind) {
           constexpr kernels::StateKind K = decltype(kind)::value;
           if constexpr (K == kernels::StateKind::Arg) {
             reduce_state_cpu_impl<K, T, int64_t>(xp, out.mutable_data_ptr<int64_t>(), s.outer, s.r, s.inner, c);
@@ -402,14 +402,7 @@ at::Tensor reduce_cpu(const at::Tensor& x, c10::string_view op, at::OptionalIntA
               reduce_state_cpu_impl<K, T, scalar_t>(xp, out.mutable_data_ptr<scalar_t>(), s.outer, s.r, s.inner, c);
             });
           }
-        };
-        using SK = kernels::StateKind;
-        switch (kernels::state_kind(plan.op)) {
-          case SK::Moments: run(std::integral_constant<SK, SK::Moments>{}); break;
-          case SK::Arg: run(std::integral_constant<SK, SK::Arg>{}); break;
-          case SK::Lse: run(std::integral_constant<SK, SK::Lse>{}); break;
-          case SK::Norm: run(std::integral_constant<SK, SK::Norm>{}); break;
-        }
+        });
       });
     });
   }

@@ -30,8 +30,6 @@ inline const char* state_kind_id(StateKind k) {
 
 inline StateCtx state_ctx(const ReduceParams& p) { return make_state_ctx(p.op, p.correction, p.ord); }
 
-inline int64_t round_up(int64_t v, int64_t m) { return ceil_div(v, m) * m; }
-
 // Parts of r (of `unit` elements or rows each) for `items` items: one wave of target_blocks, at
 // least four units a part. Sets parts, part_len, part_tiles and last_tiles.
 inline void split_state_parts(StatePlan& pl, int64_t r, int64_t unit, int64_t items, int64_t target_blocks) {
@@ -65,12 +63,12 @@ inline StatePlan make_state_plan(const ReduceParams& p, const DeviceInfo& dev, i
     pl.group = g;
     while ((1 << pl.group_log2) < g) ++pl.group_log2;
     pl.parts = pl.part_tiles = pl.last_tiles = 1;
-    pl.stage_bytes = static_cast<int>(round_up(static_cast<int64_t>(pl.rows_per_tile) * p.r * esz + 32, 128));
+    pl.stage_bytes = static_cast<int>(engine::align_up(static_cast<int64_t>(pl.rows_per_tile) * p.r * esz + 32, 128));
   } else if (p.inner == 1) {
     pl.mode = 1;
     pl.items = p.outer;
     split_state_parts(pl, p.r, pl.tile_elems, pl.items, target_blocks);
-    pl.stage_bytes = static_cast<int>(round_up(static_cast<int64_t>(pl.tile_elems) * esz + 32, 128));
+    pl.stage_bytes = static_cast<int>(engine::align_up(static_cast<int64_t>(pl.tile_elems) * esz + 32, 128));
   } else {
     pl.mode = 2;
     pl.col_threads = static_cast<int>(std::min<int64_t>(p.inner, consumers));
@@ -80,12 +78,12 @@ inline StatePlan make_state_plan(const ReduceParams& p, const DeviceInfo& dev, i
     pl.col_chunks = ceil_div(p.inner, pl.chunk_cols);
     if (pl.dense) {
       pl.tile_rows = static_cast<int>(std::max<int64_t>(1, tile_bytes / (p.inner * esz)));
-      pl.stage_bytes = static_cast<int>(round_up(pl.tile_rows * p.inner * esz + 32, 128));
+      pl.stage_bytes = static_cast<int>(engine::align_up(pl.tile_rows * p.inner * esz + 32, 128));
     } else {
       // Each row lands at its source's shift, with 16 bytes for a zero-filled tail.
-      pl.pitch = static_cast<int>(round_up(static_cast<int64_t>(pl.chunk_cols) * esz + 32, 16));
+      pl.pitch = static_cast<int>(engine::align_up(static_cast<int64_t>(pl.chunk_cols) * esz + 32, 16));
       pl.tile_rows = std::max(1, tile_bytes / pl.pitch);
-      pl.stage_bytes = static_cast<int>(round_up(static_cast<int64_t>(pl.tile_rows) * pl.pitch, 128));
+      pl.stage_bytes = static_cast<int>(engine::align_up(static_cast<int64_t>(pl.tile_rows) * pl.pitch, 128));
     }
     pl.items = p.outer * pl.col_chunks;
     split_state_parts(pl, p.r, pl.tile_rows, pl.items, target_blocks);
@@ -100,14 +98,12 @@ inline int64_t state_grid(const StatePlan& pl, int64_t target_blocks) {
 }
 
 inline int state_size(const ReduceParams& p) {
-  const bool d = p.in_dtype == DType::F64;
-  switch (state_kind(p.op)) {
-    case StateKind::Moments: return d ? sizeof(State<double, StateKind::Moments>) : sizeof(State<float, StateKind::Moments>);
-    case StateKind::Arg: return d ? sizeof(State<double, StateKind::Arg>) : sizeof(State<float, StateKind::Arg>);
-    case StateKind::Lse: return d ? sizeof(State<double, StateKind::Lse>) : sizeof(State<float, StateKind::Lse>);
-    case StateKind::Norm: return d ? sizeof(State<double, StateKind::Norm>) : sizeof(State<float, StateKind::Norm>);
-  }
-  return 0;
+  int size = 0;
+  dispatch_state_kind(state_kind(p.op), [&](auto kind) {
+    constexpr StateKind K = decltype(kind)::value;
+    size = p.in_dtype == DType::F64 ? sizeof(State<double, K>) : sizeof(State<float, K>);
+  });
+  return size;
 }
 
 // Workspace bytes: the partial states of the largest grid a launch may choose.
@@ -153,13 +149,7 @@ inline void launch_reduce_state_plan(const ReduceParams& p) {
   if (p.stages < 1 || p.stages > engine::kMaxStages)
     throw std::runtime_error("stages must be 1..8, got " + std::to_string(p.stages));
   dispatch_dtype(p.in_dtype, [&](auto tv) {
-    using T = decltype(tv);
-    switch (state_kind(p.op)) {
-      case StateKind::Moments: launch_reduce_state_typed<T, StateKind::Moments>(p); break;
-      case StateKind::Arg: launch_reduce_state_typed<T, StateKind::Arg>(p); break;
-      case StateKind::Lse: launch_reduce_state_typed<T, StateKind::Lse>(p); break;
-      case StateKind::Norm: launch_reduce_state_typed<T, StateKind::Norm>(p); break;
-    }
+    dispatch_state_kind(state_kind(p.op), [&](auto kind) { launch_reduce_state_typed<decltype(tv), decltype(kind)::value>(p); });
   });
 }
 

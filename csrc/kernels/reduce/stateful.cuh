@@ -27,6 +27,7 @@
 #include "kernels/dependent_launch.cuh"
 #include "kernels/fast_div.cuh"
 #include "kernels/numeric.cuh"
+#include "kernels/reduce/combine.cuh"
 #include "kernels/reduce/states.h"
 
 namespace cupipe {
@@ -86,17 +87,8 @@ __device__ __forceinline__ State<A, K> shfl_state(const State<A, K>& s, int o, i
 // The final result of output i: an index (argmax, argmin) or a value in out's dtype.
 template <typename A, StateKind K>
 __device__ __forceinline__ void store_state(void* out, DType od, int64_t i, const State<A, K>& s, const StateCtx& c) {
-  if constexpr (K == StateKind::Arg) {
-    static_cast<int64_t*>(out)[i] = s.index();
-  } else {
-    const A v = s.value(c);
-    switch (od) {
-      case DType::F32: static_cast<float*>(out)[i] = static_cast<float>(v); break;
-      case DType::F64: static_cast<double*>(out)[i] = static_cast<double>(v); break;
-      case DType::F16: static_cast<__half*>(out)[i] = from_acc<__half>(v); break;
-      case DType::BF16: static_cast<__nv_bfloat16*>(out)[i] = from_acc<__nv_bfloat16>(v); break;
-    }
-  }
+  if constexpr (K == StateKind::Arg) static_cast<int64_t*>(out)[i] = s.index();
+  else store_out(out, od, i, s.value(c));
 }
 
 // Four blocks a SM at one 32 KiB stage (64 registers), three at more stages; fp64 states, two

@@ -13,6 +13,7 @@
 
 #include <cmath>
 #include <cstdint>
+#include <type_traits>
 
 #include "kernels/params.h"
 
@@ -28,6 +29,17 @@ namespace kernels {
 // The state type a reduction carries; the kernels are compiled once per kind, the ops of a kind
 // (argmax and argmin, the norms' orders, var and std) differ at run time.
 enum class StateKind : int { Moments = 0, Arg = 1, Lse = 2, Norm = 3 };
+
+// Runs f(std::integral_constant<StateKind, k>{}): code compiled per kind, chosen at run time.
+template <class F>
+void dispatch_state_kind(StateKind k, F&& f) {
+  switch (k) {
+    case StateKind::Moments: f(std::integral_constant<StateKind, StateKind::Moments>{}); break;
+    case StateKind::Arg: f(std::integral_constant<StateKind, StateKind::Arg>{}); break;
+    case StateKind::Lse: f(std::integral_constant<StateKind, StateKind::Lse>{}); break;
+    case StateKind::Norm: f(std::integral_constant<StateKind, StateKind::Norm>{}); break;
+  }
+}
 
 inline constexpr StateKind state_kind(ReduceOp op) {
   return op == ReduceOp::Var || op == ReduceOp::Std ? StateKind::Moments
