@@ -655,7 +655,8 @@ def reduce(x_local: torch.Tensor, op: str = "sum", dim: Union[int, Sequence[int]
 def _reduce_states(x_local, op, dim, dims, sd, keepdim, dtype, correction, ord, group, local, name):
     """var/std, logsumexp, norm, argmax/argmin over dims that include the split dim: one
     all_gather of each rank's partial state, merged in rank order."""
-    local(x_local.new_zeros([1] * x_local.dim()), op, dtype)  # the op's own errors for its arguments
+    # The op's own errors for its arguments, on every rank alike (a one-element CPU call: no launch).
+    local(torch.zeros([1] * x_local.dim(), dtype=x_local.dtype), op, dtype)
     lay = _layout(x_local, sd, group, False, 0, name)
     shape = list(x_local.shape)
     gshape = list(shape)

@@ -613,11 +613,7 @@ def _state_reduce_grad(ctx, g, x, out):
         return gv * centred * (2 / dof if dof > 0 else float("inf"))
     if ctx.op == "logsumexp":
         return g * torch.exp(x - out)
-    if ctx.op == "norm" and ctx.ord == 1:
-        return g * torch.sgn(x)
-    if ctx.op == "norm" and ctx.ord == 2:
-        return g * x / out.masked_fill(out == 0, float("inf"))
-    if ctx.op == "norm" and ctx.ord == 0:
+    if ctx.op == "norm" and ctx.ord == 0:  # a count: no gradient
         return torch.zeros_like(x) * g
     if ctx.op == "norm" and math.isfinite(ctx.ord):  # |x|^(p-1) sgn(x) / |x|_p^(p-1); 0 where the norm is 0
         p = ctx.ord

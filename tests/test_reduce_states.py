@@ -238,6 +238,16 @@ def test_state_grad_matches_torch(device, op, kw):
     assert torch.autograd.gradcheck(lambda t: cupipe.reduce(t, op, 1, **kw), (x,))
 
 
+def test_norm_grad_at_zeros_as_torch(device):
+    """Zero elements and an all-zero row: torch's gradients (0 where the norm is 0)."""
+    x = torch.tensor([[0., 1., -2.], [0., 0., 0.], [3., 0., -3.]], dtype=torch.float64, device=device)
+    for o in (1, 2, 3.0, math.inf):
+        xa, xb = x.clone().requires_grad_(), x.clone().requires_grad_()
+        got, = torch.autograd.grad(cupipe.reduce(xa, "norm", 1, ord=o).sum(), xa)
+        exp, = torch.autograd.grad(torch.linalg.vector_norm(xb, o, 1).sum(), xb)
+        assert_close(got, exp, atol=1e-12, rtol=1e-12, what=f"norm grad ord={o}")
+
+
 def test_arg_outputs_need_no_grad(device):
     x = make_input((4, 5), torch.float32, device).requires_grad_()
     i = cupipe.reduce(x, "argmax", 1)
