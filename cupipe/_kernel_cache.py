@@ -295,14 +295,15 @@ def precompile(op=None, dtype=None, mechanism=None, stages=None, *, device=None,
     first use: before capturing CUDA graphs, before a sweep. Each filter is one value or a list;
     None takes every value.
 
-    op: "stream_copy", "stencil1d", "stencil2d", "stencil3d" (a stencil brings its weight gradient) or
-    "reduce";
+    op: "stream_copy", "stencil1d", "stencil2d", "stencil3d" (a stencil brings its weight gradient),
+    "stencil_steps" (the fused kernels of the stencils' steps=k) or "reduce";
     dtype: torch dtypes or their names; mechanism: cupipe.MECHANISMS; stages: 1..8.
     device: the CUDA device to compile for and load on (default: the current one).
     arch: e.g. "sm_90": only fill the disk cache for that architecture (no GPU needed, nothing loaded).
     jobs: parallel nvcc processes (default: the CPU count).
     radius: stencil3d's (rz, ry, rx), or a list of them: only its kernels for those radii (its
-    kernels are compiled per depth radius and in-plane class; None: every one).
+    kernels are compiled per depth radius and in-plane class; None: every one), and only the
+    stencil_steps kernels of those (ry, rx) (a 2-D stencil's radii as its kernels see them).
 
     Returns counts: {"instances", "ahead_of_time", "cached", "compiled", "loaded"}.
     """
@@ -349,8 +350,8 @@ def precompile(op=None, dtype=None, mechanism=None, stages=None, *, device=None,
 
 def instances_for(ops: Optional[Iterable[str]] = None, dtype=None, mechanism=None, stages=None,
                   radius=None) -> List["_kernels.Instance"]:
-    """Every instance of the ops (stream_copy, stencil1d, stencil2d, stencil3d, reduce; None: all) that
-    matches the filters. The stencils bring their weight gradient's instances."""
+    """Every instance of the ops (stream_copy, stencil1d, stencil2d, stencil3d, stencil_steps, reduce;
+    None: all) that matches the filters. The stencils bring their weight gradient's instances."""
     ops_set = None
     if ops is not None:
         ops_set = set()
@@ -359,14 +360,15 @@ def instances_for(ops: Optional[Iterable[str]] = None, dtype=None, mechanism=Non
                 ops_set |= {"stencil", "stencil_wgrad"}
             elif op == "stencil3d":  # a depth radius of 0 and the weight gradient run the 2-D kernels
                 ops_set |= {"stencil3d", "stencil", "stencil_wgrad"}
-            elif op in ("stream_copy", "reduce"):
+            elif op in ("stream_copy", "reduce", "stencil_steps"):  # stencil_steps: steps=k's fused kernels
                 ops_set.add(op)
             else:
                 raise ValueError(f"cupipe.precompile: unknown op {op!r}; expected stream_copy, stencil1d, stencil2d, "
-                                 "stencil3d or reduce")
+                                 "stencil3d, stencil_steps or reduce")
     insts = _kernels.select(_kernels.all_instances(), op=ops_set, dtype=dtype, mechanism=mechanism, stages=stages)
     if radius is not None:  # stencil3d's kernels of these (rz, ry, rx) only
         radii = [radius] if isinstance(radius[0], int) else list(radius)
         keep = {f"rz{rz}_r{_kernels.volume_radius_class(ry, rx)}" for rz, ry, rx in radii}
-        insts = [i for i in insts if i.op != "stencil3d" or i.family in keep]
+        keep |= {f"ry{ry}_rx{rx}" for _, ry, rx in radii}
+        insts = [i for i in insts if i.op not in ("stencil3d", "stencil_steps") or i.family in keep]
     return insts

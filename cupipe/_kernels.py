@@ -39,6 +39,7 @@ HEADERS = {
     "stencil": "kernels/stencil/kernel.cuh",
     "stencil_wgrad": "kernels/stencil/weight_grad.cuh",
     "stencil3d": "kernels/stencil/volume.cuh",
+    "stencil_steps": "kernels/stencil/steps.cuh",
     "reduce_rows": "kernels/reduce/rows.cuh",
     "reduce_cols": "kernels/reduce/columns.cuh",
     "reduce_partials": "kernels/reduce/partials.cuh",
@@ -50,7 +51,7 @@ STATE_KINDS = ("Moments", "Arg", "Lse", "Norm")
 
 
 class Instance(NamedTuple):
-    op: str          # stream_copy, stencil, stencil_wgrad, stencil3d, reduce
+    op: str          # stream_copy, stencil, stencil_wgrad, stencil3d, stencil_steps, reduce
     header: str      # the header that declares its kernel
     id: str          # the template-id
     mechanism: str   # "" where the kernel has none
@@ -61,7 +62,7 @@ class Instance(NamedTuple):
     @property
     def cost(self) -> int:
         """Rough compile cost, to order and group builds (stencils are the slowest)."""
-        return {"stencil": 8, "stencil_wgrad": 6, "stencil3d": 6, "reduce": 2}.get(self.op, 1)
+        return {"stencil": 8, "stencil_wgrad": 6, "stencil3d": 6, "stencil_steps": 6, "reduce": 2}.get(self.op, 1)
 
 
 def _m(mech: str) -> str:
@@ -127,6 +128,26 @@ def stencil3d_instances(mech: str, stages: int, dtype: str, radii: Optional[Iter
                      mech, stages, dtype, f"rz{rz}_r{r}") for rz, r in pairs]
 
 
+def steps_per_pass(ry: int, esz: int) -> int:
+    """steps_per_pass (csrc/kernels/stencil/steps.cuh): the levels of the fused steps kernel for
+    these radii; 1 where there is none."""
+    if ry == 0:
+        return 16
+    k = 64 // (2 * ry * 4 * (2 if esz == 8 else 1))
+    return k if k > 1 else 1
+
+
+def stencil_steps_instances(mech: str, stages: int, dtype: str,
+                            radii: Optional[Iterable[Tuple[int, int]]] = None) -> List[Instance]:
+    """stencil_steps_kernel instances (the fused steps=k of stencil1d/stencil2d) for (ry, rx) pairs
+    (None: every pair of radii 0..4 that has one)."""
+    ctype, esz = DTYPES[dtype]
+    pairs = radii if radii is not None else [(ry, rx) for ry in range(5) for rx in range(5)]
+    return [Instance("stencil_steps", HEADERS["stencil_steps"],
+                     f"stencil_steps_kernel<{_m(mech)},{stages},{ctype},{ry},{rx}>", mech, stages, dtype,
+                     f"ry{ry}_rx{rx}") for ry, rx in pairs if steps_per_pass(ry, esz) > 1]
+
+
 def reduce_instances(mech: str, stages: int, dtype: str, kinds: Sequence[str] = ("rows", "cols")) -> List[Instance]:
     ctype = DTYPES[dtype][0]
     return [Instance("reduce", HEADERS[f"reduce_{kind}"], f"reduce_{kind}_kernel<{_m(mech)},{stages},{ctype}>",
@@ -174,6 +195,7 @@ def all_instances() -> List[Instance]:
             for dt in DTYPES:
                 out += stencil_instances(mech, s, dt)
                 out += stencil3d_instances(mech, s, dt)
+                out += stencil_steps_instances(mech, s, dt)
                 out += reduce_instances(mech, s, dt)
                 out += reduce_state_instances(mech, s, dt)
         for dt in DTYPES:

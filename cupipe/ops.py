@@ -110,7 +110,7 @@ def stencil1d(x: torch.Tensor, weights: torch.Tensor, *, dim: int = -1, boundary
     """
     if mechanism == "auto":
         mechanism, stages, _ = _tuning.cached_config("stencil1d", x, mechanism, stages,
-                                                     weights=weights, dim=dim)
+                                                     weights=weights, dim=dim, steps=steps)
     if _direct(x, weights):
         return _call(_C.call_stencil1d, _ops.stencil1d, x, weights, dim=dim, boundary=boundary,
                      mechanism=mechanism, stages=stages, steps=steps)
@@ -125,12 +125,15 @@ def stencil2d(x: torch.Tensor, weights: torch.Tensor, *, boundary: str = "zero",
     ``F.conv2d(x.reshape(-1, 1, H, W), weights[None, None], padding=(ry, rx))``.
     Differentiable w.r.t. ``x`` and ``weights``. ``mechanism="auto"`` consults the tuning cache
     first, like ``stream_copy``. ``steps=k`` applies the stencil k times, the boundary at every
-    step: equal to k calls (one kernel pass per step for now; fused steps are to come). Its
-    gradient recomputes the states in segments of about sqrt(k) steps.
+    step: equal to k calls, each step rounded to x's dtype. On CUDA one pass over memory applies
+    up to 8 steps of a 3x3 stencil (16 along rows; fewer for taller windows, and a loop of
+    single calls for channels_last, whose taps lie C apart); the taps are summed in another
+    order than the single call's, so results agree within rounding. Its gradient recomputes the
+    states in segments of about sqrt(k) steps.
     """
     if mechanism == "auto":
         mechanism, stages, _ = _tuning.cached_config("stencil2d", x, mechanism, stages,
-                                                     weights=weights)
+                                                     weights=weights, steps=steps)
     if _direct(x, weights):
         return _call(_C.call_stencil2d, _ops.stencil2d, x, weights, boundary=boundary,
                      mechanism=mechanism, stages=stages, steps=steps)

@@ -261,10 +261,20 @@ def _reduce_kind_suffix(reduce_op) -> str:
     return f":{kind}" if kind else ""
 
 
+def _kernel_suffix(op: str, a: Dict[str, object]) -> str:
+    """What else picks the kernel, in a cache key: reduce's state kind, and steps > 1 of
+    stencil1d/stencil2d (the fused kernel, tuned apart from the single step)."""
+    if op == "reduce":
+        return _reduce_kind_suffix(a.get("op"))
+    steps = a.get("steps", 1)
+    return ":steps" if op in ("stencil1d", "stencil2d") and type(steps) is int and steps > 1 else ""
+
+
 # ----------------------------------------------------------------------------- the hot path
 
 def cached_config(op: str, x: torch.Tensor, mechanism: str, stages: int, vec_bytes: int = 0, *,
-                  weights: Optional[torch.Tensor] = None, dim=None, reduce_op=None) -> Tuple[str, int, int]:
+                  weights: Optional[torch.Tensor] = None, dim=None, reduce_op=None,
+                  steps: int = 1) -> Tuple[str, int, int]:
     """The (mechanism, stages, vec_bytes) a Python wrapper passes on: the tuning cache's entry
     for this call when ``mechanism == "auto"`` and there is one, else the arguments unchanged
     (the op then resolves auto from the shipped table). Cheap and side-effect free after the
@@ -293,7 +303,7 @@ def cached_config(op: str, x: torch.Tensor, mechanism: str, stages: int, vec_byt
                 return mechanism, stages, vec_bytes
             radius = tuple((k - 1) // 2 for k in weights.shape)
         cls = shape_class(op, shape, dim=dim, radius=radius, strides=tuple(x.stride()))
-        cls += _reduce_kind_suffix(reduce_op) if op == "reduce" else ""
+        cls += _kernel_suffix(op, {"op": reduce_op, "steps": steps})
     except Exception:  # let the op produce its own error message
         return mechanism, stages, vec_bytes
     e = entries.get(cache_key(op, cls, x.dtype, device_name(x.device)))
@@ -351,8 +361,10 @@ def _geometry(op: str, a: Dict[str, object]) -> Dict[str, object]:
 def _table_args(op: str, a: Dict[str, object]) -> Dict[str, object]:
     """The keywords of ``_C.table_shape`` / ``_C.layout_plan`` for the bound arguments ``a``."""
     if op == "stencil1d":
-        kw = {"weights": a["weights"], "dim": a["dim"], "boundary": a["boundary"]}
-    elif op in ("stencil2d", "stencil3d"):
+        kw = {"weights": a["weights"], "dim": a["dim"], "boundary": a["boundary"], "steps": a["steps"]}
+    elif op == "stencil2d":
+        kw = {"weights": a["weights"], "boundary": a["boundary"], "steps": a["steps"]}
+    elif op == "stencil3d":
         kw = {"weights": a["weights"], "boundary": a["boundary"]}
     elif op == "reduce":
         kw = {"dim": a["dim"], "reduce_op": a["op"], "dtype": a["dtype"]}
@@ -453,7 +465,7 @@ def explain(op: str, x: torch.Tensor, *args, **kwargs) -> Explanation:
     dev_sm = int(sm_info.get("sm", sm))
     dev = f"{device_name(x.device)} (sm_{dev_sm}" + (f", kernels run as sm_{sm})" if sm != dev_sm else ")")
     vec_out = None if op != "stream_copy" else vec
-    cls = shape_class(op, tuple(x.shape), strides=tuple(x.stride()), **_geometry(op, a))
+    cls = shape_class(op, tuple(x.shape), strides=tuple(x.stride()), **_geometry(op, a)) + _kernel_suffix(op, a)
     key = cache_key(op, cls, x.dtype, device_name(x.device))
     # What the table makes of this call, and its reason for its own choice (csrc/ops/tuning.cpp).
     m, s, v, table_why = _C.explain_config(op, sm, mech, stages, vec, **_table_shape(op, x, a))
@@ -536,7 +548,7 @@ def _tune(op, x, args, kwargs, *, sm: int, dev_name: str, timer, mechanisms, sta
         mechanisms = [m for m in ALL_MECHANISMS if m != "tma" or sm >= 90]
     widths = list(vec_widths) if op == "stream_copy" else [0]
     cls = shape_class(op, tuple(x.shape), strides=tuple(x.stride()), **_geometry(op, a))
-    cls += _reduce_kind_suffix(a.get("op")) if op == "reduce" else ""
+    cls += _kernel_suffix(op, a)
     key = cache_key(op, cls, x.dtype, dev_name)
 
     call = _direct_call(op, a)

@@ -1,12 +1,16 @@
 """The stencils' ``steps=k``: equal to k single calls (every boundary, every dtype), gradients
-through the k steps against autograd through the loop, and the argument's error."""
+through the k steps against autograd through the loop, and the argument's error. On CUDA,
+stencil1d and stencil2d run the fused kernel (stencil/steps.cuh): its radii, planes smaller
+than a strip or than the window, several bands and chunks, k across several passes, every
+mechanism and strided inputs, against the loop."""
 from __future__ import annotations
 
 import pytest
 import torch
 
 import cupipe
-from conftest import BOUNDARIES, assert_close, make_input, make_weights, tol
+import cupipe._kernels as ks
+from conftest import BOUNDARIES, HAS_CUDA, assert_close, make_input, make_weights, poison_allocator, tol
 
 CASES = [  # (op, x shape, weights shape, extra kwargs)
     ("stencil1d", (3, 40), (5,), {"dim": -1}),
@@ -35,12 +39,111 @@ def test_steps_equal_a_loop_of_single_calls(device, case, boundary):
                      what=f"{op} steps={k} {boundary}")
 
 
+def _fused_tol(dtype, k):
+    """The fused kernel against the loop: each step rounds to the dtype in both, their taps summed
+    in other orders, so a step can round to a neighbouring value, and the steps carry it on (the
+    tests' weights sum to at most 1 in magnitude: no step amplifies it)."""
+    ulp = {torch.float64: 2.0 ** -52, torch.float32: 2.0 ** -23, torch.float16: 2.0 ** -10,
+           torch.bfloat16: 2.0 ** -7}[dtype]
+    return 4 * ulp * (k + 1), 4 * ulp * (k + 1)
+
+
 @pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16, torch.float64], ids=str)
 def test_steps_in_every_dtype_round_like_single_calls(device, dtype):
     x, w = make_input((2, 33, 35), dtype, device), make_weights((3, 3), device=device) * 0.2
     got = cupipe.stencil2d(x, w, boundary="reflect", steps=4)
     assert got.dtype == dtype
-    torch.testing.assert_close(got, _loop("stencil2d", x, w, 4, boundary="reflect"), atol=0, rtol=0)
+    # the CPU runs the loop itself; the fused CUDA kernel rounds each step as the loop does
+    atol, rtol = (0, 0) if device == "cpu" else _fused_tol(dtype, 4)
+    torch.testing.assert_close(got, _loop("stencil2d", x, w, 4, boundary="reflect"), atol=atol, rtol=rtol)
+
+
+needs_cuda = pytest.mark.skipif(not HAS_CUDA, reason="needs a CUDA device and a CUDA build of cupipe")
+FUSED = [  # (op, x shape, weights shape, kwargs)
+    ("stencil2d", (1, 45, 37), (3, 3), {}),        # the 3x3 family: one strip
+    ("stencil2d", (2, 130, 1000), (3, 3), {}),     # several bands and chunks
+    ("stencil2d", (3, 1, 1), (3, 3), {}),          # a 1x1 plane
+    ("stencil2d", (2, 5, 3), (5, 3), {}),          # a plane no larger than the window
+    ("stencil2d", (1, 70, 90), (5, 5), {}),        # ry = 2: 4 steps a pass
+    ("stencil2d", (1, 40, 50), (9, 9), {}),        # ry = rx = 4: weights in shared memory
+    ("stencil2d", (1, 33, 700), (3, 9), {}),       # rx = 4: halos of 8 lanes
+    ("stencil2d", (2, 64, 48), (7, 1), {}),        # rx = 0: no shuffles
+    ("stencil1d", (5, 3000), (3,), {"dim": -1}),   # rows (ry = 0): 16 steps a pass
+    ("stencil1d", (4000,), (9,), {"dim": -1}),
+    ("stencil1d", (300, 20), (5,), {"dim": 0}),    # along the rows of a plane
+    ("stencil1d", (3, 50, 30), (3,), {"dim": 1}),  # a middle dim
+]
+
+
+def _contraction(wshape, device, dtype=torch.float32, seed=1000):
+    """Weights whose magnitudes sum to 1: 64 steps stay finite and no step amplifies an error."""
+    w = make_weights(wshape, torch.float64, device, seed=seed)
+    return (w / w.abs().sum()).to(dtype)
+
+
+def _fused_matches_loop(op, x, w, k, **kw):
+    try:
+        want = _loop(op, x, w, k, **kw)
+    except (ValueError, RuntimeError) as e:  # a plane too small for the boundary: the same error
+        with pytest.raises(type(e)):
+            getattr(cupipe, op)(x, w, steps=k, **kw)
+        return
+    poison_allocator(2 * want.numel() * want.element_size(), x.device)
+    got = getattr(cupipe, op)(x, w, steps=k, **kw)
+    atol, rtol = _fused_tol(x.dtype, k)
+    assert_close(got, want, atol=atol, rtol=rtol, what=f"{op} {tuple(x.shape)} steps={k} {kw}")
+
+
+@pytest.mark.cuda
+@needs_cuda
+@pytest.mark.parametrize("case", FUSED, ids=lambda c: f"{c[0]}-{'x'.join(map(str, c[1]))}-{'x'.join(map(str, c[2]))}")
+@pytest.mark.parametrize("boundary", BOUNDARIES)
+def test_fused_steps_equal_the_loop(case, boundary):
+    op, shape, wshape, kw = case
+    x, w = make_input(shape, device="cuda"), _contraction(wshape, "cuda")
+    for k in (2, 7, 17, 40):  # one pass, and several of unequal shares of the steps
+        _fused_matches_loop(op, x, w, k, boundary=boundary, **kw)
+
+
+def test_steps_per_pass_mirror_the_kernels():
+    """ks.steps_per_pass is the kernel header's: 16 along rows, 8/4/2/2 by ry (half for fp64)."""
+    assert [ks.steps_per_pass(ry, 4) for ry in range(5)] == [16, 8, 4, 2, 2]
+    assert [ks.steps_per_pass(ry, 8) for ry in range(5)] == [16, 4, 2, 1, 1]
+    assert not ks.stencil_steps_instances("tma", 3, "float64", [(3, 1), (4, 4)])
+    assert len(ks.stencil_steps_instances("tma", 3, "float32")) == 25
+
+
+@pytest.mark.cuda
+@needs_cuda
+@pytest.mark.parametrize("mechanism, stages", [(m, 2) for m in cupipe.MECHANISMS if m != "auto"] +
+                         [("tma", 1), ("tma", 4), ("primitives", 1)])
+def test_fused_steps_every_mechanism(mechanism, stages):
+    if mechanism == "tma" and not cupipe.tma_available():
+        pytest.skip("tma needs sm_90")
+    x, w = make_input((2, 45, 300), device="cuda"), _contraction((3, 3), "cuda")
+    for boundary in ("zero", "reflect"):
+        _fused_matches_loop("stencil2d", x, w, 9, boundary=boundary, mechanism=mechanism, stages=stages)
+
+
+@pytest.mark.cuda
+@needs_cuda
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16, torch.float64], ids=str)
+def test_fused_steps_strided_inputs_and_dtypes(dtype):
+    base = make_input((2, 60, 80), dtype, "cuda")
+    w = _contraction((3, 5), "cuda", dtype)
+    for x in (base.transpose(1, 2), base[:, 3:-2, 5:-1], base[:, ::2]):
+        for boundary in ("replicate", "circular"):
+            _fused_matches_loop("stencil2d", x, w, 6, boundary=boundary)
+    _fused_matches_loop("stencil1d", base, _contraction((5,), "cuda", dtype), 20, dim=1, boundary="reflect")
+
+
+@pytest.mark.cuda
+@needs_cuda
+def test_fused_steps_large_plane():
+    """Chunks of rows with the pipeline's fill rows between them, bands of several blocks."""
+    x, w = make_input((1, 1500, 2100), device="cuda"), _contraction((3, 3), "cuda")
+    for boundary in ("zero", "reflect"):
+        _fused_matches_loop("stencil2d", x, w, 8, boundary=boundary)
 
 
 @pytest.mark.parametrize("case", CASES, ids=lambda c: f"{c[0]}-{'x'.join(map(str, c[2]))}")

@@ -344,12 +344,22 @@ def test_stencil_table_depends_on_the_radii_and_dtype(fake_gpu, monkeypatch):
     assert rc("stencil2d", 90, "auto", 0, 0, ry=1, rx=1, esz=2, rows16=False, step=3)[:2] == ("primitives", 1)
     assert rc("stencil1d", 90, "auto", 0, 0, ry=0, rx=2, esz=4, step=3)[:2] == ("barrier", 1)
     assert rc("stencil2d", 90, "auto", 0, 0, ry=2, rx=0, esz=4, rows16=True, step=1)[:2] == ("primitives", 2)
+    # steps > 1: the fused kernel's own table where it has a kernel (not channels_last's taps, not
+    # an fp64 radius of 3), primitives/3 before sm_90
+    assert rc("stencil2d", 90, "auto", 0, 0, ry=1, rx=1, steps=8)[:2] == ("tma", 3)
+    assert rc("stencil1d", 90, "auto", 0, 0, ry=0, rx=1, steps=2)[:2] == ("tma", 3)
+    assert rc("stencil2d", 80, "auto", 0, 0, ry=1, rx=1, steps=8)[:2] == ("primitives", 3)
+    assert rc("stencil2d", 90, "auto", 0, 0, ry=1, rx=1, steps=8, step=3) == rc("stencil2d", 90, "auto", 0, 0, ry=1,
+                                                                                rx=1, step=3)
+    assert rc("stencil2d", 90, "auto", 0, 0, ry=3, rx=1, esz=8, steps=8) == rc("stencil2d", 90, "auto", 0, 0, ry=3,
+                                                                               rx=1, esz=8)
 
     shape = cupipe._C.table_shape  # the op's own geometry, derived in C++
     x = torch.empty(4, 5, 6)
     w9 = torch.empty(9)
     # stencil1d: rows16 of the (batch, ny, nx) view the kernels read (24-byte rows along the last dim)
     assert shape("stencil1d", x, weights=w9, dim=-1) == {"ry": 0, "rx": 4, "esz": 4, "rows16": False, "step": 1}
+    assert shape("stencil1d", x, weights=w9, dim=-1, steps=5)["steps"] == 5
     assert shape("stencil1d", x, weights=w9, dim=2) == {"ry": 0, "rx": 4, "esz": 4, "rows16": False, "step": 1}
     # along dim 1, planes of 6 fp32 across are too narrow: rows of 5 x 6 elements, taps 6 apart
     assert shape("stencil1d", x, weights=w9, dim=1) == {"ry": 0, "rx": 4, "esz": 4, "rows16": False, "step": 6}

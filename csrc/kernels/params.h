@@ -152,6 +152,19 @@ void launch_stencil(const StencilParams& p);
 // The kernel family launch_stencil runs for p ("row", "box", "narrow3", ...; family.cuh), for
 // explain and the tests. Needs the device; p describes a non-empty input.
 const char* stencil_family(const StencilParams& p);
+// steps=k of that stencil, fused (stencil/steps.cuh): the steps one pass of its kernel applies
+// for radii ry (along the rows) and rx, esz-byte elements and taps x_step apart, or 1 where it has
+// no kernel: taps x_step > 1 apart (channels_last), or an fp64 radius of 3 or 4 (two levels of its
+// register queue do not fit). The kernel keeps K * 2ry * 4 partial sums a thread within 64
+// registers; a stencil along the rows keeps none and takes 16. launch_stencil_steps runs
+// ceil(steps / K) passes into p.out, through `scratch` (dense, p.out's size) when there are two or more.
+constexpr int stencil_steps_per_pass(int ry, int rx, int esz, int64_t x_step) {
+  if (x_step != 1 || ry < 0 || ry > 4 || rx < 0 || rx > 4) return 1;
+  if (ry == 0) return 16;
+  const int k = 64 / (2 * ry * 4 * (esz == 8 ? 2 : 1));
+  return k > 1 ? k : 1;
+}
+void launch_stencil_steps(const StencilParams& p, int64_t steps, void* scratch);
 int64_t launch_stencil_weight_grad(const StencilWeightGradParams& p);
 void launch_stencil3d(const Stencil3dParams& p);
 int64_t reduce_workspace_bytes(const ReduceParams& p);

@@ -140,15 +140,38 @@ at::Tensor stencil_cuda(const char* op, const at::Tensor& x, const at::Tensor& w
   return c.t.out;
 }
 
+// steps applications of the stencil: one call, or the fused kernel's passes (stencil/steps.cuh) where
+// it has one for the call's geometry, or else a loop of single calls.
+at::Tensor stencil_steps_cuda(const char* op, const at::Tensor& x, const at::Tensor& weights, const StencilGeometry& g,
+                              std::optional<int64_t> dim, Boundary boundary, MechanismArg mech, int64_t stages,
+                              int64_t steps) {
+  if (steps == 1 || x.numel() == 0) return stencil_cuda(op, x, weights, g, dim, boundary, mech, stages);
+  c10::cuda::CUDAGuard guard(x.device());
+  const DeviceInfo dev = device_info(x.get_device());
+  StencilCall c = stencil_call(op, x, weights, g, dim, boundary, mech, stages, dev);
+  const int per_pass = stencil_steps_per_pass(c.p.ry, c.p.rx, dtype_size(c.p.dtype), c.p.x_step);
+  if (per_pass < 2) {
+    return repeat_steps(steps, x, [&](const at::Tensor& in) {
+      return stencil_cuda(op, in, weights, g, dim, boundary, mech, stages);
+    });
+  }
+  const CopyConfig cfg = resolve_stencil_steps(dev, mech, stages);
+  check_mechanism_supported(op, cfg.mechanism, dev);
+  c.p.mechanism = cfg.mechanism;
+  c.p.stages = cfg.stages;
+  const at::Tensor scratch = steps > per_pass ? at::empty({c.p.batch * c.p.ny * c.p.nx}, c.t.kout.options()) : at::Tensor();
+  run_launcher(op, [&] { launch_stencil_steps(c.p, steps, scratch.defined() ? scratch.data_ptr() : nullptr); });
+  c.t.finish();
+  return c.t.out;
+}
+
 at::Tensor stencil1d_cuda(const at::Tensor& x, const at::Tensor& weights, int64_t dim,
                           c10::string_view boundary, c10::string_view mechanism, int64_t stages, int64_t steps) {
   const StencilKnobs knobs = check_stencil_knobs("stencil1d", boundary, mechanism, stages, steps);
   const Boundary b = knobs.boundary;
   const MechanismArg mech = knobs.mechanism;
   const StencilGeometry g = check_stencil1d(x, weights, dim, b);
-  return repeat_steps(steps, x, [&](const at::Tensor& in) {
-    return stencil_cuda("stencil1d", in, weights, g, dim, b, mech, stages);
-  });
+  return stencil_steps_cuda("stencil1d", x, weights, g, dim, b, mech, stages, steps);
 }
 
 at::Tensor stencil2d_cuda(const at::Tensor& x, const at::Tensor& weights, c10::string_view boundary,
@@ -157,9 +180,7 @@ at::Tensor stencil2d_cuda(const at::Tensor& x, const at::Tensor& weights, c10::s
   const Boundary b = knobs.boundary;
   const MechanismArg mech = knobs.mechanism;
   const StencilGeometry g = check_stencil2d(x, weights, b);
-  return repeat_steps(steps, x, [&](const at::Tensor& in) {
-    return stencil_cuda("stencil2d", in, weights, g, std::nullopt, b, mech, stages);
-  });
+  return stencil_steps_cuda("stencil2d", x, weights, g, std::nullopt, b, mech, stages, steps);
 }
 
 at::Tensor stencil3d_cuda_step(const at::Tensor& x, const at::Tensor& weights, const Stencil3dGeometry& g, Boundary b,

@@ -76,7 +76,7 @@ using cupipe::ops::TableShape;
 // (tuning.cpp); explicit arguments pass through, validated like the ops validate them.
 CopyConfig resolve(const std::string& op, int sm, const std::string& mechanism, int64_t stages, int64_t vec_bytes,
                    int64_t outer, int64_t r, int64_t inner, int ry, int rx, int esz, bool rows16, int64_t step,
-                   int rz) {
+                   int rz, int64_t steps) {
   using namespace cupipe::ops;
   const MechanismArg mech = parse_mechanism(op.c_str(), mechanism);
   check_stages(op.c_str(), stages);
@@ -84,15 +84,16 @@ CopyConfig resolve(const std::string& op, int sm, const std::string& mechanism, 
   TableShape shape;
   shape.outer = outer; shape.r = r; shape.inner = inner;
   shape.ry = ry; shape.rx = rx; shape.esz = esz; shape.rows16 = rows16; shape.step = step; shape.rz = rz;
+  shape.steps = steps;
   return resolve_op(op, sm, mech, stages, vec_bytes, shape);
 }
 
 // (mechanism, stages, vec_bytes)
 pybind11::tuple resolve_config(const std::string& op, int sm, const std::string& mechanism, int64_t stages,
                                int64_t vec_bytes, int64_t outer, int64_t r, int64_t inner, int ry, int rx,
-                               int esz, bool rows16, int64_t step, int rz) {
+                               int esz, bool rows16, int64_t step, int rz, int64_t steps) {
   const CopyConfig cfg =
-      resolve(op, sm, mechanism, stages, vec_bytes, outer, r, inner, ry, rx, esz, rows16, step, rz);
+      resolve(op, sm, mechanism, stages, vec_bytes, outer, r, inner, ry, rx, esz, rows16, step, rz, steps);
   return pybind11::make_tuple(std::string(cupipe::engine::mechanism_name(cfg.mechanism)), cfg.stages,
                               cfg.vec_bytes);
 }
@@ -100,9 +101,9 @@ pybind11::tuple resolve_config(const std::string& op, int sm, const std::string&
 // (mechanism, stages, vec_bytes, why): why the table makes its own choice for this case.
 pybind11::tuple explain_config(const std::string& op, int sm, const std::string& mechanism, int64_t stages,
                                int64_t vec_bytes, int64_t outer, int64_t r, int64_t inner, int ry, int rx,
-                               int esz, bool rows16, int64_t step, int rz) {
+                               int esz, bool rows16, int64_t step, int rz, int64_t steps) {
   const CopyConfig cfg =
-      resolve(op, sm, mechanism, stages, vec_bytes, outer, r, inner, ry, rx, esz, rows16, step, rz);
+      resolve(op, sm, mechanism, stages, vec_bytes, outer, r, inner, ry, rx, esz, rows16, step, rz, steps);
   return pybind11::make_tuple(std::string(cupipe::engine::mechanism_name(cfg.mechanism)), cfg.stages,
                               cfg.vec_bytes, std::string(cfg.why));
 }
@@ -118,7 +119,7 @@ std::optional<std::vector<int64_t>> dims_arg(const pybind11::object& dim) {
 // derives them (reduce's canonical view, the stencils' radii along the kernels' axes).
 pybind11::dict table_shape(const std::string& op, const at::Tensor& x, const std::optional<at::Tensor>& weights,
                            const pybind11::object& dim, const std::string& boundary,
-                           const std::string& reduce_op, std::optional<at::ScalarType> dtype) {
+                           const std::string& reduce_op, std::optional<at::ScalarType> dtype, int64_t steps) {
   const TableShape s = cupipe::ops::table_shape(op, x, weights, dims_arg(dim), boundary, reduce_op, dtype);
   pybind11::dict d;
   if (op == "reduce") {
@@ -133,13 +134,14 @@ pybind11::dict table_shape(const std::string& op, const at::Tensor& x, const std
     d["rows16"] = s.rows16;
     d["step"] = s.step;
     if (op == "stencil3d") d["rz"] = s.rz;
+    else if (steps > 1) d["steps"] = steps;
   }
   return d;
 }
 
 std::string layout_plan(const std::string& op, const at::Tensor& x, const std::optional<at::Tensor>& weights,
                         const pybind11::object& dim, const std::string& boundary, const std::string& reduce_op,
-                        std::optional<at::ScalarType> dtype) {
+                        std::optional<at::ScalarType> dtype, int64_t /*steps*/) {
   return cupipe::ops::table_shape(op, x, weights, dims_arg(dim), boundary, reduce_op, dtype).layout;
 }
 
@@ -191,30 +193,35 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
       "along the rows, rx along the last dim; stencil1d along the last dim is ry = 0), the element size "
       "in bytes, whether x's rows are whole 16-byte multiples from a 16-byte aligned pointer (rows16) and "
       "the elements between x's taps (step: a batch dim inside the rows, as channels_last's C), and "
-      "stencil3d's depth radius (rz; 0 runs as stencil2d); "
+      "stencil3d's depth radius (rz; 0 runs as stencil2d), and stencil1d/stencil2d's steps (steps > 1: the "
+      "fused kernel's table where one runs); "
       "table_shape derives them from a call's arguments";
   m.def("resolve_config", &resolve_config,
         ("what auto resolves to: (op, sm, mechanism, stages, vec_bytes[, outer, r, inner, ry, rx, esz, "
-         "rows16, step, rz]) -> (mechanism, stages, vec_bytes); " + shape_doc).c_str(),
+         "rows16, step, rz, steps]) -> (mechanism, stages, vec_bytes); " + shape_doc).c_str(),
         py::arg("op"), py::arg("sm"), py::arg("mechanism"), py::arg("stages"), py::arg("vec_bytes"),
         py::arg("outer") = 1, py::arg("r") = 1, py::arg("inner") = 1, py::arg("ry") = 0, py::arg("rx") = 0,
-        py::arg("esz") = 4, py::arg("rows16") = false, py::arg("step") = 1, py::arg("rz") = 0);
+        py::arg("esz") = 4, py::arg("rows16") = false, py::arg("step") = 1, py::arg("rz") = 0,
+        py::arg("steps") = 1);
   m.def("explain_config", &explain_config,
         "resolve_config's arguments -> (mechanism, stages, vec_bytes, why): why the table makes its own "
         "choice for this case",
         py::arg("op"), py::arg("sm"), py::arg("mechanism"), py::arg("stages"), py::arg("vec_bytes"),
         py::arg("outer") = 1, py::arg("r") = 1, py::arg("inner") = 1, py::arg("ry") = 0, py::arg("rx") = 0,
-        py::arg("esz") = 4, py::arg("rows16") = false, py::arg("step") = 1, py::arg("rz") = 0);
+        py::arg("esz") = 4, py::arg("rows16") = false, py::arg("step") = 1, py::arg("rz") = 0,
+        py::arg("steps") = 1);
   m.def("table_shape", &table_shape,
         "the shape keywords of resolve_config for op(x, ...) (checked as the op checks them; reads only "
         "metadata): dim is stencil1d's dim or reduce's dims (None: all), boundary the stencils', reduce_op "
-        "and dtype reduce's",
+        "and dtype reduce's, steps stencil1d/stencil2d's",
         py::arg("op"), py::arg("x"), py::arg("weights") = py::none(), py::arg("dim") = py::none(),
-        py::arg("boundary") = "zero", py::arg("reduce_op") = "sum", py::arg("dtype") = py::none());
+        py::arg("boundary") = "zero", py::arg("reduce_op") = "sum", py::arg("dtype") = py::none(),
+        py::arg("steps") = 1);
   m.def("layout_plan", &layout_plan,
         "how op(x, ...) reads x's memory (csrc/ops/layout.h), in words; table_shape's arguments",
         py::arg("op"), py::arg("x"), py::arg("weights") = py::none(), py::arg("dim") = py::none(),
-        py::arg("boundary") = "zero", py::arg("reduce_op") = "sum", py::arg("dtype") = py::none());
+        py::arg("boundary") = "zero", py::arg("reduce_op") = "sum", py::arg("dtype") = py::none(),
+        py::arg("steps") = 1);
   m.def(
       "stencil_family",
       [](const at::Tensor& x, const at::Tensor& weights, std::optional<int64_t> dim, const std::string& boundary,

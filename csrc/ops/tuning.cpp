@@ -141,6 +141,18 @@ CopyConfig resolve_stencil3d(const DeviceInfo& dev, MechanismArg mech, int64_t s
   return apply_explicit(best, mech, stages, 0);
 }
 
+constexpr const char* kStencilSteps =
+    "fused steps on sm_90: tma with 3 stages (the register pipeline is arithmetic-bound at k >= 4; "
+    "a stage is a few window rows, one tensor-map box where the rows allow)";
+constexpr const char* kStencilStepsBeforeSm90 =
+    "fused steps before sm_90: primitives with 3 stages (no Hopper instructions; not measured there)";
+
+CopyConfig resolve_stencil_steps(const DeviceInfo& dev, MechanismArg mech, int64_t stages) {
+  const CopyConfig best = dev.code_sm >= 90 ? choice(Mechanism::Tma, 3, kStencilSteps)
+                                            : choice(Mechanism::Primitives, 3, kStencilStepsBeforeSm90);
+  return apply_explicit(best, mech, stages, 0);
+}
+
 CopyConfig resolve_stencil(const DeviceInfo& dev, MechanismArg mech, int64_t stages, const StencilGeometry& g) {
   CopyConfig best;
   if (dev.code_sm < 90) {
@@ -270,6 +282,9 @@ CopyConfig resolve_op(const std::string& op, int sm, MechanismArg mech, int64_t 
   dev.code_sm = sm;
   if (op == "stream_copy") return resolve_stream_copy(dev, mech, stages, vec_bytes, 0);
   if (op == "stencil3d" && shape.rz > 0) return resolve_stencil3d(dev, mech, stages);
+  if ((op == "stencil1d" || op == "stencil2d") && shape.steps > 1 &&
+      stencil_steps_per_pass(shape.ry, shape.rx, shape.esz, shape.step) > 1)
+    return resolve_stencil_steps(dev, mech, stages);
   if (op == "stencil1d" || op == "stencil2d" || op == "stencil3d") {  // stencil3d with rz = 0 runs as stencil2d
     StencilGeometry g;
     g.ry = shape.ry;

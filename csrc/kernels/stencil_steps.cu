@@ -1,0 +1,135 @@
+// launch_stencil_steps: the passes of stencil/steps.cuh's fused kernel for a stencil's steps=k,
+// their band, chunk and grid geometry.
+#include "kernels/stencil/steps.cuh"
+
+#include <algorithm>
+#include <stdexcept>
+#include <string>
+
+#include "kernels/kernel_id.h"
+#include "kernels/launch_utils.cuh"
+#include "kernels/stencil/launch_plan.cuh"  // stencil_l2_promotion
+#include "kernels/tensor_map.cuh"
+
+namespace cupipe {
+namespace kernels {
+namespace {
+
+constexpr const char* kStepsHeader = "kernels/stencil/steps.cuh";
+
+// The loader's geometry of a pass of k steps over (batch, ny, nx) planes with row and plane
+// strides xs_row, xs_plane: bands of `warps` strips, windows of win_h rows.
+template <typename T>
+StepsGeom steps_geom(const StencilParams& p, int k, int warps, int64_t xs_row, int64_t xs_plane, int align) {
+  constexpr int64_t esz = sizeof(T);
+  const int V = steps_lane_cols(p.ry);
+  StepsGeom f{};
+  f.k = k;
+  f.halo = static_cast<int>(engine::align_up(int64_t(k) * p.rx, V));
+  f.warp_w = 32 * V - 2 * f.halo;
+  f.band_w = warps * f.warp_w;
+  StencilGeom& g = f.g;
+  g.batch = p.batch; g.ny = p.ny; g.nx = p.nx;
+  g.xs_row = xs_row; g.xs_plane = xs_plane;
+  g.ry = 0; g.rx = f.halo; g.step = 1;
+  g.wdt = p.weights_dtype;
+  g.fixed = StencilFixed::None;
+  g.tensor_tiles = false;
+  g.tile_w = f.band_w;
+  g.tile_h = g.win_h = p.ry > 0 ? kStepsRows : static_cast<int>(std::min<int64_t>(p.ny, kStepsRowsRy0));
+  g.win_w = f.band_w + 2 * f.halo;
+  g.pitch = static_cast<int>(engine::align_up(g.win_w * esz + 32, 16));
+  g.hdr_bytes = static_cast<int>(engine::align_up(static_cast<int64_t>(sizeof(TileHeader)) + 4 * g.win_h, align));
+  g.stage_bytes = engine::align_up(g.hdr_bytes + int64_t(g.win_h) * g.pitch + 16, engine::kStageAlign);
+  f.bands = (p.nx + f.band_w - 1) / f.band_w;
+  f.row_tiles = (p.ny + g.win_h - 1) / g.win_h;
+  return f;
+}
+
+std::string steps_kernel_id(const StencilParams& p) {
+  std::string id;
+  dispatch_dtype(p.dtype, [&](auto tv) {
+    id = kernel_id("stencil_steps_kernel", p.mechanism, p.stages, type_c<decltype(tv)>{}, p.ry, p.rx);
+  });
+  return id;
+}
+
+}  // namespace
+
+void launch_steps(const StencilParams& p, int64_t steps, void* scratch) {
+  const int K = stencil_steps_per_pass(p.ry, p.rx, dtype_size(p.dtype), p.x_step);
+  if (K < 2 || steps < 1) throw std::logic_error("cupipe: launch_stencil_steps without a fused kernel for the call");
+  if (p.stages < 1 || p.stages > engine::kMaxStages)
+    throw std::runtime_error("stages must be 1..8, got " + std::to_string(p.stages));
+  if (p.batch * p.ny * p.nx == 0) return;
+  dispatch_dtype(p.dtype, [&](auto tv) {
+    using T = decltype(tv);
+    constexpr int64_t esz = sizeof(T);
+    const DeviceInfo dev = device_info(current_device());
+    const bool kTma = p.mechanism == engine::Mechanism::Tma;
+    const int warps = engine::consumer_threads(p.mechanism, kStepsThreads) / 32;
+    const cudaStream_t stream = reinterpret_cast<cudaStream_t>(p.stream);
+    const auto kernel = kernel_ref<const T*, T*, const void*, StepsGeom, Boundary, CUtensorMap>(
+        kStepsHeader, steps_kernel_id(p), stream);
+    // Passes of as even a share of the steps as K allows; each writes where the last pass's
+    // output ends in `out` (they alternate between out and scratch).
+    const int64_t passes = (steps + K - 1) / K;
+    const T* src = static_cast<const T*>(p.x);
+    int64_t xs_row = p.x_row ? p.x_row : p.nx, xs_plane = p.x_plane ? p.x_plane : p.ny * p.nx;
+    for (int64_t i = 0; i < passes; ++i) {
+      const int k = static_cast<int>(steps / passes + (i < steps % passes ? 1 : 0));
+      StepsGeom f = steps_geom<T>(p, k, warps, xs_row, xs_plane, kTma ? 128 : 16);
+      StencilGeom& g = f.g;
+      constexpr int64_t kMaxCoord = 0x7fffffff;
+      g.tensor_tiles = kTma && dev.code_sm >= 90 && rows_of_16(g, esz) && reinterpret_cast<uintptr_t>(src) % 16 == 0 &&
+                       g.pitch / tensor_map_unit(esz) <= 256 && g.win_h <= 256 && p.nx <= kMaxCoord &&
+                       p.ny + kStepsRows + 2 * int64_t(k) * p.ry <= kMaxCoord && p.batch <= kMaxCoord;
+      const size_t smem = static_cast<size_t>(p.stages) * g.stage_bytes;
+      if (static_cast<int64_t>(smem) > dev.max_smem_optin - 1024)
+        throw std::runtime_error("stencil steps: " + std::to_string(p.stages) + " stages of " +
+                                 std::to_string(g.stage_bytes) + " bytes do not fit in shared memory");
+      prepare_smem(kernel, smem, "stencil steps");
+      const int64_t resident =
+          std::max<int64_t>(1, static_cast<int64_t>(dev.num_sms) * blocks_per_sm(kernel, kStepsThreads, smem));
+      int64_t grid = 0;
+      if (p.ry > 0) {
+        // The chunk count with the shortest estimated time: waves of resident blocks times the
+        // rows a block streams (its chunk and 2 * k * ry more), chunks of at least 4 * k * ry rows.
+        const int64_t columns = p.batch * f.bands, fill = 2 * int64_t(k) * p.ry;
+        const int64_t max_chunks =
+            std::max<int64_t>(1, std::min(p.ny / (2 * fill), 8 * resident / std::max<int64_t>(1, columns)));
+        int64_t best = 1, best_cost = -1;
+        for (int64_t n = 1; n <= max_chunks; ++n) {
+          const int64_t cost = (columns * n + resident - 1) / resident * ((p.ny + n - 1) / n + fill);
+          if (best_cost < 0 || cost < best_cost) best = n, best_cost = cost;
+        }
+        f.chunk = (p.ny + best - 1) / best;
+        f.nchunks = (p.ny + f.chunk - 1) / f.chunk;
+        grid = columns * f.nchunks;
+      } else {
+        // Independent items: a few waves of blocks, each streaming a run of them through its ring.
+        const int64_t items = p.batch * f.row_tiles * f.bands;
+        const int64_t blocks = std::max<int64_t>(1, std::min(items, 4 * resident));
+        f.items_per_block = (items + blocks - 1) / blocks;
+        grid = (items + f.items_per_block - 1) / f.items_per_block;
+      }
+      if (grid > 0x7fffffff) throw std::runtime_error("stencil steps: the plane needs more than 2^31 - 1 blocks");
+      CUtensorMap tmap{};
+      if (g.tensor_tiles)
+        tmap = make_plane_map(src, p.dtype, static_cast<int>(esz), p.batch, p.ny, p.nx, xs_row, xs_plane, g.pitch,
+                              g.win_h, stencil_l2_promotion(dev));
+      T* dst = static_cast<T*>((passes - 1 - i) % 2 == 0 ? p.out : scratch);
+      launch_kernel(kernel, dim3(static_cast<unsigned>(grid)), dim3(kStepsThreads), smem, stream, false, src, dst,
+                    p.weights, f, p.boundary, tmap);
+      src = dst;
+      xs_row = p.nx;
+      xs_plane = p.ny * p.nx;
+    }
+  });
+}
+
+}  // namespace kernels
+
+void launch_stencil_steps(const StencilParams& p, int64_t steps, void* scratch) { kernels::launch_steps(p, steps, scratch); }
+
+}  // namespace cupipe
