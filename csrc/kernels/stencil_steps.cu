@@ -27,7 +27,9 @@ StepsGeom steps_geom(const StencilParams& p, int k, int warps, int64_t xs_row, i
   f.k = k;
   f.halo = static_cast<int>(engine::align_up(int64_t(k) * p.rx, V));
   f.warp_w = 32 * V - 2 * f.halo;
-  f.band_w = warps * f.warp_w;
+  const int rows = p.ry > 0 ? kStepsRows : static_cast<int>(std::min<int64_t>(p.ny, kStepsRowsRy0));
+  f.strips = p.ry > 0 ? 1 : kStepsRowsRy0 / rows;
+  f.band_w = warps * f.strips * f.warp_w;
   StencilGeom& g = f.g;
   g.batch = p.batch; g.ny = p.ny; g.nx = p.nx;
   g.xs_row = xs_row; g.xs_plane = xs_plane;
@@ -36,7 +38,7 @@ StepsGeom steps_geom(const StencilParams& p, int k, int warps, int64_t xs_row, i
   g.fixed = StencilFixed::None;
   g.tensor_tiles = false;
   g.tile_w = f.band_w;
-  g.tile_h = g.win_h = p.ry > 0 ? kStepsRows : static_cast<int>(std::min<int64_t>(p.ny, kStepsRowsRy0));
+  g.tile_h = g.win_h = rows;
   g.win_w = f.band_w + 2 * f.halo;
   g.pitch = static_cast<int>(engine::align_up(g.win_w * esz + 32, 16));
   g.hdr_bytes = static_cast<int>(engine::align_up(static_cast<int64_t>(sizeof(TileHeader)) + 4 * g.win_h, align));

@@ -55,7 +55,8 @@ struct StepsGeom {
   int64_t chunk, nchunks;   // RY > 0: output rows of a block, blocks along a plane's rows
   int64_t row_tiles;        // RY = 0: row windows of a plane
   int64_t items_per_block;  // RY = 0: consecutive (plane, row window, band) items of a block
-  int band_w;               // output columns of a band: consumer warps x warp_w
+  int band_w;               // output columns of a band: consumer warps x strips x warp_w
+  int strips;               // strips a warp (RY = 0: as many as fill kStepsRowsRy0 rows; else 1)
   int warp_w;               // output columns of a strip: 32 * V - 2 * halo
   int halo;                 // columns recomputed each side: k * rx rounded up to V
   int k;                    // steps this pass, 1..K
@@ -138,102 +139,122 @@ __global__ void __launch_bounds__(kStepsThreads, kStepsMinBlocks)
   };
 
   auto consume = [&](const char* stage, int64_t t, engine::Team team) {
-    const int warp = team.rank >> 5, lane = team.rank & 31;
+    const int lane = team.rank & 31;
     const TileHeader th = tile_at(t);
-    const int64_t cw = th.x0 - f.halo + int64_t(warp) * f.warp_w;  // the strip's first column
-    if (cw + f.halo >= g.nx) return;  // no outputs in the plane (warp-uniform)
-    const int64_t cl = cw + lane * V;   // this lane's first column
-    const bool xedge = !circ && (cw < 0 || cw + 32 * V > g.nx);
-    const bool writes = lane * V >= f.halo && lane * V < 32 * V - f.halo;  // whole lanes: halo % V == 0
-    const int* shifts = reinterpret_cast<const int*>(stage + sizeof(TileHeader));
-    const int64_t rows_left = RY > 0 ? y1 - y0 + 2 * int64_t(k) * RY - t * g.win_h : g.ny - th.y0;
-    const int rows = static_cast<int>(min(int64_t(g.win_h), rows_left));
-    for (int i = 0; i < rows; ++i) {
-      const T* src = reinterpret_cast<const T*>(stage + g.hdr_bytes + static_cast<int64_t>(i) * g.pitch + shifts[i]) +
-                     warp * f.warp_w + lane * V;
-      A v[V];
+    // The band's strips: one a warp (RY > 0: its register queue); the rows of a 1-D stencil along
+    // the rows take f.strips a warp, so that a stage is a longer stretch of a short row.
+    for (int m = 0; m < (RY > 0 ? 1 : f.strips); ++m) {
+      const int strip = m * (team.size >> 5) + (team.rank >> 5);
+      const int64_t cw = th.x0 - f.halo + int64_t(strip) * f.warp_w;  // the strip's first column
+      if (cw + f.halo >= g.nx) continue;  // no outputs in the plane (warp-uniform)
+      const int64_t cl = cw + lane * V;   // this lane's first column
+      const bool xedge = !circ && (cw < 0 || cw + 32 * V > g.nx);
+      const bool writes = lane * V >= f.halo && lane * V < 32 * V - f.halo;  // whole lanes: halo % V == 0
+      const int* shifts = reinterpret_cast<const int*>(stage + sizeof(TileHeader));
+      const int64_t rows_left = RY > 0 ? y1 - y0 + 2 * int64_t(k) * RY - t * g.win_h : g.ny - th.y0;
+      const int rows = static_cast<int>(min(int64_t(g.win_h), rows_left));
+      // The k levels of one arriving row. kSimple: every row it meets at every level lies in the
+      // plane, none within reach of a row edge, and the strip is away from the column edges (most
+      // rows of most strips): the taps alone, no row bookkeeping, no boundary work.
+      // Called with a constant kSimple at both places, each inlined: two bodies.
+      auto levels = [&](A(&v)[V], int64_t& q, const bool kSimple) __attribute__((always_inline)) {
+        bool real = circ || (q >= 0 && q < g.ny);
 #pragma unroll
-      for (int e = 0; e < V; ++e) v[e] = to_acc<A>(src[e]);
-      int64_t q = th.y0 + i;  // the row v holds, at the level reached
-      bool real = circ || (q >= 0 && q < g.ny);
+        for (int s = 0; s < K; ++s) {
+          if (s >= k) break;
+          A xv[V + 2 * RX];
 #pragma unroll
-      for (int s = 0; s < K; ++s) {
-        if (s >= k) break;
-        A xv[V + 2 * RX];
+          for (int j = 0; j < RX; ++j) {
+            xv[j] = __shfl_up_sync(0xffffffffu, v[V - RX + j], 1);
+            xv[RX + V + j] = __shfl_down_sync(0xffffffffu, v[j], 1);
+          }
 #pragma unroll
-        for (int j = 0; j < RX; ++j) {
-          xv[j] = __shfl_up_sync(0xffffffffu, v[V - RX + j], 1);
-          xv[RX + V + j] = __shfl_down_sync(0xffffffffu, v[j], 1);
-        }
+          for (int e = 0; e < V; ++e) xv[RX + e] = v[e];
+          A n[V];
 #pragma unroll
-        for (int e = 0; e < V; ++e) xv[RX + e] = v[e];
-        // Rows whose ghost taps can map to q: within RY of an edge (any row of a plane of a few).
-        const bool fold = RY > 0 && mirror && real && (q <= RY || q >= g.ny - 1 - RY);
-        A n[V];
+          for (int d = 0; d <= 2 * RY; ++d) {  // output row q - RY + d takes q as tap row 2RY - d
+            A(&acc)[V] = d == 0 ? n : P[s][d > 0 ? d - 1 : 0];
 #pragma unroll
-        for (int d = 0; d <= 2 * RY; ++d) {  // output row q - RY + d takes q as tap row 2RY - d
-          A acc[V];
+            for (int e = 0; e < V; ++e) acc[e] = d < 2 * RY ? P[s][d][e] : A(0);
+            tap_row(acc, 2 * RY - d, xv);
+          }
+          if (kSimple) {
 #pragma unroll
-          for (int e = 0; e < V; ++e) acc[e] = d < 2 * RY ? P[s][d][e] : A(0);
-          if (real) tap_row(acc, 2 * RY - d, xv);
-          if (fold) {
-            const int64_t r = q - RY + d;
-            if (r >= 0 && r < g.ny) {
+            for (int e = 0; e < V; ++e) v[e] = to_acc<A>(from_acc<T>(n[e]));  // a step's output is a T
+          } else {
+            // Near an edge, the outputs whose taps past it map to q take it again as those taps.
+            if (RY > 0 && mirror && real && (q <= RY || q >= g.ny - 1 - RY)) {
 #pragma unroll
-              for (int a = 0; a <= 2 * RY; ++a) {
-                const int64_t gy = r + a - RY;
-                if (a != 2 * RY - d && (gy < 0 || gy >= g.ny) && steps_mirror(gy, g.ny, reflect) == q)
-                  tap_row(acc, a, xv);
+              for (int d = 0; d <= 2 * RY; ++d) {
+                const int64_t r = q - RY + d;
+                if (r < 0 || r >= g.ny) continue;
+#pragma unroll
+                for (int a = 0; a <= 2 * RY; ++a) {
+                  const int64_t gy = r + a - RY;
+                  if (a != 2 * RY - d && (gy < 0 || gy >= g.ny) && steps_mirror(gy, g.ny, reflect) == q)
+                    tap_row(d == 0 ? n : P[s][d > 0 ? d - 1 : 0], a, xv);
+                }
               }
             }
-          }
+            q -= RY;
+            real = circ || (q >= 0 && q < g.ny);
 #pragma unroll
-          for (int e = 0; e < V; ++e) {
-            if (d == 0) n[e] = acc[e];
-            else P[s][d > 0 ? d - 1 : 0][e] = acc[e];
-          }
-        }
-#pragma unroll
-        for (int e = 0; e < V; ++e) n[e] = to_acc<A>(from_acc<T>(n[e]));  // a step's output is a T
-        q -= RY;
-        real = circ || (q >= 0 && q < g.ny);
-        if (xedge) {  // the columns past an edge of the plane, at this level
-          if (boundary == Boundary::Zero) {
-#pragma unroll
-            for (int e = 0; e < V; ++e)
-              if (cl + e < 0 || cl + e >= g.nx) n[e] = A(0);
-          } else {
-#pragma unroll
-            for (int j = 1; j <= RX; ++j) {
-#pragma unroll
-              for (int side = 0; side < 2; ++side) {
-                const int64_t gc = side ? g.nx - 1 + j : -j;  // warp-uniform: ghost and source columns
-                const int64_t pg = gc - cw, pm = steps_mirror(gc, g.nx, reflect) - cw;
-                if (pg < 0 || pg >= 32 * V || pm < 0 || pm >= 32 * V) continue;
-                A val = n[0];
-#pragma unroll
-                for (int e = 1; e < V; ++e)
-                  if (pm % V == e) val = n[e];
-                val = __shfl_sync(0xffffffffu, val, static_cast<int>(pm / V));
+            for (int e = 0; e < V; ++e) n[e] = real ? to_acc<A>(from_acc<T>(n[e])) : A(0);
+            if (xedge) {  // the columns past an edge of the plane, at this level
+              if (boundary == Boundary::Zero) {
 #pragma unroll
                 for (int e = 0; e < V; ++e)
-                  if (lane == pg / V && pg % V == e) n[e] = val;
+                  if (cl + e < 0 || cl + e >= g.nx) n[e] = A(0);
+              } else {
+#pragma unroll
+                for (int j = 1; j <= RX; ++j) {
+#pragma unroll
+                  for (int side = 0; side < 2; ++side) {
+                    const int64_t gc = side ? g.nx - 1 + j : -j;  // warp-uniform: ghost and source columns
+                    const int64_t pg = gc - cw, pm = steps_mirror(gc, g.nx, reflect) - cw;
+                    if (pg < 0 || pg >= 32 * V || pm < 0 || pm >= 32 * V) continue;
+                    A val = n[0];
+#pragma unroll
+                    for (int e = 1; e < V; ++e)
+                      if (pm % V == e) val = n[e];
+                    val = __shfl_sync(0xffffffffu, val, static_cast<int>(pm / V));
+#pragma unroll
+                    for (int e = 0; e < V; ++e)
+                      if (lane == pg / V && pg % V == e) n[e] = val;
+                  }
+                }
               }
             }
+#pragma unroll
+            for (int e = 0; e < V; ++e) v[e] = n[e];
           }
         }
+        if (kSimple) q -= int64_t(k) * RY;
+      };
+      for (int i = 0; i < rows; ++i) {
+        const T* src = reinterpret_cast<const T*>(stage + g.hdr_bytes + static_cast<int64_t>(i) * g.pitch + shifts[i]) +
+                       strip * f.warp_w + lane * V;
+        int64_t q = th.y0 + i;  // the row v holds, at the level reached
+        // A row outside the plane (none under circular) is a row of zeros at every level: it adds
+        // nothing, with no branch in the taps (its ghost taps are folded onto their sources).
+        const bool real = circ || (q >= 0 && q < g.ny);
+        A v[V];
 #pragma unroll
-        for (int e = 0; e < V; ++e) v[e] = n[e];
-      }
-      // v: level k's row q. Stored where it is this block's and the lane's.
-      if (writes && q >= (RY > 0 ? y0 : 0) && q < y1 && cl < g.nx) {
-        T* dst = out + (th.b * g.ny + q) * g.nx + cl;
+        for (int e = 0; e < V; ++e) v[e] = real ? to_acc<A>(src[e]) : A(0);
+        if (!xedge && (RY == 0 || circ || (q - int64_t(k) * RY > RY && q < g.ny - 1 - RY)))
+          levels(v, q, true);
+        else
+          levels(v, q, false);
+        // v: level k's row q. Stored where it is this block's and the lane's.
+        if (writes && q >= (RY > 0 ? y0 : 0) && q < y1 && cl < g.nx) {
+          T* dst = out + (th.b * g.ny + q) * g.nx + cl;
 #pragma unroll
-        for (int j = 0; j < V / CW; ++j) {
-          A c[CW];
+          for (int j = 0; j < V / CW; ++j) {
+            A c[CW];
 #pragma unroll
-          for (int e = 0; e < CW; ++e) c[e] = v[j * CW + e];
-          store_outputs<T, CW>(dst + j * CW, g.nx - cl - j * CW, c);
+            for (int e = 0; e < CW; ++e) c[e] = v[j * CW + e];
+            store_outputs<T, CW>(dst + j * CW, g.nx - cl - j * CW, c);
+          }
         }
       }
     }
