@@ -111,6 +111,9 @@ def test_steps_per_pass_mirror_the_kernels():
     assert [ks.steps_per_pass(ry, 8) for ry in range(5)] == [16, 4, 2, 1, 1]
     assert not ks.stencil_steps_instances("tma", 3, "float64", [(3, 1), (4, 4)])
     assert len(ks.stencil_steps_instances("tma", 3, "float32")) == 25
+    from cupipe._kernel_cache import instances_for
+    got = instances_for("stencil_steps", dtype="float32", mechanism="tma", stages=3, radius=(0, 1, 1))
+    assert [i.id for i in got] == ["stencil_steps_kernel<engine::Mechanism::Tma,3,float,1,1>"]
 
 
 @pytest.mark.cuda
