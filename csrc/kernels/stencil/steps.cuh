@@ -120,7 +120,7 @@ __global__ void __launch_bounds__(kStepsThreads, kStepsMinBlocks)
   const bool circ = boundary == Boundary::Circular;
   const bool mirror = boundary == Boundary::Replicate || boundary == Boundary::Reflect;
   const bool reflect = boundary == Boundary::Reflect;
-  A P[K][PQ][V];  // level s's partial rows q - RY + 1 .. q + RY - 1 (after arrival q)
+  A P[K][PQ][V];  // level s's partial rows q - RY + 1 .. q + RY (after arrival q)
 #pragma unroll
   for (int s = 0; s < K; ++s)
 #pragma unroll
