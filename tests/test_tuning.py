@@ -199,6 +199,16 @@ def test_wrappers_use_a_cached_entry_for_auto(fake_gpu):
     assert fake_gpu.calls[-1][1]["mechanism"] == "auto"
     cupipe.stencil2d(x.half(), w)                          # another dtype: no entry
     assert fake_gpu.calls[-1][1]["mechanism"] == "auto"
+    # steps > 1 runs the fused kernel: tuned apart from the single step
+    cupipe.stencil2d(x, w, steps=4)
+    assert fake_gpu.calls[-1][1]["mechanism"] == "auto" and fake_gpu.calls[-1][1]["steps"] == 4
+    tuning.store_entries({tuning.cache_key("stencil2d", tuning.shape_class("stencil2d", (64, 128), radius=(1, 1))
+                                           + ":steps", torch.float32, "Fake GPU"): dict(ENTRY, mechanism="tma",
+                                                                                        stages=4)})
+    cupipe.stencil2d(x, w, steps=8)
+    assert fake_gpu.calls[-1][1]["mechanism"] == "tma" and fake_gpu.calls[-1][1]["stages"] == 4
+    cupipe.stencil2d(x, w)
+    assert fake_gpu.calls[-1][1]["mechanism"] == "cg"
 
     cupipe.stream_copy(torch.empty(1000, device="cuda"))
     assert fake_gpu.calls[-1][1] == {"mechanism": "tma", "stages": 3, "vec_bytes": 8}
