@@ -127,32 +127,37 @@ CopyConfig resolve_stream_copy(const DeviceInfo& dev, MechanismArg mech, int64_t
   return apply_explicit(best, mech, stages, vec_bytes);
 }
 
-// sm_90: bulk copies along the last dim, tensor-map boxes where the rows allow them (rows16),
-// primitives elsewhere; tiles_per_block where short-lived blocks beat one persistent wave.
 constexpr const char* kStencil3d =
     "3-D stencils on sm_90: tma with 3 stages (one tensor-map box a plane tile, issued by one thread; "
     "fastest of tma, primitives and specialized at 2-4 stages for 512^3 7- and 27-point stencils)";
 constexpr const char* kStencil3dBeforeSm90 =
     "3-D stencils before sm_90: primitives with 3 stages (no Hopper instructions; not measured there)";
-
-CopyConfig resolve_stencil3d(const DeviceInfo& dev, MechanismArg mech, int64_t stages) {
-  const CopyConfig best = dev.code_sm >= 90 ? choice(Mechanism::Tma, 3, kStencil3d)
-                                            : choice(Mechanism::Primitives, 3, kStencil3dBeforeSm90);
-  return apply_explicit(best, mech, stages, 0);
-}
-
 constexpr const char* kStencilSteps =
     "fused steps on sm_90: tma with 3 stages (the register pipeline is arithmetic-bound at k >= 4; "
     "a stage is a few window rows, one tensor-map box where the rows allow)";
 constexpr const char* kStencilStepsBeforeSm90 =
     "fused steps before sm_90: primitives with 3 stages (no Hopper instructions; not measured there)";
 
-CopyConfig resolve_stencil_steps(const DeviceInfo& dev, MechanismArg mech, int64_t stages) {
-  const CopyConfig best = dev.code_sm >= 90 ? choice(Mechanism::Tma, 3, kStencilSteps)
-                                            : choice(Mechanism::Primitives, 3, kStencilStepsBeforeSm90);
+namespace {
+// The streaming stencil kernels (stencil3d, fused steps): tma/3 on sm_90, primitives/3 before.
+CopyConfig streaming_choice(const DeviceInfo& dev, MechanismArg mech, int64_t stages, const char* why_sm90,
+                            const char* why_before) {
+  const CopyConfig best = dev.code_sm >= 90 ? choice(Mechanism::Tma, 3, why_sm90)
+                                            : choice(Mechanism::Primitives, 3, why_before);
   return apply_explicit(best, mech, stages, 0);
 }
+}  // namespace
 
+CopyConfig resolve_stencil3d(const DeviceInfo& dev, MechanismArg mech, int64_t stages) {
+  return streaming_choice(dev, mech, stages, kStencil3d, kStencil3dBeforeSm90);
+}
+
+CopyConfig resolve_stencil_steps(const DeviceInfo& dev, MechanismArg mech, int64_t stages) {
+  return streaming_choice(dev, mech, stages, kStencilSteps, kStencilStepsBeforeSm90);
+}
+
+// sm_90: bulk copies along the last dim, tensor-map boxes where the rows allow them (rows16),
+// primitives elsewhere; tiles_per_block where short-lived blocks beat one persistent wave.
 CopyConfig resolve_stencil(const DeviceInfo& dev, MechanismArg mech, int64_t stages, const StencilGeometry& g) {
   CopyConfig best;
   if (dev.code_sm < 90) {
