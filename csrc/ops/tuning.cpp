@@ -106,9 +106,13 @@ constexpr const char* kReduceRowsTma =
     "along the innermost dim on sm_90 (a whole tensor, short or long rows): tma with one 32 KiB "
     "stage, ahead of primitives with 2 (measured on an H200): one bulk copy per tile, issued by one "
     "thread, leaves the block's threads to the fold";
+constexpr const char* kReduceStateRowsTma =
+    "var, std, argmax, argmin, logsumexp and norm along the innermost dim on sm_90: the state kernel "
+    "under tma with two 32 KiB stages, three blocks a SM (measured on an H200 against 1-4 stages and "
+    "primitives: docs/design.md)";
 constexpr const char* kReduceStateTma =
-    "var, std, argmax, argmin, logsumexp and norm on sm_90: the state kernel under tma with one 32 KiB "
-    "stage and four blocks a SM, every layout (measured against its other mechanisms: docs/design.md)";
+    "var, std, argmax, argmin, logsumexp and norm over columns on sm_90: the state kernel under tma with "
+    "one 32 KiB stage and four blocks a SM (measured on an H200 against 2-4 stages and primitives)";
 constexpr const char* kReduceStateBeforeSm90 =
     "var, std, argmax, argmin, logsumexp and norm before sm_90: the state kernel under primitives with 2 "
     "stages (the LDGSTS path; not measured on older GPUs)";
@@ -194,8 +198,9 @@ CopyConfig resolve_reduce(const DeviceInfo& dev, MechanismArg mech, int64_t stag
   const int64_t row_bytes = r * esz;
   const int64_t col_row_bytes = inner * esz;
   if (is_state_op(op)) {
-    best = dev.code_sm >= 90 ? choice(Mechanism::Tma, 1, kReduceStateTma)
-                             : choice(Mechanism::Primitives, 2, kReduceStateBeforeSm90);
+    best = dev.code_sm < 90 ? choice(Mechanism::Primitives, 2, kReduceStateBeforeSm90)
+           : inner == 1     ? choice(Mechanism::Tma, 2, kReduceStateRowsTma)
+                            : choice(Mechanism::Tma, 1, kReduceStateTma);
   } else if (inner > 1) {
     best = dev.code_sm >= 90 && col_row_bytes < 4096                             ? choice(Mechanism::Tma, 1, kReduceNarrowColumns)
            : dev.code_sm >= 90 && col_row_bytes >= 4096 && col_row_bytes % 128 == 0 ? choice(Mechanism::Tma, 3, kReduceColumnsTma)

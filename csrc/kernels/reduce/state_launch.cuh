@@ -56,10 +56,10 @@ inline StatePlan make_state_plan(const ReduceParams& p, const DeviceInfo& dev, i
     pl.mode = 0;
     pl.rows_per_tile = static_cast<int>(pl.tile_elems / p.r);
     pl.items = ceil_div(p.outer, pl.rows_per_tile);
-    int g = 1;  // at least 8 elements a lane: fewer merges per element
-    while (g < 32 && g * 8 < p.r) g *= 2;
+    int g = 1;  // at least 16 elements a lane: a merge costs about as much as a block add
+    while (g < 32 && g * 16 < p.r) g *= 2;
     // Tiles of few long rows: several warps per row, so that the rows fill the block.
-    while (g >= 32 && g * 2 <= consumers && g * pl.rows_per_tile < consumers && g * 8 < p.r) g *= 2;
+    while (g >= 32 && g * 2 <= consumers && g * pl.rows_per_tile < consumers && g * 16 < p.r) g *= 2;
     pl.group = g;
     while ((1 << pl.group_log2) < g) ++pl.group_log2;
     pl.parts = pl.part_tiles = pl.last_tiles = 1;
@@ -75,6 +75,10 @@ inline StatePlan make_state_plan(const ReduceParams& p, const DeviceInfo& dev, i
     pl.vecs = static_cast<int>(std::min<int64_t>(kStateColStates, ceil_div(p.inner, pl.col_threads)));
     pl.chunk_cols = static_cast<int>(std::min<int64_t>(p.inner, static_cast<int64_t>(pl.col_threads) * pl.vecs));
     pl.dense = pl.chunk_cols == p.inner;
+    // Quads: 4 columns a thread, each tile row aligned to a 4-element vector (chunks start at
+    // multiples of 4 columns; every row of x at a multiple of 16 bytes), no 8-byte type.
+    pl.col_quads = pl.vecs == kStateColStates && esz <= 4 && p.inner % 4 == 0 && (p.inner * esz) % 16 == 0 &&
+                   (reinterpret_cast<uintptr_t>(p.x) & 15u) == 0;
     pl.col_chunks = ceil_div(p.inner, pl.chunk_cols);
     if (pl.dense) {
       pl.tile_rows = static_cast<int>(std::max<int64_t>(1, tile_bytes / (p.inner * esz)));

@@ -3,14 +3,15 @@
 // reduce_state_kernel, one kernel per state kind for every layout, with three ways to read a tile:
 //
 //   packed rows (inner == 1, a row fits a stage): a tile is whole rows, one contiguous copy; a
-//        group of G lanes per row (each at least 8 elements, enough lanes to fill the block when
+//        group of G lanes per row (each at least 16 elements, enough lanes to fill the block when
 //        a tile has few rows), merged by a fixed shuffle tree, then in warp order through smem.
 //   split rows  (inner == 1, longer rows): a block per part of a row; its tiles stream through
 //        the ring, thread t folding elements t, t + consumers, ...; the block's states merge in
 //        warp order, to the output or to the workspace when the row has several parts.
 //   columns     (inner > 1): a work item is a chunk of contiguous columns of one outer slice, up to
 //        kStateColStates columns per consumer thread (col_threads threads across, columns
-//        col + u * col_threads), so that a tile's rows are runs of up to 4 KiB (fp32) in DRAM:
+//        col + u * col_threads; or 4 col .. 4 col + 3, one vector a row, where every row is
+//        aligned: col_quads), so that a tile's rows are runs of up to 4 KiB (fp32) in DRAM:
 //        shorter runs read far below the copy rate. When the chunk is the whole row the tile is one
 //        contiguous copy. A thread owns its columns' rows g, g + groups, ...; the groups merge as
 //        a tree through shared memory at the item's end.
@@ -18,7 +19,9 @@
 // Items (tiles of rows, rows, column chunks) are shared by persistent blocks when r is whole in
 // one part, else each block takes one (item, part) and reduce_state_partials_kernel merges the
 // parts in order. Every merge has a fixed order: the results are bit-identical on repeat.
-// Each thread adds the elements it owns in ascending index order (what Arg's add assumes).
+// Each thread adds the elements it owns in ascending index order (what Arg's add assumes), a
+// 16-byte vector or four rows of a column at a time where it can (the states' add_block: one
+// division, rescale or index update per block instead of per element).
 #pragma once
 
 #include <cstdint>
@@ -46,6 +49,7 @@ struct StatePlan {
   int chunk_cols;        // columns: columns per item (col_threads * vecs, or inner)
   int col_threads;       // columns: consumer threads across a tile row
   int vecs;              // columns: columns per thread, 1..kStateColStates
+  bool col_quads;        // columns: a thread's 4 columns adjacent (4 col .. 4 col + 3), read as one vector
   int tile_rows;         // columns: rows per tile
   int pitch;             // columns, boxed: smem bytes per tile row (a multiple of 16)
   int stage_bytes;       // a tile with its slack (shift and zero-filled tail), a multiple of 128
@@ -171,7 +175,8 @@ __global__ void __launch_bounds__(kStateThreads, sizeof(T) == 8 ? 2 : S == 1 ? 4
               A e[VE];
               unpack16<T>(u[v], e);
 #pragma unroll
-              for (int j = 0; j < VE; ++j) s.add(val_acc(e[j], k0), v * VE + j, c);
+              for (int j = 0; j < VE; ++j) e[j] = val_acc(e[j], k0);
+              s.add_block(e, v * VE, 1, c);
             }
           } else {
             for (int e = lane; e < r; e += G) s.add(val(row[e], k0), e, c);
@@ -225,7 +230,8 @@ __global__ void __launch_bounds__(kStateThreads, sizeof(T) == 8 ? 2 : S == 1 ? 4
           A a[VE];
           unpack16<T>(u[v], a);
 #pragma unroll
-          for (int j = 0; j < VE; ++j) acc.add(val_acc(a[j], k0), e0 + v * VE + j, c);
+          for (int j = 0; j < VE; ++j) a[j] = val_acc(a[j], k0);
+          acc.add_block(a, e0 + v * VE, 1, c);
         }
         e = nvec * VE + team.rank;
       }
@@ -293,15 +299,54 @@ __global__ void __launch_bounds__(kStateThreads, sizeof(T) == 8 ? 2 : S == 1 ? 4
       // their own shift, pitch bytes apart.
       const int64_t step = pl.dense ? pl.inner * esz : pl.pitch;
       const char* first = stage + (pl.dense ? shift_of(src) : 0);
+      auto row_at = [&](int i) {
+        const int sh = pl.dense ? 0 : shift_of(src + i * pl.inner);
+        return reinterpret_cast<const T*>(first + i * step + sh);
+      };
+      if (sizeof(T) <= 4 && pl.col_quads) {  // (never for fp64: state_launch.cuh)
+        // Columns 4 col .. 4 col + 3 (all or none in the chunk), each row one aligned vector; four
+        // rows at a time, one block add a column.
+        struct alignas(4 * sizeof(T)) Quad { T v[4]; };
+        static_assert(kStateColStates == 4, "a quad is a thread's states");
+        const int c4 = 4 * col;
+        if (c4 < ncols) {
+          A k0[4];
 #pragma unroll
-      for (int u = 0; u < kStateColStates; ++u) {
-        const int cu = col + u * cw;
-        if (u >= nv || cu >= ncols) break;
-        const A k0 = shift_at(x + o * pl.r * pl.inner + c0 + cu);
-        for (int i = grp; i < rows; i += groups) {
-          const int sh = pl.dense ? 0 : shift_of(src + i * pl.inner);
-          const T* e = reinterpret_cast<const T*>(first + i * step + sh) + cu;
-          acc[u].add(val(*e, k0), row0 + i, c);
+          for (int u = 0; u < 4; ++u) k0[u] = shift_at(x + o * pl.r * pl.inner + c0 + c4 + u);
+          int i = grp;
+          for (; i + 3 * groups < rows; i += 4 * groups) {
+            Quad q[4];
+#pragma unroll
+            for (int j = 0; j < 4; ++j) q[j] = *reinterpret_cast<const Quad*>(row_at(i + j * groups) + c4);
+#pragma unroll
+            for (int u = 0; u < 4; ++u) {
+              A e[4];
+#pragma unroll
+              for (int j = 0; j < 4; ++j) e[j] = val(q[j].v[u], k0[u]);
+              acc[u].add_block(e, row0 + i, groups, c);
+            }
+          }
+          for (; i < rows; i += groups) {
+            const Quad q = *reinterpret_cast<const Quad*>(row_at(i) + c4);
+#pragma unroll
+            for (int u = 0; u < 4; ++u) acc[u].add(val(q.v[u], k0[u]), row0 + i, c);
+          }
+        }
+      } else {
+#pragma unroll
+        for (int u = 0; u < kStateColStates; ++u) {
+          const int cu = col + u * cw;
+          if (u >= nv || cu >= ncols) break;
+          const A k0 = shift_at(x + o * pl.r * pl.inner + c0 + cu);
+          auto at = [&](int i) { return val(row_at(i)[cu], k0); };
+          int i = grp;
+          for (; i + 3 * groups < rows; i += 4 * groups) {  // rows i, i + groups, ...: one block add
+            A e[4];
+#pragma unroll
+            for (int q = 0; q < 4; ++q) e[q] = at(i + q * groups);
+            acc[u].add_block(e, row0 + i, groups, c);
+          }
+          for (; i < rows; i += groups) acc[u].add(at(i), row0 + i, c);
         }
       }
     }
@@ -322,7 +367,7 @@ __global__ void __launch_bounds__(kStateThreads, sizeof(T) == 8 ? 2 : S == 1 ? 4
         acc[u] = scratch[team.rank];
         engine::team_sync(team);  // scratch is free for the next column or item
       }
-      const int cu = col + u * cw;
+      const int cu = pl.col_quads ? 4 * col + u : col + u * cw;
       if (grp == 0 && cu < ncols) finish(o * pl.inner + c0 + cu, acc[u]);
       acc[u] = St::init(c);
     }

@@ -91,8 +91,8 @@ CUPIPE_ST_HD float st_pow(float v, double p) { return powf(v, static_cast<float>
 CUPIPE_ST_HD double st_pow(double v, double p) { return pow(v, p); }
 CUPIPE_ST_HD float st_abs(float v) { return fabsf(v); }
 CUPIPE_ST_HD double st_abs(double v) { return fabs(v); }
-// a / b where b is a positive count: the device's fast fp32 division (2 ulp) in the per-element
-// update, exact division elsewhere.
+// a / b where b is a positive count: the device's fast fp32 division (2 ulp) in the kernels' adds
+// and merges, exact division on the host.
 CUPIPE_ST_HD float st_div_count(float a, float b) {
 #ifdef __CUDA_ARCH__
   return __fdividef(a, b);
@@ -128,6 +128,21 @@ struct State<A, StateKind::Moments> {
     mean += st_div_count(d, static_cast<A>(n));
     m2 += d * (x - mean);  // both factors share a sign: m2 never decreases
   }
+  // N elements at once: their own mean and m2 (N a power of two: the mean is exact to a rounding),
+  // then Chan's merge. One division per block instead of one per element.
+  template <int N>
+  CUPIPE_ST_HD void add_block(const A (&x)[N], int64_t, int64_t, const StateCtx&) {
+    A sum = x[0];
+    for (int j = 1; j < N; ++j) sum += x[j];
+    const A mb = sum * (A(1) / A(N));
+    A m2b = A(0);
+    for (int j = 0; j < N; ++j) m2b += (x[j] - mb) * (x[j] - mb);
+    const int64_t nn = n + N;  // n == 0 needs no branch: f = 1 gives mean = mb, m2 = m2b
+    const A d = mb - mean, f = st_div_count(static_cast<A>(N), static_cast<A>(nn));
+    mean += d * f;
+    m2 += m2b + d * d * static_cast<A>(n) * f;
+    n = nn;
+  }
   CUPIPE_ST_HD void merge(const State& b, const StateCtx&) {
     if (b.n == 0) return;
     if (n == 0) {
@@ -135,7 +150,7 @@ struct State<A, StateKind::Moments> {
       return;
     }
     const int64_t nn = n + b.n;
-    const A d = b.mean - mean, f = static_cast<A>(b.n) / static_cast<A>(nn);
+    const A d = b.mean - mean, f = st_div_count(static_cast<A>(b.n), static_cast<A>(nn));
     mean += d * f;
     m2 += b.m2 + d * d * static_cast<A>(n) * f;
     n = nn;
@@ -164,6 +179,17 @@ struct State<A, StateKind::Arg> {
   CUPIPE_ST_HD void add(A x, int64_t idx, const StateCtx& c) {
     if (i < 0 || beats(x, v, c.op == ReduceOp::Argmax)) v = x, i = idx;
   }
+  // N elements at indices idx, idx + step, ...: the block's best (first among ties), then one add.
+  // (Plain compares with a NaN fallback per block ran slower than this.)
+  template <int N>
+  CUPIPE_ST_HD void add_block(const A (&x)[N], int64_t idx, int64_t step, const StateCtx& c) {
+    const bool max = c.op == ReduceOp::Argmax;
+    A bv = x[0];
+    int bj = 0;
+    for (int j = 1; j < N; ++j)
+      if (beats(x[j], bv, max)) bv = x[j], bj = j;
+    add(bv, idx + bj * step, c);
+  }
   CUPIPE_ST_HD void merge(const State& b, const StateCtx& c) {
     if (b.i < 0) return;
     const bool max = c.op == ReduceOp::Argmax;
@@ -186,6 +212,31 @@ struct State<A, StateKind::Lse> {
     } else {
       s += x == m ? A(1) : st_exp(x - m);  // NaN x: s turns NaN
     }
+  }
+  // N elements at once: one rescale to the block's maximum (NaN never enters it, as in add), then
+  // add's sum without a branch.
+  template <int N>
+  CUPIPE_ST_HD void add_block(const A (&x)[N], int64_t, int64_t, const StateCtx&) {
+    A mb = x[0];
+    for (int j = 1; j < N; ++j) mb = x[j] > mb || mb != mb ? x[j] : mb;
+    if (mb > m) {
+      s *= st_exp(m - mb);
+      m = mb;
+    }
+#ifdef __CUDA_ARCH__
+    if constexpr (std::is_same<A, float>::value) {
+      if (m - m == 0.f) {  // finite m: exp(x - m) as 2^(x log2 e - m log2 e), one FMA and the SFU's exp2
+        const float ml = m * 1.44269504f;
+        for (int j = 0; j < N; ++j) {
+          float e;
+          asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(e) : "f"(fmaf(x[j], 1.44269504f, -ml)));
+          s += e;
+        }
+        return;
+      }
+    }
+#endif
+    for (int j = 0; j < N; ++j) s += x[j] == m ? A(1) : st_exp(x[j] - m);
   }
   CUPIPE_ST_HD void merge(const State& b, const StateCtx&) {
     const A mx = b.m > m ? b.m : m;
@@ -210,6 +261,23 @@ struct State<A, StateKind::Norm> {
       case NormOrd::Inf: v = nan_max(v, st_abs(x)); break;
       case NormOrd::NegInf: v = nan_min(v, st_abs(x)); break;
       case NormOrd::Pow: v += st_pow(st_abs(x), c.p); break;
+    }
+  }
+  // N elements at once: the order's switch taken once.
+  template <int N>
+  CUPIPE_ST_HD void add_block(const A (&x)[N], int64_t, int64_t, const StateCtx& c) {
+    switch (c.ord) {
+      case NormOrd::One:
+        for (int j = 0; j < N; ++j) v += st_abs(x[j]);
+        break;
+      case NormOrd::Two:
+        for (int j = 0; j < N; ++j) v += x[j] * x[j];
+        break;
+      case NormOrd::Inf:
+        for (int j = 0; j < N; ++j) v = nan_max(v, st_abs(x[j]));
+        break;
+      default:
+        for (int j = 0; j < N; ++j) add(x[j], 0, c);
     }
   }
   CUPIPE_ST_HD void merge(const State& b, const StateCtx& c) {
