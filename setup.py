@@ -172,6 +172,31 @@ cxx_flags += ["-std=c++20", "-Wall", "-Wno-unused-function", "-Werror=return-typ
 define_macros = [("CUPIPE_WITH_CUDA", "1" if with_cuda else "0")]
 
 
+def _torch_libstdcxx() -> list:
+    """The shared libstdc++ this process (Python with torch) has loaded, linked by its path.
+
+    The extension must share torch's C++ runtime. A module that carries its own static copy (one GPU
+    machine's build listed no libstdc++ among its needed libraries) indexes locale facets with the
+    other copy's ids: the first number formatted into an error message crashed the interpreter, in
+    the module's own codecvt. Naming the loaded library first resolves the C++ runtime to it,
+    whatever the linker would otherwise have found for -lstdc++.
+    """
+    if not sys.platform.startswith("linux"):
+        return []
+    try:
+        with open("/proc/self/maps") as f:
+            for line in f:
+                fields = line.split()
+                if len(fields) >= 6 and os.path.basename(fields[-1]).startswith("libstdc++.so"):
+                    return [fields[-1]]
+    except OSError:
+        pass
+    return []
+
+
+link_args = _torch_libstdcxx()
+
+
 aot_count = 0
 if with_cuda:
     aot_sources, aot_count = _aot_sources()
@@ -181,6 +206,7 @@ if with_cuda:
         include_dirs=[str(ROOT / "csrc")],
         define_macros=define_macros,
         extra_compile_args={"cxx": cxx_flags, "nvcc": build_config.nvcc_flags(debug)},
+        extra_link_args=link_args,
     )
 else:
     ext = CppExtension(
@@ -189,6 +215,7 @@ else:
         include_dirs=[str(ROOT / "csrc")],
         define_macros=define_macros,
         extra_compile_args={"cxx": cxx_flags},
+        extra_link_args=link_args,
     )
 
 _write_build_info(aot_count)

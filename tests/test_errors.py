@@ -2,6 +2,10 @@
 op and the argument, and the process (and CUDA context) stays usable afterwards."""
 from __future__ import annotations
 
+import shutil
+import subprocess
+import sys
+
 import pytest
 import torch
 
@@ -232,3 +236,27 @@ def test_tma_where_unsupported():
         with pytest.raises(ValueError, match=match):
             fn()
     _good_call("cuda")
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux") or shutil.which("readelf") is None,
+                    reason="reads the module's ELF dynamic section with readelf")
+def test_module_shares_the_shared_libstdcxx():
+    """The module uses torch's shared C++ runtime: a static copy of libstdc++ in it (no libstdc++
+    among its needed libraries) crashed the interpreter on the first number formatted into an
+    error message (setup.py's _torch_libstdcxx)."""
+    out = subprocess.run(["readelf", "-d", cupipe._C.__file__], capture_output=True, text=True, check=True).stdout
+    needed = [line.split("[", 1)[1].rstrip("]") for line in out.splitlines() if "(NEEDED)" in line]
+    assert any(n.startswith("libstdc++.so") for n in needed), needed
+
+
+def test_error_message_with_numbers_raises_in_a_fresh_process():
+    """A formatted error (numbers in the message) raises ValueError, in a process of its own so that
+    a crash fails this test instead of the test worker."""
+    code = ("import torch, cupipe\n"
+            "try:\n"
+            "    cupipe.stencil1d(torch.randn(3, 4), torch.ones(3), steps=0)\n"
+            "except ValueError as e:\n"
+            "    print('raised', e)\n")
+    p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
+    assert p.returncode == 0, p.stderr[-2000:]
+    assert "steps must be >= 1, got 0" in p.stdout
