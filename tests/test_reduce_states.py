@@ -55,7 +55,8 @@ def check(x, op, dim=None, keepdim=False, what="", **kw):
 
 
 DIM_CASES = [((17,), None), ((5, 7), 0), ((5, 7), 1), ((3, 4, 5), 1), ((3, 4, 5), [0, 2]), ((3, 4, 5), [1, 2]),
-             ((2, 3, 4, 5), [1, 3]), ((2, 3, 4, 5), None), ((64, 257), -1), ((257, 64), 0), ((1, 1, 9), [0, 2])]
+             ((2, 3, 4, 5), [1, 3]), ((2, 3, 4, 5), None), ((64, 257), -1), ((257, 64), 0), ((1, 1, 9), [0, 2]),
+             ((24, 1040), 0)]  # the last: col_quads in every 2- and 4-byte dtype
 
 
 @pytest.mark.parametrize("keepdim", [False, True], ids=["nokeep", "keep"])
@@ -80,10 +81,12 @@ def test_state_ops_match_torch(device, op, dtype, keepdim):
 # Shapes that reach each path of reduce_state_kernel: packed rows (one lane or groups per row,
 # rows spanning tiles' ends), split rows (one part, several parts: the partials pass), dense
 # columns (inner up to 256, narrow and odd), boxed columns (wider rows, a partial last chunk),
-# column parts; with a storage offset that misaligns the data.
+# column parts, four adjacent columns a thread (col_quads: aligned rows of a multiple of 4 columns,
+# more than 3 x 256 wide); with a storage offset that misaligns the data (and turns quads off).
 LAYOUT_CASES = [((257, 64), 1), ((300, 37), 1), ((4, 9000), 1), ((3, 40000), -1), ((2, 300001), 1),
                 ((300, 3), 0), ((1000, 1003), 0), ((4, 67, 300), 1), ((2, 33, 5), 1), ((20000, 7), 0),
-                ((9, 2050), 0), ((3, 70, 600), 1), ((1, 5000, 16), 1), ((4099, 1), 0)]
+                ((9, 2050), 0), ((3, 70, 600), 1), ((1, 5000, 16), 1), ((4099, 1), 0),
+                ((37, 1024), 0), ((5, 3000), 0), ((3, 50, 1028), 1)]
 
 
 @pytest.mark.parametrize("op", STATE_OPS)
