@@ -175,11 +175,11 @@ define_macros = [("CUPIPE_WITH_CUDA", "1" if with_cuda else "0")]
 def _torch_libstdcxx() -> list:
     """The shared libstdc++ this process (Python with torch) has loaded, linked by its path.
 
-    The extension must share torch's C++ runtime. A module that carries its own static copy (one GPU
-    machine's build listed no libstdc++ among its needed libraries) indexes locale facets with the
-    other copy's ids: the first number formatted into an error message crashed the interpreter, in
-    the module's own codecvt. Naming the loaded library first resolves the C++ runtime to it,
-    whatever the linker would otherwise have found for -lstdc++.
+    The extension must share torch's C++ runtime. A module that carries its own static copy (the GPU
+    image's default g++ builds one: no libstdc++ among its needed libraries) indexes locale facets
+    with the other copy's ids: the first number formatted into an error message crashed the
+    interpreter, in the module's own codecvt. Naming the loaded library first resolves the C++
+    runtime to it, whatever the compiler would otherwise link for -lstdc++.
     """
     if not sys.platform.startswith("linux"):
         return []
