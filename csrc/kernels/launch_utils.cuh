@@ -4,6 +4,7 @@
 
 #include <cuda_runtime.h>
 
+#include <algorithm>
 #include <cstddef>
 #include <functional>
 #include <mutex>
@@ -124,6 +125,21 @@ inline int blocks_per_sm(const void* kernel, int threads, size_t smem) {
     CUPIPE_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&n, kernel, threads, smem));
     return n > 0 ? n : 1;
   });
+}
+
+// The chunk length of a streaming kernel (stencil3d, the fused steps) whose blocks each stream a
+// chunk of n planes or rows plus `fill` more, `columns` blocks a chunk: the chunk count with the
+// shortest estimated time (waves of `resident` blocks times the planes a block streams), chunks of
+// at least min_len, at most 8 waves.
+inline int64_t streaming_chunk(int64_t n, int64_t columns, int64_t resident, int64_t fill, int64_t min_len) {
+  const int64_t max_chunks =
+      std::max<int64_t>(1, std::min(n / std::max<int64_t>(1, min_len), 8 * resident / std::max<int64_t>(1, columns)));
+  int64_t best = 1, best_cost = -1;
+  for (int64_t c = 1; c <= max_chunks; ++c) {
+    const int64_t cost = (columns * c + resident - 1) / resident * ((n + c - 1) / c + fill);
+    if (best_cost < 0 || cost < best_cost) best = c, best_cost = cost;
+  }
+  return (n + best - 1) / best;
 }
 
 // A kernel instance (registry.h) with the parameter types P... of its template: a launch converts

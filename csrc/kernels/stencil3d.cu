@@ -81,20 +81,11 @@ void launch_stencil3d_plan(const Stencil3dParams& p) {
     const auto kernel = kernel_ref<const T*, T*, const void*, VolumeGeom, Boundary, CUtensorMap>(
         kVolumeHeader, volume_kernel_id<T>(p.mechanism, p.stages, p.rz, R), stream);
     prepare_smem(kernel, smem, "stencil3d");
-    // The chunk count with the shortest estimated time: waves of resident blocks times the planes
-    // a block streams (its chunk and 2 * rz more), chunks of at least 8 depth radii.
+    // Chunks of at least 8 depth radii, each streaming 2 * rz planes more than it stores.
     const int64_t columns = p.batch * v.tiles_per_plane;
     const int64_t resident =
         std::max<int64_t>(1, static_cast<int64_t>(dev.num_sms) * blocks_per_sm(kernel, kVolumeThreads, smem));
-    const int64_t max_chunks = std::max<int64_t>(
-        1, std::min(p.nz / (8 * int64_t(p.rz)), 8 * resident / std::max<int64_t>(1, columns)));
-    int64_t best = 1, best_cost = -1;
-    for (int64_t n = 1; n <= max_chunks; ++n) {
-      const int64_t len = (p.nz + n - 1) / n;
-      const int64_t cost = (columns * n + resident - 1) / resident * (len + 2 * int64_t(p.rz));
-      if (best_cost < 0 || cost < best_cost) best = n, best_cost = cost;
-    }
-    v.chunk = (p.nz + best - 1) / best;
+    v.chunk = streaming_chunk(p.nz, columns, resident, 2 * int64_t(p.rz), 8 * int64_t(p.rz));
     v.nchunks = (p.nz + v.chunk - 1) / v.chunk;
     const int64_t grid = columns * v.nchunks;
     if (grid > 0x7fffffff) throw std::runtime_error("stencil3d: the volume needs more than 2^31 - 1 blocks");

@@ -95,17 +95,9 @@ void launch_steps(const StencilParams& p, int64_t steps, void* scratch) {
           std::max<int64_t>(1, static_cast<int64_t>(dev.num_sms) * blocks_per_sm(kernel, kStepsThreads, smem));
       int64_t grid = 0;
       if (p.ry > 0) {
-        // The chunk count with the shortest estimated time: waves of resident blocks times the
-        // rows a block streams (its chunk and 2 * k * ry more), chunks of at least 4 * k * ry rows.
+        // Chunks of at least 4 * k * ry rows, each streaming 2 * k * ry rows more than it stores.
         const int64_t columns = p.batch * f.bands, fill = 2 * int64_t(k) * p.ry;
-        const int64_t max_chunks =
-            std::max<int64_t>(1, std::min(p.ny / (2 * fill), 8 * resident / std::max<int64_t>(1, columns)));
-        int64_t best = 1, best_cost = -1;
-        for (int64_t n = 1; n <= max_chunks; ++n) {
-          const int64_t cost = (columns * n + resident - 1) / resident * ((p.ny + n - 1) / n + fill);
-          if (best_cost < 0 || cost < best_cost) best = n, best_cost = cost;
-        }
-        f.chunk = (p.ny + best - 1) / best;
+        f.chunk = streaming_chunk(p.ny, columns, resident, fill, 2 * fill);
         f.nchunks = (p.ny + f.chunk - 1) / f.chunk;
         grid = columns * f.nchunks;
       } else {

@@ -222,19 +222,21 @@ __global__ void __launch_bounds__(kSteps3dThreads, 1)
               load_window<T, 16>(buf + static_cast<int64_t>(ly) * v.bpitch + (PAD + lx0 - 1) * esz, nb[r]);
             }
           } else {
-            // Points outside the plane read as zero or as the point they mirror, in the tile.
+            // Points outside the plane read as zero or as the point they mirror, in the tile. The
+            // tile index of plane index i (n: the plane's extent, t0: the tile's origin, e: its
+            // extent), clamped; `zero`: the point reads as zero.
+            auto tile_index = [&](int64_t i, int64_t n, int64_t t0, int e, bool& zero) {
+              zero = (i < 0 || i >= n) && !mirror;
+              if (i < 0 || i >= n) i = steps_mirror(i, n, reflect);
+              return static_cast<int>(min(max(i - t0, int64_t(0)), int64_t(e - 1)));
+            };
 #pragma unroll
             for (int r = 0; r < TH + 2; ++r) {
-              int64_t gy = ty0 + ly0 - 1 + r;
-              const bool zy = (gy < 0 || gy >= g.ny) && !mirror;
-              if (gy < 0 || gy >= g.ny) gy = steps_mirror(gy, g.ny, reflect);
-              const int ly = static_cast<int>(min(max(gy - ty0, int64_t(0)), int64_t(v.eh - 1)));
+              bool zy, zx;
+              const int ly = tile_index(ty0 + ly0 - 1 + r, g.ny, ty0, v.eh, zy);
 #pragma unroll
               for (int c = 0; c < TW + 2; ++c) {
-                int64_t gx = tx0 + lx0 - 1 + c;
-                const bool zx = (gx < 0 || gx >= g.nx) && !mirror;
-                if (gx < 0 || gx >= g.nx) gx = steps_mirror(gx, g.nx, reflect);
-                const int lx = static_cast<int>(min(max(gx - tx0, int64_t(0)), int64_t(v.ew - 1)));
+                const int lx = tile_index(tx0 + lx0 - 1 + c, g.nx, tx0, v.ew, zx);
                 nb[r][c] = zy || zx ? A(0)
                                     : to_acc<A>(*reinterpret_cast<const T*>(buf + static_cast<int64_t>(ly) * v.bpitch +
                                                                             (PAD + lx) * esz));
