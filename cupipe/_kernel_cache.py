@@ -302,8 +302,8 @@ def precompile(op=None, dtype=None, mechanism=None, stages=None, *, device=None,
     arch: e.g. "sm_90": only fill the disk cache for that architecture (no GPU needed, nothing loaded).
     jobs: parallel nvcc processes (default: the CPU count).
     radius: stencil3d's (rz, ry, rx), or a list of them: only its kernels for those radii (its
-    kernels are compiled per depth radius and in-plane class; None: every one); for stencil_steps,
-    a 2-D stencil's (0, ry, rx) as its kernels see them, or stencil3d's (1, ry, rx) with ry, rx <= 1.
+    kernels are compiled per depth radius and in-plane class; None: every one), and only the
+    stencil_steps kernels of those (ry, rx) (a 2-D stencil's radii as its kernels see them).
 
     Returns counts: {"instances", "ahead_of_time", "cached", "compiled", "loaded"}.
     """
@@ -360,9 +360,7 @@ def instances_for(ops: Optional[Iterable[str]] = None, dtype=None, mechanism=Non
                 ops_set |= {"stencil", "stencil_wgrad"}
             elif op == "stencil3d":  # a depth radius of 0 and the weight gradient run the 2-D kernels
                 ops_set |= {"stencil3d", "stencil", "stencil_wgrad"}
-            elif op == "stencil_steps":  # steps=k's fused kernels, 2-D and 3-D
-                ops_set |= {"stencil_steps", "stencil3d_steps"}
-            elif op in ("stream_copy", "reduce"):
+            elif op in ("stream_copy", "reduce", "stencil_steps"):  # stencil_steps: steps=k's fused kernels
                 ops_set.add(op)
             else:
                 raise ValueError(f"cupipe.precompile: unknown op {op!r}; expected stream_copy, stencil1d, stencil2d, "
@@ -370,8 +368,7 @@ def instances_for(ops: Optional[Iterable[str]] = None, dtype=None, mechanism=Non
     insts = _kernels.select(_kernels.all_instances(), op=ops_set, dtype=dtype, mechanism=mechanism, stages=stages)
     if radius is not None:  # stencil3d's kernels of these (rz, ry, rx) only
         radii = [radius] if isinstance(radius[0], int) else list(radius)
-        # the 3-D kernels by (rz, in-plane class), the 2-D fused steps by (ry, rx) where rz is 0
-        keep = {f"rz{rz}_r{_kernels.volume_radius_class(ry, rx)}" for rz, ry, rx in radii if rz > 0}
-        keep |= {f"ry{ry}_rx{rx}" for rz, ry, rx in radii if rz == 0}
-        insts = [i for i in insts if i.op not in ("stencil3d", "stencil_steps", "stencil3d_steps") or i.family in keep]
+        keep = {f"rz{rz}_r{_kernels.volume_radius_class(ry, rx)}" for rz, ry, rx in radii}
+        keep |= {f"ry{ry}_rx{rx}" for _, ry, rx in radii}
+        insts = [i for i in insts if i.op not in ("stencil3d", "stencil_steps") or i.family in keep]
     return insts

@@ -40,7 +40,6 @@ HEADERS = {
     "stencil_wgrad": "kernels/stencil/weight_grad.cuh",
     "stencil3d": "kernels/stencil/volume.cuh",
     "stencil_steps": "kernels/stencil/steps.cuh",
-    "stencil3d_steps": "kernels/stencil/steps3d.cuh",
     "reduce_rows": "kernels/reduce/rows.cuh",
     "reduce_cols": "kernels/reduce/columns.cuh",
     "reduce_partials": "kernels/reduce/partials.cuh",
@@ -138,19 +137,6 @@ def steps_per_pass(ry: int, esz: int) -> int:
     return k if k > 1 else 1
 
 
-def steps3d_per_pass(rz: int, ry: int, rx: int, esz: int) -> int:
-    """stencil3d_steps_per_pass (csrc/kernels/params.h): the levels of stencil3d's fused steps
-    kernel (depth radius 1, in-plane radii 0..1); 1 where there is none."""
-    return (2 if esz == 8 else 4) if rz == 1 and 0 <= ry <= 1 and 0 <= rx <= 1 else 1
-
-
-def stencil3d_steps_instances(mech: str, stages: int, dtype: str) -> List[Instance]:
-    """stencil3d_steps_kernel, stencil3d's fused steps=k (one a mechanism, stage count and dtype:
-    the radii are run-time arguments within its class)."""
-    return [Instance("stencil3d_steps", HEADERS["stencil3d_steps"],
-                     f"stencil3d_steps_kernel<{_m(mech)},{stages},{DTYPES[dtype][0]}>", mech, stages, dtype, "rz1_r1")]
-
-
 def stencil_steps_instances(mech: str, stages: int, dtype: str,
                             radii: Optional[Iterable[Tuple[int, int]]] = None) -> List[Instance]:
     """stencil_steps_kernel instances (the fused steps=k of stencil1d/stencil2d) for (ry, rx) pairs
@@ -210,7 +196,6 @@ def all_instances() -> List[Instance]:
                 out += stencil_instances(mech, s, dt)
                 out += stencil3d_instances(mech, s, dt)
                 out += stencil_steps_instances(mech, s, dt)
-                out += stencil3d_steps_instances(mech, s, dt)
                 out += reduce_instances(mech, s, dt)
                 out += reduce_state_instances(mech, s, dt)
         for dt in DTYPES:

@@ -147,12 +147,10 @@ def stencil3d(x: torch.Tensor, weights: torch.Tensor, *, boundary: str = "zero",
     ``F.conv3d(x.reshape(-1, 1, D, H, W), weights[None, None], padding=(rz, ry, rx))``; the others
     pad like ``F.pad`` (``reflect`` needs each size > its radius). Accumulates in fp32 (fp64 for fp64
     ``x``). Differentiable w.r.t. ``x`` and ``weights``. ``mechanism="auto"`` consults the tuning
-    cache first, like ``stream_copy``. ``steps=k`` applies the stencil k times (see ``stencil2d``);
-    on CUDA one pass fuses up to 4 steps of a 3x3x3 or smaller stencil (2 in fp64).
+    cache first, like ``stream_copy``. ``steps=k`` applies the stencil k times (see ``stencil2d``).
     """
     if mechanism == "auto":
-        mechanism, stages, _ = _tuning.cached_config("stencil3d", x, mechanism, stages, weights=weights,
-                                                     steps=steps)
+        mechanism, stages, _ = _tuning.cached_config("stencil3d", x, mechanism, stages, weights=weights)
     if _direct(x, weights):
         return _call(_C.call_stencil3d, _ops.stencil3d, x, weights, boundary=boundary,
                      mechanism=mechanism, stages=stages, steps=steps)

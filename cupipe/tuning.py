@@ -262,12 +262,12 @@ def _reduce_kind_suffix(reduce_op) -> str:
 
 
 def _kernel_suffix(op: str, a: Dict[str, object]) -> str:
-    """What else picks the kernel, in a cache key: reduce's state kind, and a stencil's steps > 1
-    (the fused kernel, tuned apart from the single step)."""
+    """What else picks the kernel, in a cache key: reduce's state kind, and steps > 1 of
+    stencil1d/stencil2d (the fused kernel, tuned apart from the single step)."""
     if op == "reduce":
         return _reduce_kind_suffix(a.get("op"))
     steps = a.get("steps", 1)
-    return ":steps" if op in ("stencil1d", "stencil2d", "stencil3d") and type(steps) is int and steps > 1 else ""
+    return ":steps" if op in ("stencil1d", "stencil2d") and type(steps) is int and steps > 1 else ""
 
 
 # ----------------------------------------------------------------------------- the hot path
@@ -365,7 +365,7 @@ def _table_args(op: str, a: Dict[str, object]) -> Dict[str, object]:
     elif op == "stencil2d":
         kw = {"weights": a["weights"], "boundary": a["boundary"], "steps": a["steps"]}
     elif op == "stencil3d":
-        kw = {"weights": a["weights"], "boundary": a["boundary"], "steps": a["steps"]}
+        kw = {"weights": a["weights"], "boundary": a["boundary"]}
     elif op == "reduce":
         kw = {"dim": a["dim"], "reduce_op": a["op"], "dtype": a["dtype"]}
     else:

@@ -1,9 +1,8 @@
 """The stencils' ``steps=k``: equal to k single calls (every boundary, every dtype), gradients
 through the k steps against autograd through the loop, and the argument's error. On CUDA,
-stencil1d and stencil2d run the fused kernel (stencil/steps.cuh), stencil3d with radii up to 1
-its own (stencil/steps3d.cuh): their radii, planes and volumes smaller than a strip, tile or
-window, several bands, tiles and chunks, k across several passes, every mechanism and strided
-inputs, against the loop."""
+stencil1d and stencil2d run the fused kernel (stencil/steps.cuh): its radii, planes smaller
+than a strip or than the window, several bands and chunks, k across several passes, every
+mechanism and strided inputs, against the loop."""
 from __future__ import annotations
 
 import pytest
@@ -73,13 +72,6 @@ FUSED = [  # (op, x shape, weights shape, kwargs)
     ("stencil1d", (4000,), (9,), {"dim": -1}),
     ("stencil1d", (300, 20), (5,), {"dim": 0}),    # along the rows of a plane
     ("stencil1d", (3, 50, 30), (3,), {"dim": 1}),  # a middle dim
-    # stencil3d (stencil/steps3d.cuh): 4 steps a pass
-    ("stencil3d", (1, 9, 20, 70), (3, 3, 3), {}),    # one tile across, two along x
-    ("stencil3d", (2, 30, 40, 130), (3, 3, 3), {}),  # several tiles and chunks, a batch
-    ("stencil3d", (1, 5, 33, 9), (3, 1, 3), {}),     # ry = 0
-    ("stencil3d", (1, 6, 7, 40), (3, 3, 1), {}),     # rx = 0
-    ("stencil3d", (2, 3, 2, 3), (3, 3, 3), {}),      # a volume smaller than the window
-    ("stencil3d", (1, 1, 1, 1), (3, 3, 3), {}),      # one point
 ]
 
 
@@ -122,12 +114,6 @@ def test_steps_per_pass_mirror_the_kernels():
     from cupipe._kernel_cache import instances_for
     got = instances_for("stencil_steps", dtype="float32", mechanism="tma", stages=3, radius=(0, 1, 1))
     assert [i.id for i in got] == ["stencil_steps_kernel<engine::Mechanism::Tma,3,float,1,1>"]
-    # stencil3d: depth radius 1 and in-plane radii 0..1 fuse 4 steps (fp64 2), nothing else does
-    assert [ks.steps3d_per_pass(1, ry, rx, 4) for ry, rx in ((0, 0), (1, 0), (0, 1), (1, 1))] == [4, 4, 4, 4]
-    assert ks.steps3d_per_pass(1, 1, 1, 8) == 2
-    assert ks.steps3d_per_pass(2, 1, 1, 4) == ks.steps3d_per_pass(1, 2, 1, 4) == 1
-    got = instances_for("stencil_steps", dtype="float32", mechanism="tma", stages=3, radius=(1, 1, 1))
-    assert [i.id for i in got] == ["stencil3d_steps_kernel<engine::Mechanism::Tma,3,float>"]
 
 
 @pytest.mark.cuda
@@ -140,8 +126,6 @@ def test_fused_steps_every_mechanism(mechanism, stages):
     x, w = make_input((2, 45, 300), device="cuda"), _contraction((3, 3), "cuda")
     for boundary in ("zero", "reflect"):
         _fused_matches_loop("stencil2d", x, w, 9, boundary=boundary, mechanism=mechanism, stages=stages)
-    x3, w3 = make_input((1, 12, 40, 70), device="cuda"), _contraction((3, 3, 3), "cuda")
-    _fused_matches_loop("stencil3d", x3, w3, 5, boundary="replicate", mechanism=mechanism, stages=stages)
 
 
 @pytest.mark.cuda
@@ -154,10 +138,6 @@ def test_fused_steps_strided_inputs_and_dtypes(dtype):
         for boundary in ("replicate", "circular"):
             _fused_matches_loop("stencil2d", x, w, 6, boundary=boundary)
     _fused_matches_loop("stencil1d", base, _contraction((5,), "cuda", dtype), 20, dim=1, boundary="reflect")
-    vol = make_input((2, 9, 30, 40), dtype, "cuda")
-    w3 = _contraction((3, 3, 3), "cuda", dtype)
-    for x in (vol.transpose(2, 3), vol[:, 1:-1, 2:, :-3]):
-        _fused_matches_loop("stencil3d", x, w3, 5, boundary="reflect")
 
 
 @pytest.mark.cuda

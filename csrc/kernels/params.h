@@ -165,13 +165,6 @@ constexpr int stencil_steps_per_pass(int ry, int rx, int esz, int64_t x_step) {
   return k > 1 ? k : 1;
 }
 void launch_stencil_steps(const StencilParams& p, int64_t steps, void* scratch);
-// Steps of stencil3d fused into one pass (stencil/steps3d.cuh): depth radius 1 with in-plane radii
-// 0..1 (its four levels' queues of 8 points a thread; fp64 two); 1 elsewhere (a loop of single
-// calls). launch_stencil3d_steps runs ceil(steps / K) passes as launch_stencil_steps does.
-constexpr int stencil3d_steps_per_pass(int rz, int ry, int rx, int esz) {
-  return rz == 1 && ry >= 0 && ry <= 1 && rx >= 0 && rx <= 1 ? (esz == 8 ? 2 : 4) : 1;
-}
-void launch_stencil3d_steps(const Stencil3dParams& p, int64_t steps, void* scratch);
 int64_t launch_stencil_weight_grad(const StencilWeightGradParams& p);
 void launch_stencil3d(const Stencil3dParams& p);
 int64_t reduce_workspace_bytes(const ReduceParams& p);

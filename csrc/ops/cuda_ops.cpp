@@ -183,34 +183,6 @@ at::Tensor stencil2d_cuda(const at::Tensor& x, const at::Tensor& weights, c10::s
   return stencil_steps_cuda("stencil2d", x, weights, g, std::nullopt, b, mech, stages, steps);
 }
 
-// stencil3d's call: x contiguous, the kernel's output (out itself where out is dense), the weights in
-// a dtype the kernel reads, and the kernel's parameters (mechanism and stages left to the caller).
-struct Stencil3dCall {
-  at::Tensor out, xc, kout, w;
-  Stencil3dParams p;
-};
-
-Stencil3dCall stencil3d_call(const at::Tensor& x, const at::Tensor& weights, const Stencil3dGeometry& g, Boundary b) {
-  Stencil3dCall c;
-  c.out = at::empty_like(x);  // x's layout when x is dense, as the fake kernel says
-  c.xc = x.contiguous();
-  c.kout = c.out.is_contiguous() ? c.out : at::empty(x.sizes(), x.options());
-  const at::ScalarType wt = weights.scalar_type();
-  const bool as_is = wt == at::kFloat || wt == at::kHalf || wt == at::kBFloat16 || wt == at::kDouble;
-  c.w = as_is ? weights.contiguous() : weights_for_kernel(x, weights);
-  Stencil3dParams& p = c.p;
-  p.x = c.xc.data_ptr();
-  p.out = c.kout.data_ptr();
-  p.weights = c.w.data_ptr();
-  p.dtype = to_kernel_dtype(x.scalar_type());
-  p.weights_dtype = to_kernel_dtype(c.w.scalar_type());
-  p.batch = g.batch; p.nz = g.nz; p.ny = g.ny; p.nx = g.nx;
-  p.rz = g.rz; p.ry = g.ry; p.rx = g.rx;
-  p.boundary = b;
-  p.stream = current_stream();
-  return c;
-}
-
 at::Tensor stencil3d_cuda_step(const at::Tensor& x, const at::Tensor& weights, const Stencil3dGeometry& g, Boundary b,
                                MechanismArg mech, int64_t stages) {
   const char* op = "stencil3d";
@@ -219,16 +191,31 @@ at::Tensor stencil3d_cuda_step(const at::Tensor& x, const at::Tensor& weights, c
     return stencil_cuda(op, x, w2, check_stencil2d(x, w2, b), std::nullopt, b, mech, stages);
   }
   c10::cuda::CUDAGuard guard(x.device());
-  if (x.numel() == 0) return at::empty_like(x);
+  at::Tensor out = at::empty_like(x);  // x's layout when x is dense, as the fake kernel says
+  if (x.numel() == 0) return out;
   const DeviceInfo dev = device_info(x.get_device());
-  Stencil3dCall c = stencil3d_call(x, weights, g, b);
+  const at::Tensor xc = x.contiguous();
+  at::Tensor kout = out.is_contiguous() ? out : at::empty(x.sizes(), x.options());
+  const at::ScalarType wt = weights.scalar_type();
+  const bool as_is = wt == at::kFloat || wt == at::kHalf || wt == at::kBFloat16 || wt == at::kDouble;
+  const at::Tensor w = as_is ? weights.contiguous() : weights_for_kernel(x, weights);
+  Stencil3dParams p;
+  p.x = xc.data_ptr();
+  p.out = kout.data_ptr();
+  p.weights = w.data_ptr();
+  p.dtype = to_kernel_dtype(x.scalar_type());
+  p.weights_dtype = to_kernel_dtype(w.scalar_type());
+  p.batch = g.batch; p.nz = g.nz; p.ny = g.ny; p.nx = g.nx;
+  p.rz = g.rz; p.ry = g.ry; p.rx = g.rx;
+  p.boundary = b;
   const CopyConfig cfg = resolve_stencil3d(dev, mech, stages);
   check_mechanism_supported(op, cfg.mechanism, dev);
-  c.p.mechanism = cfg.mechanism;
-  c.p.stages = cfg.stages;
-  run_launcher(op, [&] { launch_stencil3d(c.p); });
-  if (!c.kout.is_same(c.out)) c.out.copy_(c.kout);
-  return c.out;
+  p.mechanism = cfg.mechanism;
+  p.stages = cfg.stages;
+  p.stream = current_stream();
+  run_launcher(op, [&] { launch_stencil3d(p); });
+  if (!kout.is_same(out)) out.copy_(kout);
+  return out;
 }
 
 at::Tensor stencil3d_cuda(const at::Tensor& x, const at::Tensor& weights, c10::string_view boundary,
@@ -237,23 +224,8 @@ at::Tensor stencil3d_cuda(const at::Tensor& x, const at::Tensor& weights, c10::s
   const Boundary b = knobs.boundary;
   const MechanismArg mech = knobs.mechanism;
   const Stencil3dGeometry g = check_stencil3d(x, weights, b);
-  const int per_pass = stencil3d_steps_per_pass(g.rz, g.ry, g.rx, static_cast<int>(x.element_size()));
-  if (steps == 1 || x.numel() == 0 || per_pass < 2) {
-    return repeat_steps(steps, x,
-                        [&](const at::Tensor& in) { return stencil3d_cuda_step(in, weights, g, b, mech, stages); });
-  }
-  // The fused passes (stencil/steps3d.cuh).
-  c10::cuda::CUDAGuard guard(x.device());
-  const DeviceInfo dev = device_info(x.get_device());
-  Stencil3dCall c = stencil3d_call(x, weights, g, b);
-  const CopyConfig cfg = resolve_stencil_steps(dev, mech, stages);
-  check_mechanism_supported("stencil3d", cfg.mechanism, dev);
-  c.p.mechanism = cfg.mechanism;
-  c.p.stages = cfg.stages;
-  const at::Tensor scratch = steps > per_pass ? at::empty({x.numel()}, c.kout.options()) : at::Tensor();
-  run_launcher("stencil3d", [&] { launch_stencil3d_steps(c.p, steps, scratch.defined() ? scratch.data_ptr() : nullptr); });
-  if (!c.kout.is_same(c.out)) c.out.copy_(c.kout);
-  return c.out;
+  return repeat_steps(steps, x,
+                      [&](const at::Tensor& in) { return stencil3d_cuda_step(in, weights, g, b, mech, stages); });
 }
 
 void check_ex_grid_args(const char* op, int64_t free_sms, int64_t blocks) {

@@ -134,7 +134,7 @@ pybind11::dict table_shape(const std::string& op, const at::Tensor& x, const std
     d["rows16"] = s.rows16;
     d["step"] = s.step;
     if (op == "stencil3d") d["rz"] = s.rz;
-    if (steps > 1) d["steps"] = steps;
+    else if (steps > 1) d["steps"] = steps;
   }
   return d;
 }
@@ -193,7 +193,7 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
       "along the rows, rx along the last dim; stencil1d along the last dim is ry = 0), the element size "
       "in bytes, whether x's rows are whole 16-byte multiples from a 16-byte aligned pointer (rows16) and "
       "the elements between x's taps (step: a batch dim inside the rows, as channels_last's C), and "
-      "stencil3d's depth radius (rz; 0 runs as stencil2d), and the stencils' steps (steps > 1: the "
+      "stencil3d's depth radius (rz; 0 runs as stencil2d), and stencil1d/stencil2d's steps (steps > 1: the "
       "fused kernel's table where one runs); "
       "table_shape derives them from a call's arguments";
   m.def("resolve_config", &resolve_config,
@@ -213,7 +213,7 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   m.def("table_shape", &table_shape,
         "the shape keywords of resolve_config for op(x, ...) (checked as the op checks them; reads only "
         "metadata): dim is stencil1d's dim or reduce's dims (None: all), boundary the stencils', reduce_op "
-        "and dtype reduce's, steps the stencils'",
+        "and dtype reduce's, steps stencil1d/stencil2d's",
         py::arg("op"), py::arg("x"), py::arg("weights") = py::none(), py::arg("dim") = py::none(),
         py::arg("boundary") = "zero", py::arg("reduce_op") = "sum", py::arg("dtype") = py::none(),
         py::arg("steps") = 1);

@@ -291,10 +291,7 @@ CopyConfig resolve_op(const std::string& op, int sm, MechanismArg mech, int64_t 
   dev.sm = sm;
   dev.code_sm = sm;
   if (op == "stream_copy") return resolve_stream_copy(dev, mech, stages, vec_bytes, 0);
-  if (op == "stencil3d" && shape.rz > 0)
-    return shape.steps > 1 && stencil3d_steps_per_pass(shape.rz, shape.ry, shape.rx, shape.esz) > 1
-               ? resolve_stencil_steps(dev, mech, stages)
-               : resolve_stencil3d(dev, mech, stages);
+  if (op == "stencil3d" && shape.rz > 0) return resolve_stencil3d(dev, mech, stages);
   if ((op == "stencil1d" || op == "stencil2d") && shape.steps > 1 &&
       stencil_steps_per_pass(shape.ry, shape.rx, shape.esz, shape.step) > 1)
     return resolve_stencil_steps(dev, mech, stages);

@@ -30,7 +30,7 @@ CopyConfig resolve_stream_copy(const DeviceInfo& dev, MechanismArg mech, int64_t
 CopyConfig resolve_stencil(const DeviceInfo& dev, MechanismArg mech, int64_t stages,
                            const StencilGeometry& g);
 CopyConfig resolve_stencil3d(const DeviceInfo& dev, MechanismArg mech, int64_t stages);
-// steps=k where a fused kernel runs (stencil_steps_per_pass, stencil3d_steps_per_pass > 1).
+// steps=k of stencil1d/stencil2d where the fused kernel runs (stencil_steps_per_pass > 1).
 CopyConfig resolve_stencil_steps(const DeviceInfo& dev, MechanismArg mech, int64_t stages);
 CopyConfig resolve_reduce(const DeviceInfo& dev, MechanismArg mech, int64_t stages, int64_t outer,
                           int64_t r, int64_t inner, int esz, ReduceOp op = ReduceOp::Sum);
@@ -49,7 +49,7 @@ struct TableShape {
   ReduceOp reduce_op = ReduceOp::Sum;
   bool rows16 = false;
   int64_t step = 1;  // stencils: elements between x taps (StencilGeometry::step)
-  int64_t steps = 1;  // the stencils' steps=k: the fused kernel's choice where one runs
+  int64_t steps = 1;  // stencil1d/stencil2d's steps=k: the fused kernel's choice where one runs
   std::string layout;  // the layout plan in words (ops/layout.h), for explain
 };
 
