@@ -80,39 +80,6 @@ def test_dtypes_and_odd_sizes(device, dtype, shape):
         _check(x, w.to(dtype), "replicate", "weights in x's dtype")
 
 
-def _star(w: torch.Tensor) -> torch.Tensor:
-    """w with every entry off the three axes through its centre zeroed (the 7-point star's pattern)."""
-    kz, ky, kx = w.shape
-    a, b, c = torch.meshgrid(torch.arange(kz), torch.arange(ky), torch.arange(kx), indexing="ij")
-    on_axis = ((a == kz // 2) & (b == ky // 2)) | ((a == kz // 2) & (c == kx // 2)) | ((b == ky // 2) & (c == kx // 2))
-    return w * on_axis.to(w.device, w.dtype)
-
-
-@pytest.mark.parametrize("wshape", [(3, 3, 3), (3, 1, 3), (3, 3, 1)], ids=lambda s: "x".join(map(str, s)))
-@pytest.mark.parametrize("boundary", BOUNDARIES)
-def test_star_weights(device, wshape, boundary):
-    """Weights zero off the axes: on CUDA the star family's body (volume.cuh), every dtype."""
-    x = make_input((2, 11, 13, 70), device=device)
-    w = _star(make_weights(wshape, device=device))
-    for dtype in (torch.float32, torch.bfloat16, torch.float64):
-        _check(x.to(dtype), w, boundary, "star")
-
-
-@pytest.mark.cuda
-@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
-def test_star_skips_its_zero_taps():
-    """An Inf reaches the 7 outputs whose star taps meet it (the star body skips the zero taps; a
-    3x3x3 box with no zero multiplies all 27), and nothing else."""
-    x = make_input((1, 9, 10, 12), device="cuda")
-    x[0, 4, 5, 6] = float("inf")
-    box = make_input((3, 3, 3), device="cuda", seed=1000, low=0.5, high=1.0)
-    near = torch.zeros_like(x, dtype=torch.bool)
-    near[0, 3:6, 4:7, 5:8] = True
-    for w, want in ((_star(box), _star(near[0, 3:6, 4:7, 5:8].float()).bool()), (box, near[0, 3:6, 4:7, 5:8])):
-        bad = ~torch.isfinite(cupipe.stencil3d(x, w))
-        assert int(bad.sum()) == int(want.sum()) and bool(bad[0, 3:6, 4:7, 5:8].eq(want).all())
-
-
 def test_sizes_below_the_radius(device):
     """Dims shorter than their radius: every boundary but reflect (which needs size > radius)."""
     x = make_input((2, 1, 3), device=device)
@@ -140,7 +107,6 @@ def test_every_mechanism_and_stage_count(mechanism):
     for stages, wshape, boundary in [(1, (3, 3, 3), "zero"), (2, (5, 3, 1), "reflect"),
                                      (4, (9, 5, 5), "circular"), (8, (3, 9, 9), "replicate")]:
         _check(x, make_weights(wshape, device="cuda"), boundary, mechanism=mechanism, stages=stages)
-    _check(x, _star(make_weights((3, 3, 3), device="cuda")), "replicate", "star", mechanism=mechanism, stages=1)
     for dtype in (torch.float16, torch.bfloat16, torch.float64):
         _check(x.to(dtype), make_weights((3, 3, 3), device="cuda"), "zero", mechanism=mechanism, stages=3)
     # rows of whole 16-byte multiples: tma's windows as tensor-map boxes (interior ones only for

@@ -2,7 +2,7 @@
 through the k steps against autograd through the loop, and the argument's error. On CUDA,
 stencil1d and stencil2d run the fused kernel (stencil/steps.cuh): its radii, planes smaller
 than a strip or than the window, several bands and chunks, k across several passes, every
-mechanism, strided inputs and plus-shaped (star) weights, against the loop."""
+mechanism and strided inputs, against the loop."""
 from __future__ import annotations
 
 import pytest
@@ -103,41 +103,6 @@ def test_fused_steps_equal_the_loop(case, boundary):
     x, w = make_input(shape, device="cuda"), _contraction(wshape, "cuda")
     for k in (2, 7, 17, 40):  # one pass, and several of unequal shares of the steps
         _fused_matches_loop(op, x, w, k, boundary=boundary, **kw)
-
-
-def _plus(w: torch.Tensor) -> torch.Tensor:
-    """w with everything off its middle row and column zeroed (the 5-point heat's shape)."""
-    keep = torch.zeros_like(w, dtype=torch.bool)
-    keep[w.shape[0] // 2, :] = True
-    keep[:, w.shape[1] // 2] = True
-    return w * keep
-
-
-@pytest.mark.cuda
-@needs_cuda
-@pytest.mark.parametrize("wshape", [(3, 3), (5, 5), (3, 5)], ids=lambda s: "x".join(map(str, s)))
-@pytest.mark.parametrize("boundary", BOUNDARIES)
-def test_fused_star_steps_equal_the_loop(wshape, boundary):
-    """Plus-shaped weights run the star bodies (steps.cuh): the interior's and the edges'."""
-    x = make_input((2, 130, 300), device="cuda")
-    w = _plus(_contraction(wshape, "cuda"))
-    for k in (3, 8, 19):
-        _fused_matches_loop("stencil2d", x, w, k, boundary=boundary)
-
-
-@pytest.mark.cuda
-@needs_cuda
-def test_fused_star_steps_skip_their_zero_taps():
-    """An Inf spreads over the diamond the plus-shaped taps reach in k steps, in the interior and at
-    an edge (zero boundary), never over the square a full 3x3 would reach."""
-    x = make_input((1, 40, 300), device="cuda")
-    w = _plus(_contraction((3, 3), "cuda").abs())
-    yy, xx = torch.meshgrid(torch.arange(40, device="cuda"), torch.arange(300, device="cuda"), indexing="ij")
-    for y, c in ((20, 150), (0, 7)):
-        xi = x.clone()
-        xi[0, y, c] = float("inf")
-        bad = ~torch.isfinite(cupipe.stencil2d(xi, w, steps=3))
-        assert torch.equal(bad[0], (yy - y).abs() + (xx - c).abs() <= 3), (y, c)
 
 
 def test_steps_per_pass_mirror_the_kernels():

@@ -85,13 +85,6 @@ __global__ void __launch_bounds__(kStepsThreads, kStepsMinBlocks)
   A w_r[kRegWeights ? NW : 1];
 #pragma unroll
   for (int i = 0; i < (kRegWeights ? NW : 1); ++i) w_r[i] = kRegWeights ? w_s[i] : A(0);
-  // The star (a 5-point or any plus-shaped stencil): every weight off the middle row and column is
-  // zero. Block-uniform, checked here: the interior body then skips those taps at compile time,
-  // the edge body at run time, so that no output multiplies them. Not for weights in shared
-  // memory (the 9x9), whose spills a third body doubled.
-  bool star = RY > 0 && RX > 0 && kRegWeights;
-  for (int i = 0; i < NW; ++i)
-    if (i / KX != RY && i % KX != RX && w_s[i] != A(0)) star = false;
   Ring ring(ss.get(), smem, static_cast<int>(g.stage_bytes));
 
   // The block's stream. RY > 0: plane b, band, rows [y0, y1) out, rows y0 - k*RY .. y1 - 1 + k*RY
@@ -135,12 +128,10 @@ __global__ void __launch_bounds__(kStepsThreads, kStepsMinBlocks)
 #pragma unroll
       for (int e = 0; e < V; ++e) P[s][d][e] = A(0);
 
-  // acc += tap row a of the weights times the arriving row (xv: RX columns either side); star:
-  // only the taps on the middle row and column.
-  auto tap_row = [&](A(&acc)[V], int a, const A(&xv)[V + 2 * RX], const bool star_taps) {
+  // acc += tap row a of the weights times the arriving row (xv: RX columns either side).
+  auto tap_row = [&](A(&acc)[V], int a, const A(&xv)[V + 2 * RX]) {
 #pragma unroll
     for (int c = 0; c < KX; ++c) {
-      if (star_taps && a != RY && c != RX) continue;
       const A wv = kRegWeights ? w_r[a * KX + c] : w_s[a * KX + c];
 #pragma unroll
       for (int e = 0; e < V; ++e) acc[e] = fma(wv, xv[e + c], acc[e]);
@@ -165,10 +156,8 @@ __global__ void __launch_bounds__(kStepsThreads, kStepsMinBlocks)
       // The k levels of one arriving row. kSimple: every row it meets at every level lies in the
       // plane, none within reach of a row edge, and the strip is away from the column edges (most
       // rows of most strips): the taps alone, no row bookkeeping, no boundary work.
-      // Called with constant kSimple and kStar at each place, each inlined: three bodies (the edge
-      // body reads the star at run time).
-      auto levels = [&](A(&v)[V], int64_t& q, const bool kSimple, const bool kStar) __attribute__((always_inline)) {
-        const bool star_taps = kSimple ? kStar : star;
+      // Called with a constant kSimple at both places, each inlined: two bodies.
+      auto levels = [&](A(&v)[V], int64_t& q, const bool kSimple) __attribute__((always_inline)) {
         bool real = circ || (q >= 0 && q < g.ny);
 #pragma unroll
         for (int s = 0; s < K; ++s) {
@@ -187,7 +176,7 @@ __global__ void __launch_bounds__(kStepsThreads, kStepsMinBlocks)
             A(&acc)[V] = d == 0 ? n : P[s][d > 0 ? d - 1 : 0];
 #pragma unroll
             for (int e = 0; e < V; ++e) acc[e] = d < 2 * RY ? P[s][d][e] : A(0);
-            tap_row(acc, 2 * RY - d, xv, star_taps);
+            tap_row(acc, 2 * RY - d, xv);
           }
           if (kSimple) {
 #pragma unroll
@@ -203,7 +192,7 @@ __global__ void __launch_bounds__(kStepsThreads, kStepsMinBlocks)
                 for (int a = 0; a <= 2 * RY; ++a) {
                   const int64_t gy = r + a - RY;
                   if (a != 2 * RY - d && (gy < 0 || gy >= g.ny) && steps_mirror(gy, g.ny, reflect) == q)
-                    tap_row(d == 0 ? n : P[s][d > 0 ? d - 1 : 0], a, xv, star_taps);
+                    tap_row(d == 0 ? n : P[s][d > 0 ? d - 1 : 0], a, xv);
                 }
               }
             }
@@ -252,14 +241,10 @@ __global__ void __launch_bounds__(kStepsThreads, kStepsMinBlocks)
         A v[V];
 #pragma unroll
         for (int e = 0; e < V; ++e) v[e] = real ? to_acc<A>(src[e]) : A(0);
-        if (!xedge && (RY == 0 || circ || (q - int64_t(k) * RY > RY && q < g.ny - 1 - RY))) {
-          if (star)
-            levels(v, q, true, true);
-          else
-            levels(v, q, true, false);
-        } else {
-          levels(v, q, false, false);
-        }
+        if (!xedge && (RY == 0 || circ || (q - int64_t(k) * RY > RY && q < g.ny - 1 - RY)))
+          levels(v, q, true);
+        else
+          levels(v, q, false);
         // v: level k's row q. Stored where it is this block's and the lane's.
         if (writes && q >= (RY > 0 ? y0 : 0) && q < y1 && cl < g.nx) {
           T* dst = out + (th.b * g.ny + q) * g.nx + cl;

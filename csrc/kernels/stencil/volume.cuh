@@ -45,15 +45,6 @@ constexpr int volume_radius_class(int ry, int rx) {
   return ry <= 1 && rx <= 1 ? 1 : ry <= 2 && rx <= 2 ? 2 : 4;
 }
 
-// The star family: depth radius 1 and in-plane class 1 (the 7-point star's shape) where every weight
-// off the three axes through the centre is zero. Its body skips those taps: 7 FMAs an output, not 27.
-// The kernel checks the weights itself (block-uniform, no host read), so any caller's 3x3x3 weights
-// with that pattern take it; a non-finite input under a skipped zero tap does not reach the output.
-constexpr bool volume_star_family(int rz, int r) { return rz == 1 && r == 1; }
-constexpr bool volume_star_tap(int a, int b, int c, int rz, int r) {
-  return (a == rz && b == r) || (a == rz && c == r) || (b == r && c == r);
-}
-
 struct VolumeGeom {
   StencilGeom g;           // the loader's view: batch * nz planes of ny x nx, windows of the tiles
   int64_t nz;
@@ -94,12 +85,6 @@ __global__ void __launch_bounds__(kVolumeThreads, volume_min_blocks(RZ))
     }
     __syncthreads();
   }
-  constexpr bool kStarPath = volume_star_family(RZ, R);
-  bool star = kStarPath;
-  if constexpr (kStarPath) {
-    for (int i = 0; i < KZ * K * K; ++i)
-      if (!volume_star_tap(i / (K * K), i / K % K, i % K, RZ, R) && w_s[i] != A(0)) star = false;
-  }
   constexpr bool kRegWeights = volume_small_class(RZ, R, sizeof(T));
   constexpr int kNw = kRegWeights ? KZ * K * K : 1;
   A w_r[kNw];
@@ -135,8 +120,8 @@ __global__ void __launch_bounds__(kVolumeThreads, volume_min_blocks(RZ))
   // tap ranges at compile time: no run-time tap checks or window offsets. It pays for 2-byte types
   // and radius classes above 1; the fp32 and fp64 3x3x3 class keeps the one body, which a second
   // body's registers slowed (design.md §4.8).
-  auto plane = [&](const char* stage, int64_t k, engine::Team team, auto full, auto star_body) {
-    constexpr bool kFull = decltype(full)::value, kStar = decltype(star_body)::value;
+  auto plane = [&](const char* stage, int64_t k, engine::Team team, auto full) {
+    constexpr bool kFull = decltype(full)::value;
     const int iy = team.rank / kVolumeItemsX, ix = team.rank % kVolumeItemsX;
     const int64_t p = z0 - RZ + k;
     const bool zero_plane = boundary == Boundary::Zero && (p < 0 || p >= v.nz);
@@ -163,7 +148,6 @@ __global__ void __launch_bounds__(kVolumeThreads, volume_min_blocks(RZ))
             if (c < R - (kFull ? R : g.rx) || c > R + (kFull ? R : g.rx)) continue;  // block-uniform
 #pragma unroll
             for (int a = 0; a < KZ; ++a) {
-              if (kStar && !volume_star_tap(a, b, c, RZ, R)) continue;  // compile time
               const A wv = kRegWeights ? w_r[(a * K + b) * K + c] : w_s[(a * K + b) * K + c];
 #pragma unroll
               for (int j = 0; j < TW; ++j) acc[a][i][j] += wv * xv[j + c];
@@ -196,15 +180,11 @@ __global__ void __launch_bounds__(kVolumeThreads, volume_min_blocks(RZ))
   };
   constexpr bool kFullPath = sizeof(T) == 2 || R >= 2;
   const bool full = kFullPath && g.ry == R && g.rx == R;
-  // One ring loop: a second loop for the star (its own live weights) spilled more, not less.
   auto consume = [&](const char* stage, int64_t k, engine::Team team) {
-    if constexpr (kStarPath) {
-      if (star) return plane(stage, k, team, std::false_type{}, std::true_type{});
-    }
     if constexpr (kFullPath) {
-      if (full) return plane(stage, k, team, std::true_type{}, std::false_type{});
+      if (full) return plane(stage, k, team, std::true_type{});
     }
-    plane(stage, k, team, std::false_type{}, std::false_type{});
+    plane(stage, k, team, std::false_type{});
   };
   engine::run_ring(ring, nplanes, load, consume);
 }
