@@ -82,18 +82,20 @@ def test_state_ops_match_torch(device, op, dtype, keepdim):
 # rows spanning tiles' ends), split rows (one part, several parts: the partials pass), dense
 # columns (inner up to 256, narrow and odd), boxed columns (wider rows, a partial last chunk),
 # column parts, four adjacent columns a thread (col_quads: aligned rows of a multiple of 4 columns,
-# more than 3 x 256 wide); with a storage offset that misaligns the data (and turns quads off).
+# more than 3 x 256 wide), boxed rows of a multiple of 128 bytes (congruent: each at x's offset
+# modulo 128, which the 16-byte storage offset moves); with a storage offset that misaligns the
+# data (each row at its own shift, quads off).
 LAYOUT_CASES = [((257, 64), 1), ((300, 37), 1), ((4, 9000), 1), ((3, 40000), -1), ((2, 300001), 1),
                 ((300, 3), 0), ((1000, 1003), 0), ((4, 67, 300), 1), ((2, 33, 5), 1), ((20000, 7), 0),
                 ((9, 2050), 0), ((3, 70, 600), 1), ((1, 5000, 16), 1), ((4099, 1), 0),
-                ((37, 1024), 0), ((5, 3000), 0), ((3, 50, 1028), 1)]
+                ((37, 1024), 0), ((5, 3000), 0), ((3, 50, 1028), 1), ((33, 2048), 0), ((2, 21, 3072), 1)]
 
 
 @pytest.mark.parametrize("op", STATE_OPS)
 def test_state_layouts(device, op):
     for i, (shape, dim) in enumerate(LAYOUT_CASES):
         n = math.prod(shape)
-        for offset in (0, 1):
+        for offset in (0, 1, 4):
             x = make_input((n + offset,), torch.float32, device, seed=50 + i)[offset:].view(shape)
             check(x, op, dim, what=f"offset={offset}")
 
@@ -102,7 +104,8 @@ def test_state_layouts(device, op):
 def test_state_every_mechanism(device, mechanism):
     if device == "cuda" and mechanism == "tma" and not tma_supported():
         pytest.skip("tma needs sm_90")
-    for i, (shape, dim) in enumerate([((37, 301), 1), ((37, 301), 0), ((3, 30000), 1), ((2, 9, 700), 1)]):
+    for i, (shape, dim) in enumerate([((37, 301), 1), ((37, 301), 0), ((3, 30000), 1), ((2, 9, 700), 1),
+                                      ((40, 2048), 0)]):
         for dtype, stage_counts in ((torch.float32, (1, 2)), (torch.bfloat16, (2,)), (torch.float64, (2,))):
             x = make_input(shape, dtype, device, seed=70 + i)
             for stages in stage_counts:
