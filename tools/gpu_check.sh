@@ -7,6 +7,7 @@
 # build compiles the module (the default kernel instances; the rest compile on first use) and checks
 # one call of each op against the CPU.
 # Knobs: PYTEST_ARGS (one pytest process, those args), TEST_GROUPS="name:args;name:args",
+#   PYTEST_WORKERS, GROUP_WORKERS (xdist processes: the whole suite's, a group's),
 #   SAN_OPS, SAN_STAGES, SAN_RACE_STAGES, SAN_JOBS, BENCH_OPS, BENCH_SWEEP, PYTEST_TIMEOUT.
 # The whole default set does not fit one 600 s call: run build, then tests, then the rest.
 set -uo pipefail
@@ -36,8 +37,10 @@ has() { [[ " $STEPS " == *" $1 "* ]]; }
 LOG=${OUT:-$PWD/gpu_check_out}
 mkdir -p "$LOG"
 export PYTHONUNBUFFERED=1
-# The tests' mechanism x stages matrix: kernels compiled once, in parallel, before the tests (tests/conftest.py).
-export CUPIPE_TEST_PRECOMPILE=${CUPIPE_TEST_PRECOMPILE:-1}
+# CUPIPE_TEST_PRECOMPILE=1 compiles every copy, 1-D/2-D stencil and reduce instance before the
+# tests (tests/conftest.py): ~3400 instances, past a 600 s device call on 16 cores. Off by default:
+# the xdist workers compile what the tests call, on first use, in parallel.
+export CUPIPE_TEST_PRECOMPILE=${CUPIPE_TEST_PRECOMPILE:-0}
 export CUDA_HOME=${CUDA_HOME:-/usr/local/cuda}
 export MAX_JOBS=${MAX_JOBS:-16}
 # The device image's default g++ (/opt/gcc) links libstdc++ statically into the extension, and
@@ -82,22 +85,18 @@ if [ -n "${PYTEST_ARGS:-}" ]; then
   grep -E "^(FAILED|ERROR)" "$LOG/pytest.log" | head -40
   note "pytest (CPU+CUDA, slow included): rc=$rc, $(tail -1 "$LOG/pytest.log") [$(( $(date +%s) - t0 ))s]"
 else
-  # Every file of tests/, in six pytest processes side by side: the tests are mostly host-bound
-  # (launches, references, checks), so they share one GPU well. The last group is every file the
-  # others do not name. TEST_GROUPS="name:pytest args;name:pytest args" replaces the groups.
+  # Every file of tests/ in one pytest run spread over PYTEST_WORKERS (14) xdist processes, which
+  # compile the kernels they call on first use in parallel. TEST_GROUPS="name:pytest args;..."
+  # runs those groups instead, side by side, each over GROUP_WORKERS (4) unless it names its -n.
   if [ -n "${TEST_GROUPS:-}" ]; then
     IFS=';' read -ra groups <<<"$TEST_GROUPS"
   else
-    groups=("stencil:tests/test_stencil.py" "reduce:tests/test_reduce.py" "engine:tests/test_engine_cuda.py"
-            "tuning_copy:tests/test_tuning.py tests/test_stream_copy.py"
-            "ops:tests/test_wrappers.py tests/test_cuda_streams.py tests/test_compile.py tests/test_opcheck.py tests/test_errors.py")
-    named=" $(printf '%s ' "${groups[@]}" | sed 's/[a-z_]*://g') "
-    rest=""
-    for f in tests/test_*.py; do [[ "$named" == *" $f "* ]] || rest="$rest $f"; done
-    groups+=("rest:${rest# }")
+    groups=("all:-n ${PYTEST_WORKERS:-14} tests")
   fi
   for g in "${groups[@]}"; do
-    (eval "CUPIPE_SLOW=1 timeout ${PYTEST_TIMEOUT:-500} python3 -m pytest -q -p no:cacheprovider ${g#*:}" \
+    args=${g#*:}
+    [[ " $args " == *" -n "* ]] || args="-n ${GROUP_WORKERS:-4} $args"
+    (eval "CUPIPE_SLOW=1 timeout ${PYTEST_TIMEOUT:-500} python3 -m pytest -q -p no:cacheprovider $args" \
        >"$LOG/pytest_${g%%:*}.log" 2>&1; echo $? >"$LOG/pytest_${g%%:*}.rc") &
   done
   wait
