@@ -82,9 +82,9 @@ def test_state_ops_match_torch(device, op, dtype, keepdim):
 # rows spanning tiles' ends), split rows (one part, several parts: the partials pass), dense
 # columns (inner up to 256, narrow and odd), boxed columns (wider rows, a partial last chunk),
 # column parts, four adjacent columns a thread (col_quads: aligned rows of a multiple of 4 columns,
-# more than 3 x 256 wide), boxed rows of a multiple of 128 bytes (congruent: each at x's offset
-# modulo 128, which the 16-byte storage offset moves); with a storage offset that misaligns the
-# data (each row at its own shift, quads off).
+# more than 3 x 256 wide), boxed rows of a multiple of 128 bytes (a tile layout may place them by
+# x's offset modulo 128, which the 16-byte storage offset moves); with a storage offset that
+# misaligns the data (each row at its own shift, quads off).
 LAYOUT_CASES = [((257, 64), 1), ((300, 37), 1), ((4, 9000), 1), ((3, 40000), -1), ((2, 300001), 1),
                 ((300, 3), 0), ((1000, 1003), 0), ((4, 67, 300), 1), ((2, 33, 5), 1), ((20000, 7), 0),
                 ((9, 2050), 0), ((3, 70, 600), 1), ((1, 5000, 16), 1), ((4099, 1), 0),
