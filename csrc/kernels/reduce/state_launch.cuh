@@ -70,6 +70,9 @@ inline StatePlan make_state_plan(const ReduceParams& p, const DeviceInfo& dev, i
     split_state_parts(pl, p.r, pl.tile_elems, pl.items, target_blocks);
     pl.stage_bytes = static_cast<int>(engine::align_up(static_cast<int64_t>(pl.tile_elems) * esz + 32, 128));
   } else {
+    // Columns: the column sums' stage size (64 KiB fitted) and row layout (launch_plan.cuh), which
+    // their measurements chose: a 32 KiB tile of 4 KiB rows gave a thread 28 elements a tile.
+    const int col_tile = cols_tile_bytes(p, dev);
     pl.mode = 2;
     pl.col_threads = static_cast<int>(std::min<int64_t>(p.inner, consumers));
     pl.vecs = static_cast<int>(std::min<int64_t>(kStateColStates, ceil_div(p.inner, pl.col_threads)));
@@ -77,16 +80,27 @@ inline StatePlan make_state_plan(const ReduceParams& p, const DeviceInfo& dev, i
     pl.dense = pl.chunk_cols == p.inner;
     // Quads: 4 columns a thread, each tile row aligned to a 4-element vector (chunks start at
     // multiples of 4 columns; every row of x at a multiple of 16 bytes), no 8-byte type.
-    pl.col_quads = pl.vecs == kStateColStates && esz <= 4 && p.inner % 4 == 0 && (p.inner * esz) % 16 == 0 &&
-                   (reinterpret_cast<uintptr_t>(p.x) & 15u) == 0;
+    const bool aligned = (reinterpret_cast<uintptr_t>(p.x) & 15u) == 0 && (p.inner * esz) % 16 == 0;
+    pl.col_quads = pl.vecs == kStateColStates && esz <= 4 && p.inner % 4 == 0 && aligned;
     pl.col_chunks = ceil_div(p.inner, pl.chunk_cols);
+    pl.base = -1;
+    const int64_t row_bytes = p.inner * esz, chunk_bytes = static_cast<int64_t>(pl.chunk_cols) * esz;
     if (pl.dense) {
-      pl.tile_rows = static_cast<int>(std::max<int64_t>(1, tile_bytes / (p.inner * esz)));
-      pl.stage_bytes = static_cast<int>(engine::align_up(pl.tile_rows * p.inner * esz + 32, 128));
+      pl.tile_rows = static_cast<int>(std::max<int64_t>(1, col_tile / row_bytes));
+      pl.stage_bytes = static_cast<int>(engine::align_up(pl.tile_rows * row_bytes + 32, 128));
+    } else if (aligned && row_bytes % 128 == 0 && chunk_bytes % 128 == 0) {
+      // Congruent rows: each at its source's offset modulo 128 (x's: rows and chunk starts are
+      // multiples of 128 bytes), one box a tile; a misplaced row costs two L2 requests a line.
+      pl.pitch = static_cast<int>(chunk_bytes);
+      pl.base = static_cast<int>(reinterpret_cast<uintptr_t>(p.x) & 127u);
+      pl.tile_rows = std::max(1, col_tile / pl.pitch);
+      pl.stage_bytes = static_cast<int>(engine::align_up(static_cast<int64_t>(pl.tile_rows) * pl.pitch + (pl.base ? 128 : 0), 128));
     } else {
-      // Each row lands at its source's shift, with 16 bytes for a zero-filled tail.
-      pl.pitch = static_cast<int>(engine::align_up(static_cast<int64_t>(pl.chunk_cols) * esz + 32, 16));
-      pl.tile_rows = std::max(1, tile_bytes / pl.pitch);
+      // 32 bytes of slack: a row's shift (aligned rows: every row at 0, one box) and a zero-filled
+      // tail.
+      pl.pitch = static_cast<int>(engine::align_up(chunk_bytes + 32, 16));
+      if (aligned) pl.base = 0;
+      pl.tile_rows = std::max(1, col_tile / pl.pitch);
       pl.stage_bytes = static_cast<int>(engine::align_up(static_cast<int64_t>(pl.tile_rows) * pl.pitch, 128));
     }
     pl.items = p.outer * pl.col_chunks;

@@ -52,6 +52,8 @@ struct StatePlan {
   bool col_quads;        // columns: a thread's 4 columns adjacent (4 col .. 4 col + 3), read as one vector
   int tile_rows;         // columns: rows per tile
   int pitch;             // columns, boxed: smem bytes per tile row (a multiple of 16)
+  int base;              // columns, boxed: every row at this offset in its pitch (one copy_rows box;
+                         // congruent rows: x's offset modulo 128), or -1: each row at its own shift
   int stage_bytes;       // a tile with its slack (shift and zero-filled tail), a multiple of 128
   bool dense;            // columns: chunk_cols == inner, a tile is one contiguous copy
   int64_t col_chunks;    // columns: chunks per outer slice
@@ -280,6 +282,9 @@ __global__ void __launch_bounds__(kStateThreads, sizeof(T) == 8 ? 2 : S == 1 ? 4
     const T* src = x + (o * pl.r + begin + kt * pl.tile_rows) * pl.inner + c0;
     if (pl.dense) {
       w.copy(shift_of(src), src, static_cast<int64_t>(rows) * pl.inner * esz, engine::TailMode::MayOverwrite);
+    } else if (pl.base >= 0) {
+      w.copy_rows(pl.base, pl.pitch, src, pl.inner * esz, static_cast<int64_t>(ncols) * esz, rows,
+                  engine::TailMode::MayOverwrite);
     } else {
       for (int i = 0; i < rows; ++i) {
         const T* s = src + i * pl.inner;
@@ -295,12 +300,12 @@ __global__ void __launch_bounds__(kStateThreads, sizeof(T) == 8 ? 2 : S == 1 ? 4
     const int64_t row0 = begin + kt * pl.tile_rows;  // index along r of the tile's first row
     const T* src = x + (o * pl.r + row0) * pl.inner + c0;
     if (grp < groups) {
-      // Row i of the tile: dense tiles are one copy at the first row's shift; boxed rows each at
-      // their own shift, pitch bytes apart.
+      // Row i of the tile: dense tiles are one copy at the first row's shift; boxed rows pitch
+      // bytes apart, at base or each at its own shift.
       const int64_t step = pl.dense ? pl.inner * esz : pl.pitch;
       const char* first = stage + (pl.dense ? shift_of(src) : 0);
       auto row_at = [&](int i) {
-        const int sh = pl.dense ? 0 : shift_of(src + i * pl.inner);
+        const int sh = pl.dense ? 0 : pl.base >= 0 ? pl.base : shift_of(src + i * pl.inner);
         return reinterpret_cast<const T*>(first + i * step + sh);
       };
       if (sizeof(T) <= 4 && pl.col_quads) {  // (never for fp64: state_launch.cuh)
