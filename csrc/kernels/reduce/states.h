@@ -180,10 +180,30 @@ struct State<A, StateKind::Arg> {
     if (i < 0 || beats(x, v, c.op == ReduceOp::Argmax)) v = x, i = idx;
   }
   // N elements at indices idx, idx + step, ...: the block's best (first among ties), then one add.
-  // (Plain compares with a NaN fallback per block ran slower than this.)
   template <int N>
   CUPIPE_ST_HD void add_block(const A (&x)[N], int64_t idx, int64_t step, const StateCtx& c) {
     const bool max = c.op == ReduceOp::Argmax;
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+    if constexpr (std::is_same<A, float>::value) {
+      // The NaN-propagating max (min) is one instruction an element, where beats' selects form a
+      // chain; then the first index holding it, by compares that do not depend on each other.
+      float m = x[0];
+      if (max) {
+#pragma unroll
+        for (int j = 1; j < N; ++j) asm("max.NaN.f32 %0, %0, %1;" : "+f"(m) : "f"(x[j]));
+      } else {
+#pragma unroll
+        for (int j = 1; j < N; ++j) asm("min.NaN.f32 %0, %0, %1;" : "+f"(m) : "f"(x[j]));
+      }
+      const bool nan = m != m;
+      int bj = N - 1;
+#pragma unroll
+      for (int j = N - 2; j >= 0; --j)
+        if (nan ? x[j] != x[j] : x[j] == m) bj = j;
+      add(m, idx + bj * step, c);
+      return;
+    }
+#endif
     A bv = x[0];
     int bj = 0;
     for (int j = 1; j < N; ++j)
