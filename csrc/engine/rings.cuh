@@ -8,6 +8,11 @@
 //   copy_rows(st, dst, dst_pitch, src, src_pitch, row_bytes, nrows)
 //                                 the same for a box of rows (a 2-D tile): per-thread rings deal
 //                                 the chunks of all rows out to all threads at once
+//   copy_each_row(st, stage, nrows, row_bytes, row_at)
+//                                 rows that are no box (each at its own shift, or from its own
+//                                 source row): row_at(i) gives row i's RowCopy {stage offset,
+//                                 source}; collective rings deal the rows' heads and tails out to
+//                                 the threads, as in a box
 //   copy_tensor_3d(st, dst, tmap, c0, c1, c2, bytes)
 //                                 tma only (kTensorCopies): one box of a tensor map, a whole tile
 //                                 with its out-of-range elements as zeros
@@ -199,6 +204,15 @@ struct PerThreadCopies {
                 [&](char* d, const char* g, int hn) { self.narrow(d, g, hn); },
                 [&](char* d, const char* g, int tn) { self.tail(d, g, tn, mode); });
   }
+  // Each row its own copy(): every thread takes part in each row's chunks.
+  template <class St, class RowAt>
+  CUPIPE_DEVICE void copy_each_row(const St& st, char* stage, int nrows, int64_t row_bytes, RowAt&& row_at,
+                                   TailMode mode = TailMode::Exact) {
+    for (int i = 0; i < nrows; ++i) {
+      const RowCopy r = row_at(i);
+      if (r.src != nullptr) copy(st, stage + r.offset, static_cast<const char*>(r.src), row_bytes, mode);
+    }
+  }
   // A segment whose source, destination and length are multiples of V: chunks only (it lies in
   // one stage, so its length fits 32 bits).
   template <class St>
@@ -265,6 +279,35 @@ struct CollectiveCopies {
       if (s.body > 0) self.copy_body(st, dst + i * dst_pitch + s.head, g + s.head, s.body);
     }
   }
+  // As copy_rows, for rows at offsets and sources of their own. One copy() a row would leave
+  // every row's head and tail to the store team's first thread, one byte after another.
+  template <class St, class RowAt>
+  CUPIPE_DEVICE void copy_each_row(const St& st, char* stage, int nrows, int64_t row_bytes, RowAt&& row_at,
+                                   TailMode = TailMode::Exact) {
+    auto& self = static_cast<Derived&>(*this);
+    const Team t = Derived::store_team();
+    if (t.rank >= 0) {
+      for (int i = t.rank; i < nrows; i += t.size) {
+        const RowCopy r = row_at(i);
+        if (r.src == nullptr) continue;
+        const char* g = static_cast<const char*>(r.src);
+        char* d = stage + r.offset;
+        const Segment s = split_segment<V>(g, row_bytes);
+        copy_bytes(d, g, s.head);
+        copy_bytes(d + s.head + s.body, g + s.head + s.body, s.tail);
+      }
+    }
+    if (!Derived::issues_bodies()) return;
+    for (int i = 0; i < nrows; ++i) {
+      const RowCopy r = row_at(i);
+      if (r.src == nullptr) continue;
+      const char* g = static_cast<const char*>(r.src);
+      const Segment s = split_segment<V>(g, row_bytes);
+      if (s.body > 0) self.copy_body(st, stage + r.offset + s.head, g + s.head, s.body);
+    }
+  }
+  // The threads that call copy_body: every thread (collective copies), or tma's thread 0.
+  CUPIPE_DEVICE static bool issues_bodies() { return true; }
 };
 
 template <Mechanism M, int Stages, int V>
@@ -494,6 +537,7 @@ struct Ring<Mechanism::Tma, Stages, V> : RingBase<Stages>, CollectiveCopies<Ring
   }
   // Thread 0 raises the phase's transaction count before its own arrival (in producer_commit),
   // so the phase cannot complete before the copy's bytes are counted.
+  CUPIPE_DEVICE static bool issues_bodies() { return threadIdx.x == 0; }
   template <class St>
   CUPIPE_DEVICE void copy_body(const St& st, char* dst, const char* src, int64_t n) {
     if (threadIdx.x != 0) return;

@@ -67,6 +67,12 @@ struct StageWriter {
                                int64_t row_bytes, int nrows, TailMode tail = TailMode::Exact) const {
     ring.copy_rows(st, stage + offset, dst_pitch, static_cast<const char*>(src), src_pitch, row_bytes, nrows, tail);
   }
+  // Rows that are no box: row_at(i) gives row i's RowCopy (stage offset and source, or a null
+  // source for none), each of row_bytes and agreeing with its source modulo the copy width.
+  template <class RowAt>
+  CUPIPE_DEVICE void copy_each_row(int nrows, int64_t row_bytes, RowAt&& row_at, TailMode tail = TailMode::Exact) const {
+    ring.copy_each_row(st, stage, nrows, row_bytes, row_at, tail);
+  }
   // Rings with kTensorCopies (tma): the box of tensor map `tmap` at (c0, c1, c2) to stage +
   // offset (128-byte aligned), `bytes` the box's size.
   static constexpr bool kTensorCopies = Ring::kTensorCopies;

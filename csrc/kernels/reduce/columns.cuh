@@ -141,11 +141,10 @@ __global__ void __launch_bounds__(kReduceThreads, S == 1 ? 3 : 1)
       w.copy_rows(pl.base, pl.pitch, t.src, src_pitch, static_cast<int64_t>(t.ncols) * esz, t.rows,
                   engine::TailMode::MayOverwrite);
     } else {  // rows disagree modulo 16: each row lands at its own shift
-      for (int i = 0; i < t.rows; ++i) {
+      w.copy_each_row(t.rows, static_cast<int64_t>(t.ncols) * esz, [&](int i) {
         const T* s = t.src + i * pl.inner;
-        w.copy(static_cast<int64_t>(i) * pl.pitch + shift_of(s), s, static_cast<int64_t>(t.ncols) * esz,
-               engine::TailMode::MayOverwrite);
-      }
+        return engine::RowCopy{static_cast<int64_t>(i) * pl.pitch + shift_of(s), s};
+      }, engine::TailMode::MayOverwrite);
     }
   };
   // The item's totals. Several row groups (vecs == 1) combine in a fixed order: when row_threads is

@@ -285,12 +285,11 @@ __global__ void __launch_bounds__(kStateThreads, sizeof(T) == 8 ? 2 : S == 1 ? 4
     } else if (pl.base >= 0) {
       w.copy_rows(pl.base, pl.pitch, src, pl.inner * esz, static_cast<int64_t>(ncols) * esz, rows,
                   engine::TailMode::MayOverwrite);
-    } else {
-      for (int i = 0; i < rows; ++i) {
+    } else {  // rows disagree modulo 16: each row lands at its own shift
+      w.copy_each_row(rows, static_cast<int64_t>(ncols) * esz, [&](int i) {
         const T* s = src + i * pl.inner;
-        w.copy(static_cast<int64_t>(i) * pl.pitch + shift_of(s), s, static_cast<int64_t>(ncols) * esz,
-               engine::TailMode::MayOverwrite);
-      }
+        return engine::RowCopy{static_cast<int64_t>(i) * pl.pitch + shift_of(s), s};
+      }, engine::TailMode::MayOverwrite);
     }
   };
   auto consume = [&](const char* stage, int64_t k, engine::Team team) {
