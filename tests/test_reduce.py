@@ -236,18 +236,20 @@ def test_reduce_nan_propagation(device, op, dtype):
 
 # ----------------------------------------------------------------------------- knobs
 
+# One test per mechanism and stage count: each compiles its own kernel instances on first use,
+# so xdist spreads the compiles over its workers.
+@pytest.mark.parametrize("stages", (0, 1, 2, 3, 4, 8))
 @pytest.mark.parametrize("mechanism", cupipe.MECHANISMS)
-def test_reduce_mechanisms(device, mechanism):
+def test_reduce_mechanisms(device, mechanism, stages):
     if device == "cuda" and mechanism == "tma" and not tma_supported():
         pytest.skip("tma needs sm_90")
     x = make_input((37, 301), torch.float32, device, seed=29)
-    for stages in (0, 1, 2, 3, 4, 8):
-        for op in REDUCE_OPS:
-            for dim in (None, 0, 1):
-                y = cupipe.reduce(x, op, dim, mechanism=mechanism, stages=stages)
-                atol, rtol = _tolerance(op, torch.float32, x.numel())
-                assert_close(y, reduce_ref(x, op, dim), atol=atol, rtol=rtol,
-                             what=f"{mechanism} stages={stages} {op} dim={dim}")
+    for op in REDUCE_OPS:
+        for dim in (None, 0, 1):
+            y = cupipe.reduce(x, op, dim, mechanism=mechanism, stages=stages)
+            atol, rtol = _tolerance(op, torch.float32, x.numel())
+            assert_close(y, reduce_ref(x, op, dim), atol=atol, rtol=rtol,
+                         what=f"{mechanism} stages={stages} {op} dim={dim}")
 
 
 # Shapes that reach each path of the CUDA kernels: packed short rows (vector-aligned or not),

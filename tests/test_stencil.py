@@ -299,20 +299,22 @@ def test_stencil1d_long_signal(device, boundary, dtype):
         _check1d(x, make_weights((2 * r + 1,), dtype, device, seed=25), -1, boundary)
 
 
-def test_stencil_many_tiles_per_block(device):
+@pytest.mark.parametrize("mechanism", cupipe.MECHANISMS)
+def test_stencil_many_tiles_per_block(device, mechanism):
     """More tiles per block than stages (the grid is capped at the blocks the device holds at
-    once), so that every mechanism refills every stage of its ring."""
+    once), so that every mechanism refills every stage of its ring (a test per mechanism: xdist
+    spreads their first-use compiles)."""
     big = device == "cuda"
+    if big and mechanism == "tma" and not tma_supported():
+        pytest.skip("tma needs sm_90")
     x2 = make_input((16, 1024, 1030) if big else (1, 70, 130), torch.float32, device, seed=26)
     x1 = make_input((2 ** 25 + 3,) if big else (5003,), torch.float32, device, seed=27)
     w1 = make_weights((9,), torch.float32, device, seed=28)
     w2 = [make_weights(s, torch.float32, device, seed=29) for s in [(3, 3), (9, 9), (5, 17)]]
-    mechanisms = [m for m in cupipe.MECHANISMS
-                  if not (big and m == "tma" and not tma_supported())]
     for boundary in BOUNDARIES:
         refs = [_ref2d(x2, w, boundary) for w in w2]
         ref1 = _ref1d(x1, w1, -1, boundary)
-        for mechanism, stages in itertools.product(mechanisms, (1, 3, 8)):
+        for stages in (1, 3, 8):
             what = f"{mechanism} stages={stages} {boundary}"
             for w, ref in zip(w2, refs):
                 y = cupipe.stencil2d(x2, w, boundary=boundary, mechanism=mechanism, stages=stages)
@@ -471,8 +473,10 @@ def test_stencil_grad_empty(device, boundary):
 
 # ----------------------------------------------------------------------------- knobs
 
+# One test per mechanism and stage count (xdist spreads their first-use compiles).
+@pytest.mark.parametrize("stages", (0, 1, 2, 3, 4, 8))
 @pytest.mark.parametrize("mechanism", cupipe.MECHANISMS)
-def test_stencil_mechanisms(device, mechanism):
+def test_stencil_mechanisms(device, mechanism, stages):
     if device == "cuda" and mechanism == "tma" and not tma_supported():
         pytest.skip("tma needs sm_90")
     x = make_input((2, 33, 47), torch.float32, device, seed=12)
@@ -482,24 +486,23 @@ def test_stencil_mechanisms(device, mechanism):
     w3 = make_weights((9, 13), torch.float32, device)
     w4 = make_weights((3, 3), torch.float32, device)
     w5 = make_weights((9, 9), torch.float32, device)
-    for stages in (0, 1, 2, 3, 4, 8):
-        for boundary in BOUNDARIES:
-            for dim in (-1, 1):
-                y = cupipe.stencil1d(x, w1, dim=dim, boundary=boundary, mechanism=mechanism,
-                                     stages=stages)
-                assert_close(y, _ref1d(x, w1, dim, boundary), atol=1e-4, rtol=1e-4,
-                             what=f"1d {mechanism} {stages} {boundary} dim={dim}")
-            # xb's rows are whole 16-byte multiples: 1-D along them and the 3x3/5x5/9x9 boxes
-            # run the fixed consumers (at 2 stages the narrow kernels), behind every mechanism's
-            # loader.
-            y = cupipe.stencil1d(xb, w1, dim=-1, boundary=boundary, mechanism=mechanism, stages=stages)
-            assert_close(y, _ref1d(xb, w1, -1, boundary), atol=1e-4, rtol=1e-4,
-                         what=f"1d {mechanism} {stages} {boundary} x={tuple(xb.shape)}")
-            for xx, w in [(x, w2), (xb, w2), (xb, w4), (xb, w3), (xb, w5)]:
-                y = cupipe.stencil2d(xx, w, boundary=boundary, mechanism=mechanism, stages=stages)
-                assert_close(y, _ref2d(xx, w, boundary), atol=1e-4, rtol=1e-4,
-                             what=f"2d {mechanism} {stages} {boundary} x={tuple(xx.shape)} "
-                                  f"w={tuple(w.shape)}")
+    for boundary in BOUNDARIES:
+        for dim in (-1, 1):
+            y = cupipe.stencil1d(x, w1, dim=dim, boundary=boundary, mechanism=mechanism,
+                                 stages=stages)
+            assert_close(y, _ref1d(x, w1, dim, boundary), atol=1e-4, rtol=1e-4,
+                         what=f"1d {mechanism} {stages} {boundary} dim={dim}")
+        # xb's rows are whole 16-byte multiples: 1-D along them and the 3x3/5x5/9x9 boxes
+        # run the fixed consumers (at 2 stages the narrow kernels), behind every mechanism's
+        # loader.
+        y = cupipe.stencil1d(xb, w1, dim=-1, boundary=boundary, mechanism=mechanism, stages=stages)
+        assert_close(y, _ref1d(xb, w1, -1, boundary), atol=1e-4, rtol=1e-4,
+                     what=f"1d {mechanism} {stages} {boundary} x={tuple(xb.shape)}")
+        for xx, w in [(x, w2), (xb, w2), (xb, w4), (xb, w3), (xb, w5)]:
+            y = cupipe.stencil2d(xx, w, boundary=boundary, mechanism=mechanism, stages=stages)
+            assert_close(y, _ref2d(xx, w, boundary), atol=1e-4, rtol=1e-4,
+                         what=f"2d {mechanism} {stages} {boundary} x={tuple(xx.shape)} "
+                              f"w={tuple(w.shape)}")
 
 
 @pytest.mark.parametrize("dtype", FLOAT_DTYPES, ids=lambda d: DTYPE_IDS[d])
@@ -559,11 +562,9 @@ def _offset_view(shape, dtype, device, offset, seed):
 @pytest.mark.parametrize("boundary", BOUNDARIES)
 def test_stencil_tensor_core_consumer(device, boundary, dtype):
     """Every plane (partial units, partial tiles, planes of one tile), pointer offset (element
-    0..3: every column phase) and stencil shape against the float64 reference; behind every
-    mechanism's loader for one plane."""
+    0..3: every column phase) and stencil shape against the float64 reference (the
+    every-mechanism test below: one plane behind each mechanism's loader)."""
     _mma_capable(device)
-    mechanisms = [m for m in cupipe.MECHANISMS
-                  if m != "tma" or tma_supported()]
     for shape in MMA_PLANES:
         for offset in (0, 1, 2, 3):
             x = _offset_view(shape, dtype, device, offset, seed=60)
@@ -573,14 +574,37 @@ def test_stencil_tensor_core_consumer(device, boundary, dtype):
                 if boundary == "reflect" and (H <= ry or W <= rx):
                     continue
                 w = make_weights(wshape, torch.float32, device, seed=61)  # fp32: split into terms
-                every = shape == MMA_PLANES[0] and offset in (0, 1) and wshape in [(5, 5), (7, 7), (9, 9)]
-                for mechanism, stages in (itertools.product(mechanisms, (1, 2, 3)) if every
-                                          else [("auto", 0)]):
+                poison_allocator(x.numel() * x.element_size())
+                y = cupipe.stencil2d(x, w, boundary=boundary)
+                atol, rtol = tol(dtype, w.numel())
+                assert_close(y, _ref2d(x, w, boundary), atol=atol, rtol=rtol,
+                             what=f"2d {shape} offset={offset} w={wshape}")
+
+
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16], ids=["f16", "bf16"])
+@pytest.mark.parametrize("mechanism", cupipe.MECHANISMS)
+def test_stencil_tensor_core_every_mechanism(device, mechanism, dtype):
+    """The tensor-core consumer behind each mechanism's loader at 1-3 stages: the first plane,
+    aligned and one element off, 5x5 to 9x9, every boundary (a test per mechanism: xdist spreads
+    their first-use compiles)."""
+    _mma_capable(device)
+    if mechanism == "tma" and not tma_supported():
+        pytest.skip("tma needs sm_90")
+    shape = MMA_PLANES[0]
+    for offset in (0, 1):
+        x = _offset_view(shape, dtype, device, offset, seed=60)
+        for wshape in [(5, 5), (7, 7), (9, 9)]:
+            w = make_weights(wshape, torch.float32, device, seed=61)
+            atol, rtol = tol(dtype, w.numel())
+            for boundary in BOUNDARIES:
+                if boundary == "reflect" and (shape[-2] <= wshape[0] // 2 or shape[-1] <= wshape[1] // 2):
+                    continue
+                ref = _ref2d(x, w, boundary)
+                for stages in (1, 2, 3):
                     poison_allocator(x.numel() * x.element_size())
                     y = cupipe.stencil2d(x, w, boundary=boundary, mechanism=mechanism, stages=stages)
-                    atol, rtol = tol(dtype, w.numel())
-                    assert_close(y, _ref2d(x, w, boundary), atol=atol, rtol=rtol,
-                                 what=f"2d {mechanism}/{stages} {shape} offset={offset} w={wshape}")
+                    assert_close(y, ref, atol=atol, rtol=rtol,
+                                 what=f"2d {mechanism}/{stages} {boundary} {shape} offset={offset} w={wshape}")
 
 
 @pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16], ids=["f16", "bf16"])
