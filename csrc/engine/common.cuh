@@ -30,14 +30,14 @@ constexpr int kStageAlign = 128;
 
 CUPIPE_HOST_DEVICE int64_t align_up(int64_t v, int64_t a) { return (v + a - 1) / a * a; }
 
-// A contiguous byte range split for copies `V` bytes wide: an unaligned head (< V bytes,
-// up to the first V-aligned source address), a body of whole V-byte chunks, and a tail (< V).
 // One row of copy_each_row: it lands at `offset` in the stage; src == nullptr: no copy.
 struct RowCopy {
   int64_t offset;
   const void* src;
 };
 
+// A contiguous byte range split for copies `V` bytes wide: an unaligned head (< V bytes,
+// up to the first V-aligned source address), a body of whole V-byte chunks, and a tail (< V).
 struct Segment {
   int head;
   int64_t body;
