@@ -27,8 +27,8 @@ STENCIL_FAMILIES = ("Row", "Box", "Narrow3", "Narrow5", "Wide9", "Mma5", "Mma7",
                     "SteppedRow", "SteppedBox")
 MMA_TERMS = 2  # kMmaTerms<T> (consumer_mma.cuh): a Mma instance's weight terms; 1 for exact weights
 WGRAD_BLOCKINGS = ("RowBlocking", "BoxBlocking<1>", "BoxBlocking<3>", "BoxBlocking<5>", "BoxBlocking<9>")
-# stencil3d_kernel<M, S, T, RZ, R> (csrc/kernels/stencil/volume.cuh): depth radius 1..4 (0 runs as
-# stencil2d), in-plane radius class R (volume_radius_class: ry, rx <= R).
+# stencil3d_kernel<M, S, T, RZ, R, odd> (csrc/kernels/stencil/volume.cuh): depth radius 1..4 (0 runs as
+# stencil2d), in-plane radius class R (volume_radius_class: ry, rx <= R), odd: x's rows not 16-byte multiples apart.
 VOLUME_RZ = (1, 2, 3, 4)
 VOLUME_R = (1, 2, 4)
 
@@ -124,8 +124,9 @@ def stencil3d_instances(mech: str, stages: int, dtype: str, radii: Optional[Iter
     """stencil3d_kernel instances for (rz, R) pairs (None: every depth radius and in-plane class)."""
     ctype = DTYPES[dtype][0]
     pairs = radii if radii is not None else [(rz, r) for rz in VOLUME_RZ for r in VOLUME_R]
-    return [Instance("stencil3d", HEADERS["stencil3d"], f"stencil3d_kernel<{_m(mech)},{stages},{ctype},{rz},{r}>",
-                     mech, stages, dtype, f"rz{rz}_r{r}") for rz, r in pairs]
+    return [Instance("stencil3d", HEADERS["stencil3d"],
+                     f"stencil3d_kernel<{_m(mech)},{stages},{ctype},{rz},{r},{'true' if odd else 'false'}>",
+                     mech, stages, dtype, f"rz{rz}_r{r}") for rz, r in pairs for odd in (False, True)]
 
 
 def steps_per_pass(ry: int, esz: int) -> int:

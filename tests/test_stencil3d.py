@@ -181,7 +181,11 @@ def test_explain_names_the_plan(device):
         sm90 = torch.cuda.get_device_capability()[0] >= 9
         assert (e.mechanism, e.stages) == (("tma", 3) if sm90 else ("primitives", 3))
         m = "Tma,3" if sm90 else "Primitives,3"
-        assert e.kernels and e.kernels[0][0] == f"stencil3d_kernel<engine::Mechanism::{m},float,1,1>"
+        # rows 40 bytes apart take the instance that moves each row at its own shift; 48 bytes, the box
+        assert e.kernels and e.kernels[0][0] == f"stencil3d_kernel<engine::Mechanism::{m},float,1,1,true>"
+        even = cupipe.explain("stencil3d", make_input((4, 6, 8, 12), device=device),
+                              make_weights((3, 3, 3), device=device))
+        assert even.kernels and even.kernels[0][0] == f"stencil3d_kernel<engine::Mechanism::{m},float,1,1,false>"
     else:
         assert e.source == "cpu"
 

@@ -30,6 +30,12 @@ constexpr int kStageAlign = 128;
 
 CUPIPE_HOST_DEVICE int64_t align_up(int64_t v, int64_t a) { return (v + a - 1) / a * a; }
 
+// How a per-thread ring deals copy_each_row's rows to its threads: a row at a time (rows of many
+// chunks: each row's split worked out once), or every row's chunks at once (short rows, such as a
+// stencil window's: a row at a time leaves most threads idle while every one works out each split).
+// The collective rings deal rows to their store team either way.
+enum class RowDeal { ByRow, ByChunk };
+
 // One row of copy_each_row: it lands at `offset` in the stage; src == nullptr: no copy.
 struct RowCopy {
   int64_t offset;

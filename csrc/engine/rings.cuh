@@ -8,11 +8,12 @@
 //   copy_rows(st, dst, dst_pitch, src, src_pitch, row_bytes, nrows)
 //                                 the same for a box of rows (a 2-D tile): per-thread rings deal
 //                                 the chunks of all rows out to all threads at once
-//   copy_each_row(st, stage, nrows, row_bytes, row_at)
+//   copy_each_row<D>(st, stage, nrows, row_bytes, row_at)
 //                                 rows that are no box (each at its own shift, or from its own
 //                                 source row): row_at(i) gives row i's RowCopy {stage offset,
 //                                 source}; collective rings deal the rows' heads and tails out to
-//                                 the threads, as in a box
+//                                 the threads, as in a box; per-thread rings a row at a time or,
+//                                 RowDeal::ByChunk, every row's chunks at once
 //   copy_tensor_3d(st, dst, tmap, c0, c1, c2, bytes)
 //                                 tma only (kTensorCopies): one box of a tensor map, a whole tile
 //                                 with its out-of-range elements as zeros
@@ -204,13 +205,41 @@ struct PerThreadCopies {
                 [&](char* d, const char* g, int hn) { self.narrow(d, g, hn); },
                 [&](char* d, const char* g, int tn) { self.tail(d, g, tn, mode); });
   }
-  // Each row its own copy(): every thread takes part in each row's chunks.
-  template <class St, class RowAt>
+  // RowDeal::ByRow: each row its own copy(). ByChunk: all rows' chunks dealt out at once (row i's
+  // chunk c is item i * C + c, C the most a row holds; a row with a head holds one fewer), heads
+  // and tails a row per thread.
+  template <RowDeal D, class St, class RowAt>
   CUPIPE_DEVICE void copy_each_row(const St& st, char* stage, int nrows, int64_t row_bytes, RowAt&& row_at,
                                    TailMode mode = TailMode::Exact) {
-    for (int i = 0; i < nrows; ++i) {
-      const RowCopy r = row_at(i);
-      if (r.src != nullptr) copy(st, stage + r.offset, static_cast<const char*>(r.src), row_bytes, mode);
+    if constexpr (D == RowDeal::ByRow) {
+      for (int i = 0; i < nrows; ++i) {
+        const RowCopy r = row_at(i);
+        if (r.src != nullptr) copy(st, stage + r.offset, static_cast<const char*>(r.src), row_bytes, mode);
+      }
+    } else {
+      auto& self = static_cast<Derived&>(*this);
+      const Team t = Derived::copy_team();
+      if (t.rank >= t.size) return;
+      for (int i = t.rank; i < nrows; i += t.size) {
+        const RowCopy r = row_at(i);
+        if (r.src == nullptr) continue;
+        const char* g = static_cast<const char*>(r.src);
+        char* d = stage + r.offset;
+        const Segment s = split_segment<V>(g, row_bytes);
+        if (s.head > 0) self.narrow(d, g, s.head);
+        if (s.tail > 0) self.tail(d + s.head + s.body, g + s.head + s.body, s.tail, mode);
+      }
+      const unsigned nch = static_cast<unsigned>(row_bytes / V);  // (a row lies in one stage)
+      if (nch == 0) return;
+      const unsigned total = static_cast<unsigned>(nrows) * nch;
+      for (unsigned k = t.rank; k < total; k += t.size) {
+        const unsigned i = k / nch, c = k - i * nch;
+        const RowCopy r = row_at(static_cast<int>(i));
+        if (r.src == nullptr) continue;
+        const char* g = static_cast<const char*>(r.src);
+        const Segment s = split_segment<V>(g, row_bytes);
+        if (static_cast<int64_t>(c) * V < s.body) self.chunk(stage + r.offset + s.head + c * V, g + s.head + c * V);
+      }
     }
   }
   // A segment whose source, destination and length are multiples of V: chunks only (it lies in
@@ -281,7 +310,7 @@ struct CollectiveCopies {
   }
   // As copy_rows, for rows at offsets and sources of their own. One copy() a row would leave
   // every row's head and tail to the store team's first thread, one byte after another.
-  template <class St, class RowAt>
+  template <RowDeal, class St, class RowAt>
   CUPIPE_DEVICE void copy_each_row(const St& st, char* stage, int nrows, int64_t row_bytes, RowAt&& row_at,
                                    TailMode = TailMode::Exact) {
     auto& self = static_cast<Derived&>(*this);

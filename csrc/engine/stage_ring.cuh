@@ -68,10 +68,11 @@ struct StageWriter {
     ring.copy_rows(st, stage + offset, dst_pitch, static_cast<const char*>(src), src_pitch, row_bytes, nrows, tail);
   }
   // Rows that are no box: row_at(i) gives row i's RowCopy (stage offset and source, or a null
-  // source for none), each of row_bytes and agreeing with its source modulo the copy width.
-  template <class RowAt>
+  // source for none), each of row_bytes and agreeing with its source modulo the copy width. D: how
+  // per-thread rings deal them out (RowDeal: ByChunk for rows shorter than a chunk a thread).
+  template <RowDeal D = RowDeal::ByRow, class RowAt>
   CUPIPE_DEVICE void copy_each_row(int nrows, int64_t row_bytes, RowAt&& row_at, TailMode tail = TailMode::Exact) const {
-    ring.copy_each_row(st, stage, nrows, row_bytes, row_at, tail);
+    ring.template copy_each_row<D>(st, stage, nrows, row_bytes, row_at, tail);
   }
   // Rings with kTensorCopies (tma): the box of tensor map `tmap` at (c0, c1, c2) to stage +
   // offset (128-byte aligned), `bytes` the box's size.

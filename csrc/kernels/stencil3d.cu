@@ -49,8 +49,8 @@ VolumeGeom volume_geom(const Stencil3dParams& p, int consumers, int R, int align
 }
 
 template <typename T>
-std::string volume_kernel_id(engine::Mechanism m, int stages, int rz, int R) {
-  return kernel_id("stencil3d_kernel", m, stages, type_c<T>{}, rz, R);
+std::string volume_kernel_id(engine::Mechanism m, int stages, int rz, int R, bool odd_rows) {
+  return kernel_id("stencil3d_kernel", m, stages, type_c<T>{}, rz, R, odd_rows);
 }
 
 }  // namespace
@@ -79,7 +79,7 @@ void launch_stencil3d_plan(const Stencil3dParams& p) {
                                std::to_string(v.g.stage_bytes) + " bytes do not fit in shared memory");
     const cudaStream_t stream = reinterpret_cast<cudaStream_t>(p.stream);
     const auto kernel = kernel_ref<const T*, T*, const void*, VolumeGeom, Boundary, CUtensorMap>(
-        kVolumeHeader, volume_kernel_id<T>(p.mechanism, p.stages, p.rz, R), stream);
+        kVolumeHeader, volume_kernel_id<T>(p.mechanism, p.stages, p.rz, R, !rows_share_shift(v.g.xs_row, esz)), stream);
     prepare_smem(kernel, smem, "stencil3d");
     // Chunks of at least 8 depth radii, each streaming 2 * rz planes more than it stores.
     const int64_t columns = p.batch * v.tiles_per_plane;

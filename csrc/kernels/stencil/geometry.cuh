@@ -100,6 +100,9 @@ struct StencilGeom {
   DType wdt;               // of the weights in global memory (StencilParams::weights_dtype)
 };
 
+// x's rows a multiple of 16 bytes apart: every window row of a plane has the same shift.
+__host__ __device__ inline bool rows_share_shift(int64_t xs_row, int esz) { return xs_row * esz % 16 == 0; }
+
 // Rows of x and of out whole 16-byte multiples, and x's row and plane strides too: every window
 // row of every plane then has the same shift (the fixed consumers' and tensor maps' condition).
 inline bool rows_of_16(const StencilGeom& g, int esz) {

@@ -131,8 +131,12 @@ __device__ __noinline__ void fill_stage(uint32_t stage_smem, const T* plane, Til
 // (one box when they share a shift), boundary rows from their mapped source rows, and the store
 // team's plain stores (header, zero rows, halo columns). origin() is called where the header is
 // needed, so that threads that leave early never derive it. OneWarpBox: the zero boundary's
-// tensor-map tiles are loaded by warp 0 alone (see below).
-template <typename T, bool OneWarpBox = true, class W, class Origin>
+// tensor-map tiles are loaded by warp 0 alone (see below). Rows: the copies compiled for the rows
+// inside the plane (Any: the box and the rows each at its own shift, by x's row stride; Uniform: the
+// box, rows of other strides one at a time; Each: rows each at its own shift): a kernel tight on
+// registers takes the one its launcher knows it needs.
+enum class PlaneRows { Any, Uniform, Each };
+template <typename T, bool OneWarpBox = true, PlaneRows Rows = PlaneRows::Any, class W, class Origin>
 __device__ __forceinline__ void load_stencil_window(const W& w, const T* x, const StencilGeom& g, Boundary boundary,
                                                     Origin&& origin, const void* tmap) {
   constexpr int64_t esz = sizeof(T);
@@ -158,7 +162,7 @@ __device__ __forceinline__ void load_stencil_window(const W& w, const T* x, cons
     }
   }
   // Rows a multiple of 16 bytes apart: every row of a plane has the same shift.
-  const bool uniform_rows = g.xs_row * esz % 16 == 0;
+  const bool uniform_rows = Rows != PlaneRows::Each && rows_share_shift(g.xs_row, esz);
   TileWindow tw;
   tw.t = origin();
   tw.yw = tw.t.y0 - g.ry;
@@ -192,20 +196,36 @@ __device__ __forceinline__ void load_stencil_window(const W& w, const T* x, cons
   auto seg_at = [&](int i, int64_t src_row) {  // the segment of window row i, from source row src_row
     return g.hdr_bytes + static_cast<int64_t>(i) * g.pitch + row_shift(plane, src_row, g.xs_row, tw.xw) + seg_off;
   };
-  // The rows inside the plane move as one box when they share a shift; every other row with
-  // a source row (boundary rows, and all rows of planes whose rows disagree mod 16) alone.
-  const int box_lo = tw.i_lo, box_n = uniform_rows ? tw.i_hi - tw.i_lo : 0;
-  if (box_n > 0)
+  // The rows inside the plane move as one box when they share a shift, else each at its own;
+  // boundary rows from their source rows, alone. (Uniform's branch is the others' first one as the
+  // one-path loader wrote it: stencil3d's aligned kernels compile to the same machine code.)
+  const int box_lo = tw.i_lo, inside = tw.i_hi - tw.i_lo;
+  const int moved = Rows == PlaneRows::Uniform && !uniform_rows ? 0 : inside;  // the rows copied here
+  if constexpr (Rows == PlaneRows::Uniform) {
+    if (moved > 0)
+      w.copy_rows(seg_at(box_lo, tw.yw + box_lo), g.pitch, plane + (tw.yw + box_lo) * g.xs_row + tw.c_lo,
+                  g.xs_row * esz, seg_bytes, moved, tail);
+  } else if (inside > 0 && uniform_rows) {
     w.copy_rows(seg_at(box_lo, tw.yw + box_lo), g.pitch, plane + (tw.yw + box_lo) * g.xs_row + tw.c_lo, g.xs_row * esz,
-                seg_bytes, box_n, tail);
-  for (int j = 0; j < g.win_h - box_n; ++j) {
-    const int i = j < box_lo ? j : j + box_n;
+                seg_bytes, inside, tail);
+  } else if (inside > 0) {
+    // By value: a lambda holding references keeps what it refers to in memory (a stack frame).
+    const int64_t yw = tw.yw, xw = tw.xw, c_lo = tw.c_lo, xs_row = g.xs_row, pitch = g.pitch, hdr = g.hdr_bytes;
+    w.template copy_each_row<engine::RowDeal::ByChunk>(inside, seg_bytes, [=](int j) {
+      const int64_t src = yw + box_lo + j;
+      return engine::RowCopy{hdr + (box_lo + j) * pitch + row_shift(plane, src, xs_row, xw) + seg_off,
+                             plane + src * xs_row + c_lo};
+    }, tail);
+  }
+  for (int j = 0; j < g.win_h - moved; ++j) {
+    const int i = j < box_lo ? j : j + moved;
     const int64_t src = map_index_dev(tw.yw + i, g.ny, boundary);
     if (src >= 0) w.copy(seg_at(i, src), plane + src * g.xs_row + tw.c_lo, seg_bytes, tail);
   }
   const engine::Team st = w.store_team();
   if (st.rank < 0) return;
-  if (box_n == g.win_h && tw.c_lo == tw.xw && tw.c_hi == tw.xw + g.win_w) {
+  const bool whole = Rows == PlaneRows::Uniform ? moved == g.win_h : uniform_rows && inside == g.win_h;
+  if (whole && tw.c_lo == tw.xw && tw.c_hi == tw.xw + g.win_w) {
     // An interior tile (most of them): no boundary rows, no halo columns, one shift for every
     // row. Only the header and the shifts, without fill_stage's call and its boundary cases.
     if (st.rank == 0) *reinterpret_cast<TileHeader*>(w.stage) = tw.t;

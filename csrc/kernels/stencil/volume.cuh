@@ -60,7 +60,7 @@ struct VolumeGeom {
 // 2-byte 7-/27-point class spills 8-24 bytes there); deeper register queues need the whole budget.
 constexpr int volume_min_blocks(int rz) { return rz == 1 ? 2 : 1; }
 
-template <engine::Mechanism M, int S, typename T, int RZ, int R>
+template <engine::Mechanism M, int S, typename T, int RZ, int R, bool OddRows>
 __global__ void __launch_bounds__(kVolumeThreads, volume_min_blocks(RZ))
     stencil3d_kernel(const T* __restrict__ x, T* __restrict__ out, const void* __restrict__ weights, VolumeGeom v,
                      Boundary boundary, const __grid_constant__ CUtensorMap tmap) {
@@ -105,7 +105,8 @@ __global__ void __launch_bounds__(kVolumeThreads, volume_min_blocks(RZ))
     const int64_t p = z0 - RZ + k;
     int64_t src = p >= 0 && p < v.nz ? p : map_outside(p, v.nz, boundary);
     if (src < 0) src = p < 0 ? 0 : v.nz - 1;  // a zero plane: any plane will do, it is not read
-    load_stencil_window<T>(w, x, g, boundary, [&] { return TileHeader{bi * v.nz + src, y0, x0}; }, &tmap);
+    load_stencil_window<T, true, OddRows ? PlaneRows::Each : PlaneRows::Uniform>(
+        w, x, g, boundary, [&] { return TileHeader{bi * v.nz + src, y0, x0}; }, &tmap);
   };
 
   A acc[KZ][TH][TW];
