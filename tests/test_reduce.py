@@ -259,7 +259,8 @@ def test_reduce_mechanisms(device, mechanism, stages):
 # and a storage offset that misaligns the data pointer.
 LAYOUT_CASES = [
     ((257, 64), 1), ((300, 37), 1), ((5, 9000), 1), ((3, 40000), -1),
-    ((300, 1000), 0), ((301, 1003), 0), ((130, 129), 0), ((4, 67, 300), 1), ((2, 33, 5), 1),
+    ((300, 1000), 0), ((301, 1003), 0),  # small column splits: tiles of a row or two, two a part
+    ((130, 129), 0), ((4, 67, 300), 1), ((2, 33, 5), 1),
     ((20, 4500), 0), ((3, 40, 1500), 1), ((9, 2050), 0),
     ((1500, 700), 0),  # many parts of many columns: the column partials pass, two threads per column
     ((5000, 301), 0),  # 40 parts of 301 columns: four threads per column, a partial last block

@@ -164,6 +164,15 @@ inline ColsPlan make_cols_plan(const ReduceParams& p, const DeviceInfo& dev, int
   const int consumers = engine::consumer_threads(p.mechanism, kReduceThreads);
   const int64_t row_bytes = p.inner * esz;
   const int64_t row_vecs = ceil_div(p.inner, 16 / esz);
+  // A split's parts stream four tiles each, so that their stages overlap, unless that leaves most
+  // SMs idle (1000 rows of 4 KB: 16 blocks): a small reduction takes tiles of a few rows, two a
+  // part, as many parts as fill the target.
+  int part_tiles = 4;
+  auto fit_tile = [&](int64_t items, int64_t rows) {
+    if (p.r < 8 * rows || items * ceil_div(p.r, 4 * rows) >= target_blocks) return static_cast<int>(rows);
+    part_tiles = 2;
+    return static_cast<int>(std::clamp<int64_t>(ceil_div(p.r * items, 2 * target_blocks), 1, rows));
+  };
   pl.aligned = (reinterpret_cast<uintptr_t>(p.x) & 15u) == 0 && row_bytes % 16 == 0;
   // Dense: a row is at most one unit (vector, or element when rows are not whole vectors) per
   // consumer thread, so the chunk is the row and a tile one contiguous copy.
@@ -177,7 +186,7 @@ inline ColsPlan make_cols_plan(const ReduceParams& p, const DeviceInfo& dev, int
     pl.pitch = static_cast<int>(row_bytes);
     pl.base = 0;
     // 128 bytes of slack for the tile's offset modulo 128, 16 for a zero-filled tail chunk.
-    pl.tile_rows = static_cast<int>(std::max<int64_t>(1, cols_tile_bytes(p, dev) / row_bytes));
+    pl.tile_rows = fit_tile(p.outer, std::max<int64_t>(1, cols_tile_bytes(p, dev) / row_bytes));
     pl.stage_bytes = static_cast<int>(ceil_div(pl.tile_rows * row_bytes + 128 + 16, 128) * 128);
   } else {
     // The narrowest power-of-two chunk of at least 32 vectors that spans the row, up to as many
@@ -192,7 +201,7 @@ inline ColsPlan make_cols_plan(const ReduceParams& p, const DeviceInfo& dev, int
     const int chunk_bytes = rt * pl.vecs * 16;
     pl.chunk_cols = chunk_bytes / esz;
     pl.col_chunks = ceil_div(p.inner, pl.chunk_cols);
-    pl.tile_rows = std::max(1, cols_tile_bytes(p, dev) / chunk_bytes);
+    pl.tile_rows = fit_tile(p.outer * pl.col_chunks, std::max(1, cols_tile_bytes(p, dev) / chunk_bytes));
     if (pl.aligned && row_bytes % 128 == 0) {
       // Congruent layout: every row of a tile lands at its source's offset modulo 128 (rows a
       // multiple of 128 bytes apart in both, the tile at x's offset modulo 128: a chunk starts a
@@ -212,7 +221,7 @@ inline ColsPlan make_cols_plan(const ReduceParams& p, const DeviceInfo& dev, int
   // Rounded down: a part more than the resident blocks hold would start a second, nearly empty
   // wave (448 blocks for 396 resident in the (32768, 8192) sum).
   int64_t parts = target_blocks / std::max<int64_t>(items, 1);
-  parts = std::min(parts, std::max<int64_t>(1, ceil_div(p.r, 4 * pl.tile_rows)));
+  parts = std::min(parts, std::max<int64_t>(1, ceil_div(p.r, part_tiles * pl.tile_rows)));
   parts = std::max<int64_t>(parts, 1);
   pl.part_rows = std::max<int64_t>(1, ceil_div(ceil_div(p.r, parts), pl.tile_rows)) * pl.tile_rows;
   pl.parts = std::max<int64_t>(1, ceil_div(p.r, pl.part_rows));
