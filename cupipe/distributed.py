@@ -33,9 +33,11 @@ neighbours. For every rank with at least ``2r`` rows the result is computed as
 ``overlap=False`` waits first (the same work in the same amounts, so the two can be compared).
 Which is faster depends on the machine (on one host of four H200s overlapping lost, on another
 it won), so the default ``overlap="auto"`` measures: the first calls of a workload (op, split
-layout, dtype, radius, group) time each variant ``OVERLAP_TRIALS`` times, alternately and with
-the device synchronized; the ranks agree on the slowest rank's medians (one ``all_reduce``) and
-keep overlapping only if it was faster. Inside a CUDA graph capture ``auto`` does not measure
+layout, dtype, radius, group) time ``OVERLAP_TRIALS`` blocks of ``OVERLAP_BLOCK`` back-to-back
+calls of each variant, alternately, the device synchronized around each block (a loop's steady
+state: a single synchronized call also times the ranks' launch skew, which overlapping hides);
+the ranks agree on the slowest rank's medians (one ``all_reduce``) and keep overlapping only if
+it was faster. Inside a CUDA graph capture ``auto`` does not measure
 and waits first.
 cupipe's stencil kernels launch one wave of persistent blocks that fills every SM, so an NCCL
 kernel queued on its own stream behind them could not start until the whole step 1 ended; with
@@ -88,8 +90,11 @@ _ops = torch.ops.cupipe
 # With fewer free SMs NCCL's point-to-point kernel does not get the blocks it launches; 8 leaves
 # it room at a small cost to the interior (measured on two H200s; figures in docs/design.md).
 OVERLAP_FREE_SMS = 8
-# overlap="auto": timed calls of each variant before a workload keeps the faster one.
+# overlap="auto": OVERLAP_TRIALS timed blocks of each variant, each block OVERLAP_BLOCK calls back
+# to back (the steady state of a loop: one synchronized call also times the ranks' launch skew,
+# which waiting first exposes and overlapping hides).
 OVERLAP_TRIALS = 3
+OVERLAP_BLOCK = 4
 _DTYPES = (torch.float32, torch.float16, torch.bfloat16, torch.float64)
 _META_SLOTS = 12  # ndim, dtype code, then up to 10 dims (the 10th slot hashes the rest)
 
@@ -282,9 +287,12 @@ class _Halo:
 
 @dataclass
 class _OverlapTrial:
-    """overlap="auto"'s measurements of one workload: seconds per call, [waiting first, overlapping]."""
+    """overlap="auto"'s measurements of one workload: seconds per call of each block, [waiting
+    first, overlapping]; the block under way: its calls so far and its start."""
     times: Tuple[List[float], List[float]] = field(default_factory=lambda: ([], []))
     choice: Optional[bool] = None
+    calls: int = 0
+    t0: float = 0.0
 
 
 # The decision per workload key (the same on every rank: it holds no rank's own shape).
@@ -299,7 +307,7 @@ def _check_overlap(name: str, overlap) -> None:
 def _halo_stencil_auto(x: torch.Tensor, d: int, r: int, apply: Callable[..., torch.Tensor],
                        lay: _Layout, tag: str) -> torch.Tensor:
     """_halo_stencil with overlap="auto" (module docstring): time both variants on the first
-    calls of this workload, then keep the faster."""
+    calls of this workload, in alternate blocks of back-to-back calls, then keep the faster."""
     if x.is_cuda and torch.cuda.is_current_stream_capturing():
         return _halo_stencil(x, d, r, apply, lay, False)
     others = tuple(s for i, s in enumerate(x.shape) if i != d)
@@ -309,16 +317,20 @@ def _halo_stencil_auto(x: torch.Tensor, d: int, r: int, apply: Callable[..., tor
         return _halo_stencil(x, d, r, apply, lay, trial.choice)
     overlap = len(trial.times[0]) > len(trial.times[1])  # alternately, waiting first
     sync = torch.cuda.synchronize if x.is_cuda else (lambda: None)
-    sync()
-    t0 = time.perf_counter()
+    if trial.calls == 0:
+        sync()
+        trial.t0 = time.perf_counter()
     y = _halo_stencil(x, d, r, apply, lay, overlap)
-    sync()
-    trial.times[overlap].append(time.perf_counter() - t0)
-    if len(trial.times[1]) == OVERLAP_TRIALS:
-        med = torch.tensor([statistics.median(t) for t in trial.times], dtype=torch.float64,
-                           device=lay.comm_device)
-        dist.all_reduce(med, op=dist.ReduceOp.MAX, group=lay.group)
-        trial.choice = bool(med[1] < med[0])
+    trial.calls += 1
+    if trial.calls == OVERLAP_BLOCK:
+        sync()
+        trial.times[overlap].append((time.perf_counter() - trial.t0) / OVERLAP_BLOCK)
+        trial.calls = 0
+        if len(trial.times[1]) == OVERLAP_TRIALS:
+            med = torch.tensor([statistics.median(t) for t in trial.times], dtype=torch.float64,
+                               device=lay.comm_device)
+            dist.all_reduce(med, op=dist.ReduceOp.MAX, group=lay.group)
+            trial.choice = bool(med[1] < med[0])
     return y
 
 

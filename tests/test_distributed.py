@@ -492,14 +492,14 @@ def _misc_cases(world):
         _close(cd.reduce(_local(x, 0, sizes, i), "amax", None, group=g), x.amax(), "subgroup")
 
     def overlap_auto(rank, world):
-        # The first 2 * OVERLAP_TRIALS calls time both variants, then every rank keeps the same
+        # The first 2 * OVERLAP_TRIALS blocks of calls time both variants, then every rank keeps the same
         # choice; every result equals the single-process op, and a bad value names the argument.
         sizes = _sizes(world, 1, 2)
         x = _inp((sum(sizes), 6), torch.float64, seed=74)
         w = _wts((3, 3), torch.float64, seed=75)
         ref = _local(cupipe.stencil2d(x, w, boundary="reflect"), 0, sizes, rank)
         before = set(cd._overlap_auto)
-        for i in range(2 * cd.OVERLAP_TRIALS + 2):
+        for i in range(2 * cd.OVERLAP_TRIALS * cd.OVERLAP_BLOCK + 2):
             _close(cd.stencil2d(_local(x, 0, sizes, rank), w, boundary="reflect", overlap="auto"), ref,
                    f"rank {rank} overlap=auto call {i}")
         new = [cd._overlap_auto[k] for k in set(cd._overlap_auto) - before]

@@ -293,33 +293,36 @@ def test_stencil_layout_gradients(device):
                 assert_close(a, e, atol=1e-10, rtol=1e-10, what=f"grad {b}")
 
 
+# One test per configuration: each compiles its own first-use kernels, so pytest -n spreads them (a
+# loop over every mechanism outlasted pytest-timeout on a fresh GPU machine).
 @pytest.mark.skipif(not HAS_CUDA, reason="needs a GPU and a CUDA build")
-def test_layouts_every_mechanism():
-    mechs = [m for m in cupipe.MECHANISMS if m != "auto" and (m != "tma" or cupipe.tma_available())]
+@pytest.mark.parametrize("stages", [1, 3])
+@pytest.mark.parametrize("m", [m for m in cupipe.MECHANISMS if m != "auto"])
+def test_layouts_every_mechanism(m, stages):
+    if m == "tma" and not cupipe.tma_available():
+        pytest.skip("tma needs sm_90")
     x = make_input((40, 24, 36), torch.float32, "cuda", seed=76)
     w = make_weights((3, 3), torch.float32, "cuda", seed=77)
-    for m in mechs:
-        for stages in (1, 3):
-            t = x.transpose(1, 2)
-            assert_close(cupipe.stencil2d(t, w, mechanism=m, stages=stages), stencil2d_ref(t, w),
-                         atol=1e-5 * 9, rtol=1e-5 * 9, what=f"stencil2d transposed {m}/{stages}")
-            c = x[:, 1:-1, 3:-1]
-            assert_close(cupipe.stencil2d(c, w, mechanism=m, stages=stages), stencil2d_ref(c, w),
-                         atol=1e-5 * 9, rtol=1e-5 * 9, what=f"stencil2d cropped {m}/{stages}")
-            for cl in (x.view(2, 20, 24, 36).contiguous(memory_format=torch.channels_last),
-                       x.view(4, 10, 24, 36)[:, :7].contiguous(memory_format=torch.channels_last)):
-                assert_close(cupipe.stencil2d(cl, w, mechanism=m, stages=stages), stencil2d_ref(cl, w),
-                             atol=1e-5 * 9, rtol=1e-5 * 9, what=f"stencil2d channels_last {m}/{stages}")
-            n = x.view(40, 864)[:, 7:187].view(40, 36, 5)  # stencil1d along dim 1: taps 5 apart, rows a pitch apart
-            assert "elements apart" in _plan("stencil1d", n, weights=w[1], dim=1)
-            ref = stencil1d_ref(n.double(), w[1].double(), 1).float()  # fp64: cuDNN may run fp32 as TF32
-            assert_close(cupipe.stencil1d(n, w[1], dim=1, mechanism=m, stages=stages), ref,
-                         atol=1e-5 * 3, rtol=1e-5 * 3, what=f"stencil1d narrow inner {m}/{stages}")
-            p = x.permute(2, 0, 1)
-            for dim in ([1], [0, 2], [1, 2]):
-                assert_close(cupipe.reduce(p, "sum", dim, mechanism=m, stages=stages), reduce_ref(p, "sum", dim),
-                             atol=1e-4, rtol=1e-5, what=f"reduce permuted dim={dim} {m}/{stages}")
-            for o, r, n in COLUMN_SHAPES:
-                xc = make_input((o, r, n), torch.float32, "cuda", seed=78)
-                assert_close(cupipe.reduce(xc, "sum", 1, mechanism=m, stages=stages), reduce_ref(xc, "sum", [1]),
-                             atol=1e-5 * r ** 0.5 + 1e-5, rtol=1e-5, what=f"reduce {(o, r, n)} {m}/{stages}")
+    t = x.transpose(1, 2)
+    assert_close(cupipe.stencil2d(t, w, mechanism=m, stages=stages), stencil2d_ref(t, w),
+                 atol=1e-5 * 9, rtol=1e-5 * 9, what=f"stencil2d transposed {m}/{stages}")
+    c = x[:, 1:-1, 3:-1]
+    assert_close(cupipe.stencil2d(c, w, mechanism=m, stages=stages), stencil2d_ref(c, w),
+                 atol=1e-5 * 9, rtol=1e-5 * 9, what=f"stencil2d cropped {m}/{stages}")
+    for cl in (x.view(2, 20, 24, 36).contiguous(memory_format=torch.channels_last),
+               x.view(4, 10, 24, 36)[:, :7].contiguous(memory_format=torch.channels_last)):
+        assert_close(cupipe.stencil2d(cl, w, mechanism=m, stages=stages), stencil2d_ref(cl, w),
+                     atol=1e-5 * 9, rtol=1e-5 * 9, what=f"stencil2d channels_last {m}/{stages}")
+    n = x.view(40, 864)[:, 7:187].view(40, 36, 5)  # stencil1d along dim 1: taps 5 apart, rows a pitch apart
+    assert "elements apart" in _plan("stencil1d", n, weights=w[1], dim=1)
+    ref = stencil1d_ref(n.double(), w[1].double(), 1).float()  # fp64: cuDNN may run fp32 as TF32
+    assert_close(cupipe.stencil1d(n, w[1], dim=1, mechanism=m, stages=stages), ref,
+                 atol=1e-5 * 3, rtol=1e-5 * 3, what=f"stencil1d narrow inner {m}/{stages}")
+    p = x.permute(2, 0, 1)
+    for dim in ([1], [0, 2], [1, 2]):
+        assert_close(cupipe.reduce(p, "sum", dim, mechanism=m, stages=stages), reduce_ref(p, "sum", dim),
+                     atol=1e-4, rtol=1e-5, what=f"reduce permuted dim={dim} {m}/{stages}")
+    for o, r, n in COLUMN_SHAPES:
+        xc = make_input((o, r, n), torch.float32, "cuda", seed=78)
+        assert_close(cupipe.reduce(xc, "sum", 1, mechanism=m, stages=stages), reduce_ref(xc, "sum", [1]),
+                     atol=1e-5 * r ** 0.5 + 1e-5, rtol=1e-5, what=f"reduce {(o, r, n)} {m}/{stages}")
