@@ -462,20 +462,27 @@ def _taps(shape, star=False):
     return [t for t in taps if not star or sum(t[d] != r[d] for d in range(len(shape))) <= 1]
 
 
-def _slicing_taps(x, w, taps):
-    """torch.compile's input: a zero-boundary stencil over x's last w.dim() dims as shifted slices of
-    the zero-padded input, one term per tap in `taps` (Python constants, as a user writes them: a
+_PAD_MODES = {"zero": "constant", "reflect": "reflect", "replicate": "replicate", "circular": "circular"}
+
+
+def _slicing_taps(x, w, taps, boundary="zero"):
+    """torch.compile's input: a stencil over x's last w.dim() dims as shifted slices of the input
+    padded for `boundary`, one term per tap in `taps` (Python constants, as a user writes them: a
     star's zeros are not multiplied)."""
     nd = w.dim()
     radii = [(k - 1) // 2 for k in w.shape]
     sizes = x.shape[-nd:]
-    xp = F.pad(x, [p for r in reversed(radii) for p in (r, r)])
+    pads = [p for r in reversed(radii) for p in (r, r)]
+    if boundary == "zero":
+        xp = F.pad(x, pads)
+    else:  # F.pad's other modes want a leading dim beyond the padded ones
+        xp = F.pad(x.reshape((-1,) + tuple(sizes)), pads, mode=_PAD_MODES[boundary]).reshape(
+            x.shape[:-nd] + tuple(n + 2 * r for n, r in zip(sizes, radii)))
     out = None
     for tap in taps:
         t = w[tap] * xp[(...,) + tuple(slice(a, a + n) for a, n in zip(tap, sizes))]
         out = t if out is None else out + t
     return out
-
 
 
 def _slicing_stencil1d(x, w, r):
@@ -842,27 +849,31 @@ def tasks_steps(b: Bench, ops: List[str]) -> List[Task]:
     """steps=k (issue 47): per case and k, cupipe's k-step call against k separate cupipe calls and
     torch.compile of the same k-step loop, in cell updates per second and against R1 = copy_
     bandwidth over the bytes one step moves a cell (read + write), the rate of one step at the
-    memory roofline. Each result is checked against the k separate calls first."""
+    memory roofline. Each result is checked against the k separate calls first. The zero boundary,
+    and the 2-D heat step also under reflect (an insulated edge): the target holds for every
+    boundary."""
     tag = SHORT[b.dt]
     cases = []
     if "stencil1d" in ops:
         cases.append(("stencil1d heat r=1", lambda: b.randn(b.n1), lambda: _heat_weights(1, 0.25, b.device),
-                      cupipe.stencil1d, f"2^{b.log_n}"))
+                      cupipe.stencil1d, f"2^{b.log_n}", "zero"))
     if "stencil2d" in ops:
-        cases.append(("stencil2d 5-point heat", lambda: b.randn(b.hw, b.hw), lambda: _heat_weights(2, 0.2, b.device),
-                      cupipe.stencil2d, f"{b.hw}x{b.hw}"))
+        heat2 = (lambda: b.randn(b.hw, b.hw), lambda: _heat_weights(2, 0.2, b.device), cupipe.stencil2d,
+                 f"{b.hw}x{b.hw}")
+        cases.append(("stencil2d 5-point heat",) + heat2 + ("zero",))
+        cases.append(("stencil2d 5-point heat, reflect",) + heat2 + ("reflect",))
         cases.append(("stencil2d 3x3 mean box", lambda: b.randn(b.hw, b.hw), lambda: _mean_box(2, b.device),
-                      cupipe.stencil2d, f"{b.hw}x{b.hw}"))
+                      cupipe.stencil2d, f"{b.hw}x{b.hw}", "zero"))
     if "stencil3d" in ops:
         cases.append(("stencil3d 7-point heat", lambda: b.randn(b.dhw, b.dhw, b.dhw),
-                      lambda: _heat_weights(3, 0.1, b.device), cupipe.stencil3d, f"{b.dhw}^3"))
+                      lambda: _heat_weights(3, 0.1, b.device), cupipe.stencil3d, f"{b.dhw}^3", "zero"))
         cases.append(("stencil3d 27-point mean box", lambda: b.randn(b.dhw, b.dhw, b.dhw),
-                      lambda: _mean_box(3, b.device), cupipe.stencil3d, f"{b.dhw}^3"))
+                      lambda: _mean_box(3, b.device), cupipe.stencil3d, f"{b.dhw}^3", "zero"))
     tasks: List[Task] = []
-    for name, mk_x, mk_w, op, size in cases:
+    for name, mk_x, mk_w, op, size, bd in cases:
         table = f"steps: {name} {size} {tag}{b.tag}"
         for k in step_counts(b):
-            def run(name=name, mk_x=mk_x, mk_w=mk_w, op=op, table=table, k=k):
+            def run(name=name, mk_x=mk_x, mk_w=mk_w, op=op, table=table, k=k, bd=bd):
                 x, w = b.inputs(("steps", name), lambda: (mk_x(), mk_w()))
                 opname = op.__name__
                 star = (w == 0).any().item()
@@ -871,17 +882,17 @@ def tasks_steps(b: Bench, ops: List[str]) -> List[Task]:
                 def loop():
                     y = x
                     for _ in range(k):
-                        y = op(y, w)
+                        y = op(y, w, boundary=bd)
                     return y
-                err = _check(op(x, w, steps=k), loop, f"{name} k={k}")
+                err = _check(op(x, w, boundary=bd, steps=k), loop, f"{name} k={k}")
                 if err:
                     return _fail(b, table, err, op=opname, workload=f"k={k}")
-                t_ours, t_loop = b.time(lambda: op(x, w, steps=k)), b.time(loop)
+                t_ours, t_loop = b.time(lambda: op(x, w, boundary=bd, steps=k)), b.time(loop)
                 t_comp = float("nan")
                 if k <= _MAX_COMPILED_STEPS:
                     def steps_torch(u, w):
                         for _ in range(k):
-                            u = _slicing_taps(u, w, taps)
+                            u = _slicing_taps(u, w, taps, bd)
                         return u
                     cf = b.compile(steps_torch)
                     t_comp = b.try_time(lambda: cf(x, w)) if cf is not None else float("nan")

@@ -331,6 +331,7 @@ def test_steps_suite_checks_against_k_calls_and_plots(tmp_path, monkeypatch):
     rows = data["rows"]
     assert {r["table"] for r in rows} == {"steps: stencil1d heat r=1 2^16 fp32 [CPU]",
                                           "steps: stencil2d 5-point heat 128x128 fp32 [CPU]",
+                                          "steps: stencil2d 5-point heat, reflect 128x128 fp32 [CPU]",
                                           "steps: stencil2d 3x3 mean box 128x128 fp32 [CPU]"}
     assert not data["meta"]["failures"] and all(not r.get("error") for r in rows)
     assert sorted({r["k"] for r in rows}) == bench.step_counts(bench.Bench(True, False, 1, None, False, bench.Results()))
@@ -351,13 +352,23 @@ def test_steps_suite_checks_against_k_calls_and_plots(tmp_path, monkeypatch):
     b.use_compile = True
     for task in bench.tasks_steps(b, ["stencil2d"]):
         task.run()
-    assert not res.failures and len(res.rows) == 2 * len(bench.step_counts(b))
+    assert not res.failures and len(res.rows) == 3 * len(bench.step_counts(b))
     assert all(r["compiled_ms"] > 0 for r in res.rows if r["k"] <= 8)
     # the slices formulation of the 5-point heat step is the op's k-step result
     x = torch.randn(9, 11)
     w = bench._heat_weights(2, 0.2, "cpu")
     taps = [t for t in bench._taps((3, 3), star=True) if w[t] != 0]
-    y = x
-    for _ in range(3):
-        y = bench._slicing_taps(y, w, taps)
-    torch.testing.assert_close(y, cupipe.stencil2d(x, w, steps=3), atol=1e-5, rtol=1e-5)
+    for bd in ("zero", "reflect", "replicate", "circular"):
+        y = x
+        for _ in range(3):
+            y = bench._slicing_taps(y, w, taps, bd)
+        torch.testing.assert_close(y, cupipe.stencil2d(x, w, boundary=bd, steps=3), atol=1e-5, rtol=1e-5)
+    # a 3-D box and a batch of 2-D planes, padded per boundary, against the op
+    w3 = bench._mean_box(3, "cpu")
+    x3 = torch.randn(5, 6, 7)
+    for bd in ("reflect", "circular"):
+        torch.testing.assert_close(bench._slicing_taps(x3, w3, bench._taps((3, 3, 3)), bd),
+                                   cupipe.stencil3d(x3, w3, boundary=bd), atol=1e-5, rtol=1e-5)
+        xb = torch.randn(2, 9, 11)
+        torch.testing.assert_close(bench._slicing_taps(xb, w, taps, bd), cupipe.stencil2d(xb, w, boundary=bd),
+                                   atol=1e-5, rtol=1e-5)
