@@ -130,11 +130,12 @@ def stencil3d_instances(mech: str, stages: int, dtype: str, radii: Optional[Iter
 
 
 def steps_per_pass(ry: int, esz: int) -> int:
-    """steps_per_pass (csrc/kernels/stencil/steps.cuh): the levels of the fused steps kernel for
+    """stencil_steps_per_pass (csrc/kernels/params.h): the levels of the fused steps kernel for
     these radii; 1 where there is none."""
     if ry == 0:
         return 16
-    k = 64 // (2 * ry * 4 * (2 if esz == 8 else 1))
+    budget = 32 if ry == 1 and esz <= 4 else 64
+    k = budget // (2 * ry * 4 * (2 if esz == 8 else 1))
     return k if k > 1 else 1
 
 

@@ -126,7 +126,7 @@ def stencil2d(x: torch.Tensor, weights: torch.Tensor, *, boundary: str = "zero",
     Differentiable w.r.t. ``x`` and ``weights``. ``mechanism="auto"`` consults the tuning cache
     first, like ``stream_copy``. ``steps=k`` applies the stencil k times, the boundary at every
     step: equal to k calls, each step rounded to x's dtype. On CUDA one pass over memory applies
-    up to 8 steps of a 3x3 stencil (16 along rows; fewer for taller windows, and a loop of
+    up to 4 steps of a 3x3 or 5x5 stencil (16 along rows; fewer for taller windows, and a loop of
     single calls for channels_last, whose taps lie C apart); the taps are summed in another
     order than the single call's, so results agree within rounding. Its gradient recomputes the
     states in segments of about sqrt(k) steps.

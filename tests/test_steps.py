@@ -106,8 +106,9 @@ def test_fused_steps_equal_the_loop(case, boundary):
 
 
 def test_steps_per_pass_mirror_the_kernels():
-    """ks.steps_per_pass is the kernel header's: 16 along rows, 8/4/2/2 by ry (half for fp64)."""
-    assert [ks.steps_per_pass(ry, 4) for ry in range(5)] == [16, 8, 4, 2, 2]
+    """ks.steps_per_pass is the kernel header's: 16 along rows, 4/4/2/2 by ry (fp64 4/2/1/1)."""
+    assert [ks.steps_per_pass(ry, 4) for ry in range(5)] == [16, 4, 4, 2, 2]
+    assert [ks.steps_per_pass(ry, 2) for ry in range(5)] == [16, 4, 4, 2, 2]
     assert [ks.steps_per_pass(ry, 8) for ry in range(5)] == [16, 4, 2, 1, 1]
     assert not ks.stencil_steps_instances("tma", 3, "float64", [(3, 1), (4, 4)])
     assert len(ks.stencil_steps_instances("tma", 3, "float32")) == 25

@@ -1,4 +1,4 @@
-"""Usage: [SAN_OPS=copy,stencil2d,stencil1d,stencil3d,reduce,grad] compute-sanitizer --tool TOOL \
+"""Usage: [SAN_OPS=copy,stencil2d,stencil1d,stencil3d,steps,reduce,grad] compute-sanitizer --tool TOOL \
            python3 tools/sanitize_cases.py [stages [mechanisms]]
 
 A reduced matrix of every op x mechanism on small inputs, for compute-sanitizer (memcheck,
@@ -20,8 +20,8 @@ if cupipe.tma_available():
 stages = [int(s) for s in (sys.argv[1].split(",") if len(sys.argv) > 1 else ["1", "2", "3"])]
 if len(sys.argv) > 2:  # a subset of mechanisms, e.g. one per synccheck run
     mechs = [m for m in sys.argv[2].split(",") if m in mechs]
-ops = os.environ.get("SAN_OPS", "copy,stencil2d,stencil1d,stencil3d,reduce,grad").split(",")
-unknown = set(ops) - {"copy", "stencil2d", "stencil1d", "stencil3d", "reduce", "grad"}
+ops = os.environ.get("SAN_OPS", "copy,stencil2d,stencil1d,stencil3d,steps,reduce,grad").split(",")
+unknown = set(ops) - {"copy", "stencil2d", "stencil1d", "stencil3d", "steps", "reduce", "grad"}
 if unknown:
     sys.exit(f"sanitize_cases: unknown SAN_OPS {sorted(unknown)}")
 torch.manual_seed(0)
@@ -40,6 +40,7 @@ img = torch.randn(2, 40, 150, device="cuda")  # rows of 600 bytes: copied row by
 img16 = torch.randn(2, 33, 96, device="cuda")  # rows of 384 bytes: one box per tile
 img_big = torch.randn(2, 150, 384, device="cuda")  # 16-byte rows, interior tiles: fixed 3x3/5x5
 sig = torch.randn(3, 20000, device="cuda")     # 1-D rows: several 1-row tiles each, one interior
+wide = torch.randn(1, 70, 900, device="cuda") / 3  # fused steps: a last band far past the edge
 w5x5 = torch.randn(5, 5, device="cuda")
 w3 = torch.randn(3, 3, device="cuda")
 w5 = torch.randn(5, device="cuda")
@@ -110,6 +111,16 @@ for m in mechs:
             for x, w in [(vol, w333), (vol, w535), (vol16, w333)]:
                 y = cupipe.stencil3d(x, w, boundary=b, mechanism=m, stages=s)
                 check(torch.allclose(y, ref3d(x, w, b), atol=1e-3), f"stencil3d {m} {s} {b} {tuple(w.shape)}")
+        # Fused steps against as many single calls: edge strips at both column edges, a last band
+        # hanging far past the right edge (900 columns), rows along the rows alone (1-D).
+        for b in ["zero", "circular", "replicate", "reflect"] if "steps" in ops else []:
+            for x, w, k in [(img, w3, 5), (wide, w3, 3), (sig, w5, 6)]:
+                f = cupipe.stencil1d if w.dim() == 1 else cupipe.stencil2d
+                y = f(x, w, boundary=b, mechanism=m, stages=s, steps=k)
+                ref = x
+                for _ in range(k):
+                    ref = f(ref, w, boundary=b, mechanism=m, stages=s)
+                check(torch.allclose(y, ref, rtol=1e-4, atol=1e-4), f"steps {m} {s} {b} {tuple(x.shape)} k={k}")
         for x, dim in [(img, 1), (sig, 1)] if "stencil1d" in ops else []:
             y = cupipe.stencil1d(x, w5, dim=dim, boundary="replicate", mechanism=m, stages=s)
             xt = x.movedim(dim, -1)

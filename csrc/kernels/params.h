@@ -156,12 +156,14 @@ const char* stencil_family(const StencilParams& p);
 // for radii ry (along the rows) and rx, esz-byte elements and taps x_step apart, or 1 where it has
 // no kernel: taps x_step > 1 apart (channels_last), or an fp64 radius of 3 or 4 (two levels of its
 // register queue do not fit). The kernel keeps K * 2ry * 4 partial sums a thread within 64
-// registers; a stencil along the rows keeps none and takes 16. launch_stencil_steps runs
+// registers, 32 for ry = 1 and 4-byte or smaller elements (K = 4 at 4 blocks an SM ran faster than
+// K = 8 at 3, docs/design.md); a stencil along the rows keeps none and takes 16. launch_stencil_steps runs
 // ceil(steps / K) passes into p.out, through `scratch` (dense, p.out's size) when there are two or more.
 constexpr int stencil_steps_per_pass(int ry, int rx, int esz, int64_t x_step) {
   if (x_step != 1 || ry < 0 || ry > 4 || rx < 0 || rx > 4) return 1;
   if (ry == 0) return 16;
-  const int k = 64 / (2 * ry * 4 * (esz == 8 ? 2 : 1));
+  const int budget = ry == 1 && esz <= 4 ? 32 : 64;
+  const int k = budget / (2 * ry * 4 * (esz == 8 ? 2 : 1));
   return k > 1 ? k : 1;
 }
 void launch_stencil_steps(const StencilParams& p, int64_t steps, void* scratch);

@@ -35,7 +35,7 @@ namespace cupipe {
 namespace kernels {
 
 constexpr int kStepsThreads = 128;
-constexpr int kStepsMinBlocks = 3;  // 168 registers a thread: the queue spilled at 128 (tma, 3x3)
+constexpr int steps_min_blocks(int ry, int esz) { return ry == 1 && esz <= 4 ? 4 : 3; }
 // Columns a lane owns: 4 where the levels keep partial rows, 8 for a stencil along the rows (none).
 constexpr int steps_lane_cols(int ry) { return ry == 0 ? 8 : 4; }
 constexpr int kStepsRowsRy0 = 4;  // window rows a stage: of a 1-D stencil along the rows
@@ -63,7 +63,7 @@ struct StepsGeom {
 };
 
 template <engine::Mechanism M, int S, typename T, int RY, int RX>
-__global__ void __launch_bounds__(kStepsThreads, kStepsMinBlocks)
+__global__ void __launch_bounds__(kStepsThreads, steps_min_blocks(RY, sizeof(T)))
     stencil_steps_kernel(const T* __restrict__ x, T* __restrict__ out, const void* __restrict__ weights, StepsGeom f,
                          Boundary boundary, const __grid_constant__ CUtensorMap tmap) {
   if constexpr (!engine::mechanism_in_this_pass(M)) { __trap(); return; }  // tma below sm_90 (mechanism.h)

@@ -81,10 +81,11 @@ struct TileWindow {
   int i_lo, i_hi;
 };
 
-// What the stage fill needs of the geometry, by value (for the out-of-line fill_stage).
+// What the stage fill needs of the geometry, by value (for the out-of-line fill_stage). reach:
+// how far past the plane's columns the taps of a stored output reach (rx * step).
 struct FillGeom {
   int64_t ny, nx, xs_row;
-  int win_h, win_w, pitch, hdr_bytes, step;
+  int win_h, win_w, pitch, hdr_bytes, step, reach;
   Boundary boundary;
 };
 
@@ -115,12 +116,24 @@ __device__ __noinline__ void fill_stage(uint32_t stage_smem, const T* plane, Til
     }
   }
   const int n_left = static_cast<int>(w.c_lo - w.xw), n_right = static_cast<int>(w.xw + g.win_w - w.c_hi);
-  const int n_halo = n_left + n_right;
+  // Halo columns beyond reach (a window hanging far past the plane's edge, as the last band of the
+  // fused steps does) feed no stored output: zeros (a tensor-core consumer multiplies them by a
+  // zero weight, so they must be finite), stored a row at a time without mapping or loading.
+  const int far_l = max(n_left - g.reach, 0), far_r = max(n_right - g.reach, 0), n_far = far_l + far_r;
+  if (n_far > 0) {
+    for (int i = 0; i < g.win_h; ++i) {
+      const int64_t src = map_index_dev(w.yw + i, g.ny, g.boundary);
+      if (src < 0) continue;  // a zero row, zero-filled above
+      T* r = row(i, src);
+      for (int h = rank; h < n_far; h += size) r[h < far_l ? h : g.win_w - far_r + (h - far_l)] = from_acc<T>(A(0));
+    }
+  }
+  const int near_l = n_left - far_l, n_halo = near_l + n_right - far_r;
   for (int idx = rank; idx < g.win_h * n_halo; idx += size) {
     const int i = idx / n_halo, h = idx - i * n_halo;
     const int64_t src = map_index_dev(w.yw + i, g.ny, g.boundary);
-    if (src < 0) continue;  // a zero row, zero-filled above
-    const int c = h < n_left ? h : g.win_w - n_right + (h - n_left);
+    if (src < 0) continue;
+    const int c = h < near_l ? far_l + h : g.win_w - n_right + (h - near_l);
     const int64_t mc = map_column_dev(w.xw + c, g.nx, g.step, g.boundary);
     row(i, src)[c] = mc < 0 ? from_acc<T>(A(0)) : plane[src * g.xs_row + mc];
   }
@@ -234,7 +247,7 @@ __device__ __forceinline__ void load_stencil_window(const W& w, const T* x, cons
     for (int i = st.rank; i < g.win_h; i += st.size) shifts[i] = shift;
     return;
   }
-  const FillGeom fg{g.ny, g.nx, g.xs_row, g.win_h, g.win_w, g.pitch, g.hdr_bytes, g.step, boundary};
+  const FillGeom fg{g.ny, g.nx, g.xs_row, g.win_h, g.win_w, g.pitch, g.hdr_bytes, g.step, g.rx * g.step, boundary};
   fill_stage<T>(static_cast<uint32_t>(__cvta_generic_to_shared(w.stage)), plane, tw, fg, st.rank, st.size);
 }
 
