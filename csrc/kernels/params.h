@@ -155,15 +155,16 @@ const char* stencil_family(const StencilParams& p);
 // steps=k of that stencil, fused (stencil/steps.cuh): the steps one pass of its kernel applies
 // for radii ry (along the rows) and rx, esz-byte elements and taps x_step apart, or 1 where it has
 // no kernel: taps x_step > 1 apart (channels_last), or an fp64 radius of 3 or 4 (two levels of its
-// register queue do not fit). The kernel keeps K * 2ry * 4 partial sums a thread within 64
-// registers, 32 for ry = 1 and 4-byte or smaller elements (K = 4 at 4 blocks an SM ran faster than
-// K = 8 at 3, docs/design.md); a stencil along the rows keeps none and takes 16. launch_stencil_steps runs
+// register queue do not fit). The kernel keeps K * 2ry * 4 partial sums a thread within
+// stencil_steps_queue_regs; a stencil along the rows keeps none and takes 16. launch_stencil_steps runs
 // ceil(steps / K) passes into p.out, through `scratch` (dense, p.out's size) when there are two or more.
+// The queue's registers: 32 for ry = 1 and elements of 4 bytes or fewer, whose kernel then runs 4
+// blocks an SM at 128 registers (K = 4 there ran faster than K = 8 at 3 blocks, docs/design.md); else 64.
+constexpr int stencil_steps_queue_regs(int ry, int esz) { return ry == 1 && esz <= 4 ? 32 : 64; }
 constexpr int stencil_steps_per_pass(int ry, int rx, int esz, int64_t x_step) {
   if (x_step != 1 || ry < 0 || ry > 4 || rx < 0 || rx > 4) return 1;
   if (ry == 0) return 16;
-  const int budget = ry == 1 && esz <= 4 ? 32 : 64;
-  const int k = budget / (2 * ry * 4 * (esz == 8 ? 2 : 1));
+  const int k = stencil_steps_queue_regs(ry, esz) / (2 * ry * 4 * (esz == 8 ? 2 : 1));
   return k > 1 ? k : 1;
 }
 void launch_stencil_steps(const StencilParams& p, int64_t steps, void* scratch);

@@ -35,7 +35,8 @@ namespace cupipe {
 namespace kernels {
 
 constexpr int kStepsThreads = 128;
-constexpr int steps_min_blocks(int ry, int esz) { return ry == 1 && esz <= 4 ? 4 : 3; }
+// Blocks an SM: 4 (128 registers) where the queue takes 32 registers; 3 (168) for 64, which spilled at 128.
+constexpr int steps_min_blocks(int ry, int esz) { return stencil_steps_queue_regs(ry, esz) == 32 ? 4 : 3; }
 // Columns a lane owns: 4 where the levels keep partial rows, 8 for a stencil along the rows (none).
 constexpr int steps_lane_cols(int ry) { return ry == 0 ? 8 : 4; }
 constexpr int kStepsRowsRy0 = 4;  // window rows a stage: of a 1-D stencil along the rows
