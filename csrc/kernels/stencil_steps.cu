@@ -16,6 +16,9 @@ namespace kernels {
 namespace {
 
 constexpr const char* kStepsHeader = "kernels/stencil/steps.cuh";
+// How many inner bands' time an edge band's block takes under replicate and reflect (8192² fp32,
+// 5-point: their fused pass took twice the zero boundary's, docs/design.md §4.9).
+constexpr int64_t kStepsMirrorEdgeCost = 2;
 
 // The loader's geometry of a pass of k steps over (batch, ny, nx) planes with row and plane
 // strides xs_row, xs_plane: bands of `warps` strips, windows of win_h rows.
@@ -96,10 +99,18 @@ void launch_steps(const StencilParams& p, int64_t steps, void* scratch) {
       int64_t grid = 0;
       if (p.ry > 0) {
         // Chunks of at least 4 * k * ry rows, each streaming 2 * k * ry rows more than it stores.
-        const int64_t columns = p.batch * f.bands, fill = 2 * int64_t(k) * p.ry;
+        // The edge bands' strips at a column edge take the per-level boundary path; under replicate
+        // and reflect that doubles their blocks' time, so those bands get chunks of half the rows
+        // (kStepsMirrorEdgeCost: an edge band counts as that many inner ones in the grid).
+        const int64_t edges = std::min<int64_t>(f.bands, 2), inner = f.bands - edges, fill = 2 * int64_t(k) * p.ry;
+        const bool mirror = p.boundary == Boundary::Replicate || p.boundary == Boundary::Reflect;
+        const int64_t cost = mirror ? kStepsMirrorEdgeCost : 1;
+        const int64_t columns = p.batch * (inner + cost * edges);
         f.chunk = streaming_chunk(p.ny, columns, resident, fill, 2 * fill);
         f.nchunks = (p.ny + f.chunk - 1) / f.chunk;
-        grid = columns * f.nchunks;
+        f.edge_chunk = std::max<int64_t>(1, (f.chunk + cost - 1) / cost);
+        f.edge_nchunks = (p.ny + f.edge_chunk - 1) / f.edge_chunk;
+        grid = p.batch * (inner * f.nchunks + edges * f.edge_nchunks);
       } else {
         // Independent items: a few waves of blocks, each streaming a run of them through its ring.
         const int64_t items = p.batch * f.row_tiles * f.bands;

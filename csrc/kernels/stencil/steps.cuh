@@ -53,7 +53,8 @@ __device__ __forceinline__ int64_t steps_mirror(int64_t i, int64_t n, bool refle
 struct StepsGeom {
   StencilGeom g;            // the loader's: windows of win_h rows, band_w + 2 * halo columns (ry 0, rx halo)
   int64_t bands;            // column bands of a plane
-  int64_t chunk, nchunks;   // RY > 0: output rows of a block, blocks along a plane's rows
+  int64_t chunk, nchunks;   // RY > 0: output rows of a block, blocks along a plane's rows (inner bands)
+  int64_t edge_chunk, edge_nchunks;  // the same for the first and last band, whose edge strips are slower
   int64_t row_tiles;        // RY = 0: row windows of a plane
   int64_t items_per_block;  // RY = 0: consecutive (plane, row window, band) items of a block
   int band_w;               // output columns of a band: consumer warps x strips x warp_w
@@ -93,13 +94,26 @@ __global__ void __launch_bounds__(kStepsThreads, steps_min_blocks(RY, sizeof(T))
   const int k = f.k;
   int64_t b = 0, band = 0, y0 = 0, y1 = g.ny, ntiles = 0, item0 = 0;
   if constexpr (RY > 0) {
+    // A plane's blocks: the edge bands' first (first and last alternating), whose chunks are shorter
+    // where the edge strips cost more (launch_steps), then the inner bands' (band fastest).
+    const int64_t edges = min(f.bands, int64_t(2)), inner = f.bands - edges;
+    const int64_t per_plane = edges * f.edge_nchunks + inner * f.nchunks;
     const int64_t unit = blockIdx.x;
-    band = unit % f.bands;
-    const int64_t bc = unit / f.bands;
-    const int64_t chunk = bc % f.nchunks;
-    b = bc / f.nchunks;
-    y0 = chunk * f.chunk;
-    y1 = min(g.ny, y0 + f.chunk);
+    b = unit / per_plane;
+    const int64_t u = unit - b * per_plane;
+    int64_t chunk, len;
+    if (u < edges * f.edge_nchunks) {
+      band = u % edges == 0 ? 0 : f.bands - 1;
+      chunk = u / edges;
+      len = f.edge_chunk;
+    } else {
+      const int64_t v = u - edges * f.edge_nchunks;
+      band = 1 + v % inner;
+      chunk = v / inner;
+      len = f.chunk;
+    }
+    y0 = chunk * len;
+    y1 = min(g.ny, y0 + len);
     ntiles = (y1 - y0 + 2 * int64_t(k) * RY + g.win_h - 1) / g.win_h;
   } else {
     item0 = static_cast<int64_t>(blockIdx.x) * f.items_per_block;
