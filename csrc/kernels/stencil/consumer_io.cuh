@@ -76,13 +76,28 @@ __device__ __forceinline__ void load_window(const char* p, acc_t<T> (&x)[N]) {
   load_vectors<T, V>(p, x);
 }
 
-// Stores TW outputs as one vector (dst aligned to TW elements).
+// One vector store to global memory. In PTX: NVVM splits a plain vector store whose lanes arrive
+// through different paths into scalar stores (four times the instructions, partial sectors).
+__device__ __forceinline__ void st_global_v(void* p, float a, float b, float c, float d) {
+  asm volatile("st.global.v4.f32 [%0], {%1, %2, %3, %4};" ::"l"(p), "f"(a), "f"(b), "f"(c), "f"(d));
+}
+__device__ __forceinline__ void st_global_v(void* p, double a, double b) {
+  asm volatile("st.global.v2.f64 [%0], {%1, %2};" ::"l"(p), "d"(a), "d"(b));
+}
+__device__ __forceinline__ void st_global_v(void* p, uint32_t a, uint32_t b, uint32_t c, uint32_t d) {
+  asm volatile("st.global.v4.b32 [%0], {%1, %2, %3, %4};" ::"l"(p), "r"(a), "r"(b), "r"(c), "r"(d));
+}
+__device__ __forceinline__ void st_global_v(void* p, uint32_t a, uint32_t b) {
+  asm volatile("st.global.v2.b32 [%0], {%1, %2};" ::"l"(p), "r"(a), "r"(b));
+}
+
+// Stores TW outputs as one vector (dst in global memory, aligned to TW elements).
 template <typename T, int TW>
 __device__ __forceinline__ void store_vector(T* dst, const acc_t<T> (&v)[TW]) {
   if constexpr (sizeof(T) == 8) {
-    *reinterpret_cast<double2*>(dst) = make_double2(v[0], v[1]);
+    st_global_v(dst, v[0], v[1]);
   } else if constexpr (sizeof(T) == 4) {
-    *reinterpret_cast<float4*>(dst) = make_float4(v[0], v[1], v[2], v[3]);
+    st_global_v(dst, v[0], v[1], v[2], v[3]);
   } else {
     uint32_t u[TW / 2];
 #pragma unroll
@@ -95,8 +110,8 @@ __device__ __forceinline__ void store_vector(T* dst, const acc_t<T> (&v)[TW]) {
         u[i] = *reinterpret_cast<const uint32_t*>(&h);
       }
     }
-    if constexpr (TW == 8) *reinterpret_cast<uint4*>(dst) = make_uint4(u[0], u[1], u[2], u[3]);
-    else *reinterpret_cast<uint2*>(dst) = make_uint2(u[0], u[1]);
+    if constexpr (TW == 8) st_global_v(dst, u[0], u[1], u[2], u[3]);
+    else st_global_v(dst, u[0], u[1]);
   }
 }
 
