@@ -16,9 +16,12 @@ namespace kernels {
 namespace {
 
 constexpr const char* kStepsHeader = "kernels/stencil/steps.cuh";
-// How many inner bands' time an edge band's block takes under replicate and reflect (8192² fp32,
-// 5-point: their fused pass took twice the zero boundary's, docs/design.md §4.9).
-constexpr int64_t kStepsMirrorEdgeCost = 2;
+// How many inner bands' time a block of an edge band takes, in the grid's cost model: its edge
+// strip's warp takes the per-level boundary path (circular: its loader wraps the halo columns), and
+// every stage's refill waits for the block's slowest warp. Measured: docs/design.md §4.9.
+constexpr int64_t steps_edge_cost(Boundary b) {
+  return b == Boundary::Replicate || b == Boundary::Reflect ? 4 : 2;
+}
 
 // The loader's geometry of a pass of k steps over (batch, ny, nx) planes with row and plane
 // strides xs_row, xs_plane: bands of `warps` strips, windows of win_h rows.
@@ -99,16 +102,14 @@ void launch_steps(const StencilParams& p, int64_t steps, void* scratch) {
       int64_t grid = 0;
       if (p.ry > 0) {
         // Chunks of at least 4 * k * ry rows, each streaming 2 * k * ry rows more than it stores.
-        // The edge bands' strips at a column edge take the per-level boundary path; under replicate
-        // and reflect that doubles their blocks' time, so those bands get chunks of half the rows
-        // (kStepsMirrorEdgeCost: an edge band counts as that many inner ones in the grid).
+        // The first and last bands' blocks are slower (steps_edge_cost): their chunks have 1/cost
+        // the rows, so that they finish with the inner bands' (the kernel starts them first).
         const int64_t edges = std::min<int64_t>(f.bands, 2), inner = f.bands - edges, fill = 2 * int64_t(k) * p.ry;
-        const bool mirror = p.boundary == Boundary::Replicate || p.boundary == Boundary::Reflect;
-        const int64_t cost = mirror ? kStepsMirrorEdgeCost : 1;
+        const int64_t cost = steps_edge_cost(p.boundary);
         const int64_t columns = p.batch * (inner + cost * edges);
         f.chunk = streaming_chunk(p.ny, columns, resident, fill, 2 * fill);
         f.nchunks = (p.ny + f.chunk - 1) / f.chunk;
-        f.edge_chunk = std::max<int64_t>(1, (f.chunk + cost - 1) / cost);
+        f.edge_chunk = std::max(std::min(f.chunk, fill), (f.chunk + cost - 1) / cost);  // not mostly fill rows
         f.edge_nchunks = (p.ny + f.edge_chunk - 1) / f.edge_chunk;
         grid = p.batch * (inner * f.nchunks + edges * f.edge_nchunks);
       } else {
