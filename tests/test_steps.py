@@ -62,6 +62,7 @@ needs_cuda = pytest.mark.skipif(not HAS_CUDA, reason="needs a CUDA device and a 
 FUSED = [  # (op, x shape, weights shape, kwargs)
     ("stencil2d", (1, 45, 37), (3, 3), {}),        # the 3x3 family: one strip
     ("stencil2d", (2, 130, 1000), (3, 3), {}),     # several bands and chunks
+    ("stencil2d", (1, 700, 1500), (3, 3), {}),     # many chunks, the edge bands' shorter (launch_steps)
     ("stencil2d", (3, 1, 1), (3, 3), {}),          # a 1x1 plane
     ("stencil2d", (2, 5, 3), (5, 3), {}),          # a plane no larger than the window
     ("stencil2d", (1, 70, 90), (5, 5), {}),        # ry = 2: 4 steps a pass
