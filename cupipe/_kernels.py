@@ -27,8 +27,9 @@ STENCIL_FAMILIES = ("Row", "Box", "Narrow3", "Narrow5", "Wide9", "Mma5", "Mma7",
                     "SteppedRow", "SteppedBox")
 MMA_TERMS = 2  # kMmaTerms<T> (consumer_mma.cuh): a Mma instance's weight terms; 1 for exact weights
 WGRAD_BLOCKINGS = ("RowBlocking", "BoxBlocking<1>", "BoxBlocking<3>", "BoxBlocking<5>", "BoxBlocking<9>")
-# stencil3d_kernel<M, S, T, RZ, R, odd> (csrc/kernels/stencil/volume.cuh): depth radius 1..4 (0 runs as
-# stencil2d), in-plane radius class R (volume_radius_class: ry, rx <= R), odd: x's rows not 16-byte multiples apart.
+# stencil3d_kernel<M, S, T, RZ, R, odd, star> (csrc/kernels/stencil/volume.cuh): depth radius 1..4 (0 runs as
+# stencil2d), in-plane radius class R (volume_radius_class: ry, rx <= R), odd: x's rows not 16-byte multiples apart,
+# star: the axis taps' instance of the star pair (launched with the general one where ry or rx > 0).
 VOLUME_RZ = (1, 2, 3, 4)
 VOLUME_R = (1, 2, 4)
 
@@ -67,6 +68,10 @@ class Instance(NamedTuple):
 
 def _m(mech: str) -> str:
     return "engine::Mechanism::" + _ENUM[mech]
+
+
+def _b(v: bool) -> str:
+    return "true" if v else "false"
 
 
 def stencil_family_exists(family: str, stages: int, dtype: str) -> bool:
@@ -125,8 +130,9 @@ def stencil3d_instances(mech: str, stages: int, dtype: str, radii: Optional[Iter
     ctype = DTYPES[dtype][0]
     pairs = radii if radii is not None else [(rz, r) for rz in VOLUME_RZ for r in VOLUME_R]
     return [Instance("stencil3d", HEADERS["stencil3d"],
-                     f"stencil3d_kernel<{_m(mech)},{stages},{ctype},{rz},{r},{'true' if odd else 'false'}>",
-                     mech, stages, dtype, f"rz{rz}_r{r}") for rz, r in pairs for odd in (False, True)]
+                     f"stencil3d_kernel<{_m(mech)},{stages},{ctype},{rz},{r},{_b(odd)},{_b(star)}>",
+                     mech, stages, dtype, f"rz{rz}_r{r}") for rz, r in pairs for odd in (False, True)
+            for star in (False, True)]
 
 
 def steps_per_pass(ry: int, esz: int) -> int:
@@ -146,8 +152,9 @@ def stencil_steps_instances(mech: str, stages: int, dtype: str,
     ctype, esz = DTYPES[dtype]
     pairs = radii if radii is not None else [(ry, rx) for ry in range(5) for rx in range(5)]
     return [Instance("stencil_steps", HEADERS["stencil_steps"],
-                     f"stencil_steps_kernel<{_m(mech)},{stages},{ctype},{ry},{rx}>", mech, stages, dtype,
-                     f"ry{ry}_rx{rx}") for ry, rx in pairs if steps_per_pass(ry, esz) > 1]
+                     f"stencil_steps_kernel<{_m(mech)},{stages},{ctype},{ry},{rx},{_b(star)}>", mech, stages, dtype,
+                     f"ry{ry}_rx{rx}") for ry, rx in pairs if steps_per_pass(ry, esz) > 1
+            for star in ((False, True) if ry > 0 and rx > 0 else (False,))]
 
 
 def reduce_instances(mech: str, stages: int, dtype: str, kinds: Sequence[str] = ("rows", "cols")) -> List[Instance]:

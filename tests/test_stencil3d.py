@@ -63,6 +63,48 @@ def _check(x, w, boundary="zero", what="", **kw):
 WEIGHT_SHAPES = [(3, 3, 3), (1, 3, 3), (3, 1, 1), (5, 5, 5), (3, 5, 1), (9, 3, 3), (3, 9, 7), (7, 1, 5)]
 
 
+def star_weights(shape, device, seed=1000):
+    """Random weights whose taps off the three axes are zero (signed zeros among them): the star
+    pair's star instance computes these."""
+    w = make_weights(shape, device=device, seed=seed)
+    kz, ky, kx = shape
+    axes = torch.zeros(shape, dtype=torch.bool, device=device)
+    axes[:, ky // 2, kx // 2] = axes[kz // 2, :, kx // 2] = axes[kz // 2, ky // 2, :] = True
+    return w * axes
+
+
+@pytest.mark.parametrize("wshape", [(3, 3, 3), (5, 5, 5), (3, 5, 1), (9, 3, 3), (3, 9, 7)],
+                         ids=lambda s: "x".join(map(str, s)))
+@pytest.mark.parametrize("boundary", BOUNDARIES)
+def test_star_weights(device, wshape, boundary):
+    x = make_input((2, 13, 37, 75), device=device)
+    _check(x, star_weights(wshape, device), boundary, "star")
+    _check(x.to(torch.bfloat16), star_weights(wshape, device), boundary, "star bf16")
+    _check(x.double(), star_weights(wshape, device).double(), boundary, "star fp64")
+
+
+@pytest.mark.parametrize("boundary", ["zero", "circular"])
+def test_star_weights_meet_inf_and_nan_as_conv_does(device, boundary):
+    """A non-finite input reaches every output whose window holds it, the off-axis taps' too
+    (0 x inf = NaN): the star instance hands such blocks to the general one. The values sit on
+    and around tile edges (tiles are 16 work items of 2-4 x 4 outputs across)."""
+    x = make_input((2, 20, 70, 140), device=device)
+    spots = [((0, 0, 0, 0), "inf"), ((0, 5, 31, 63), "inf"), ((0, 9, 32, 64), "-inf"), ((1, 19, 69, 139), "nan"),
+             ((1, 7, 27, 127), "nan"), ((1, 12, 56, 128), "inf"), ((0, 15, 55, 65), "-inf"), ((1, 3, 28, 1), "inf")]
+    for idx, v in spots:
+        x[idx] = float(v)
+    bad = ~torch.isfinite(x)
+    for wshape in [(3, 3, 3), (3, 5, 5), (5, 3, 3)]:
+        w = star_weights(wshape, device)
+        y = cupipe.stencil3d(x, w, boundary=boundary)
+        ones = torch.ones(wshape, dtype=torch.float64, device=device)
+        reach = stencil3d_ref(bad.double(), ones, boundary) > 0  # outputs whose window holds one
+        assert torch.equal(~torch.isfinite(y), reach), (wshape, boundary)
+        ref = stencil3d_ref(torch.where(bad, 0.0, x).double(), w.double(), boundary).float()
+        atol, rtol = tol(torch.float32, w.numel())
+        assert_close(y[~reach], ref[~reach], atol=atol, rtol=rtol, what=f"finite outputs {wshape} {boundary}")
+
+
 @pytest.mark.parametrize("wshape", WEIGHT_SHAPES, ids=lambda s: "x".join(map(str, s)))
 @pytest.mark.parametrize("boundary", BOUNDARIES)
 def test_every_boundary_and_radius(device, wshape, boundary):
@@ -181,11 +223,16 @@ def test_explain_names_the_plan(device):
         sm90 = torch.cuda.get_device_capability()[0] >= 9
         assert (e.mechanism, e.stages) == (("tma", 3) if sm90 else ("primitives", 3))
         m = "Tma,3" if sm90 else "Primitives,3"
-        # rows 40 bytes apart take the instance that moves each row at its own shift; 48 bytes, the box
-        assert e.kernels and e.kernels[0][0] == f"stencil3d_kernel<engine::Mechanism::{m},float,1,1,true>"
+        # rows 40 bytes apart take the instance that moves each row at its own shift; 48 bytes, the box;
+        # each the star pair: the star instance, then the general one
+        pair = [f"stencil3d_kernel<engine::Mechanism::{m},float,1,1,{{}},{star}>" for star in ("true", "false")]
+        assert [k[0] for k in e.kernels] == [k.format("true") for k in pair]
         even = cupipe.explain("stencil3d", make_input((4, 6, 8, 12), device=device),
                               make_weights((3, 3, 3), device=device))
-        assert even.kernels and even.kernels[0][0] == f"stencil3d_kernel<engine::Mechanism::{m},float,1,1,false>"
+        assert [k[0] for k in even.kernels] == [k.format("false") for k in pair]
+        # no off-axis taps (3 x 1 x 1): the general instance alone
+        column = cupipe.explain("stencil3d", x, make_weights((3, 1, 1), device=device))
+        assert [k[0] for k in column.kernels] == [f"stencil3d_kernel<engine::Mechanism::{m},float,1,1,true,false>"]
     else:
         assert e.source == "cpu"
 
@@ -205,3 +252,10 @@ def test_a_cuda_graph_replays_after_precompile():
     _check(x, w, "reflect", "graph replay", mechanism="barrier", stages=3)
     ref = stencil3d_ref(x.double(), w.double(), "reflect").float()
     assert_close(y, ref, atol=1e-4, rtol=1e-4, what="graph replay")
+    # the star pair reads the weights on the device: star weights, then general ones again, replay right
+    for weights in (star_weights((5, 3, 3), "cuda", seed=5), make_weights((5, 3, 3), device="cuda", seed=6)):
+        w.copy_(weights)
+        g.replay()
+        torch.cuda.synchronize()
+        assert_close(y, stencil3d_ref(x.double(), w.double(), "reflect").float(), atol=1e-4, rtol=1e-4,
+                     what="graph replay, new weights")

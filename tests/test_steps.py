@@ -112,10 +112,13 @@ def test_steps_per_pass_mirror_the_kernels():
     assert [ks.steps_per_pass(ry, 2) for ry in range(5)] == [16, 4, 4, 2, 2]
     assert [ks.steps_per_pass(ry, 8) for ry in range(5)] == [16, 4, 2, 1, 1]
     assert not ks.stencil_steps_instances("tma", 3, "float64", [(3, 1), (4, 4)])
-    assert len(ks.stencil_steps_instances("tma", 3, "float32")) == 25
+    assert len(ks.stencil_steps_instances("tma", 3, "float32")) == 25 + 16  # a star instance where ry, rx > 0
     from cupipe._kernel_cache import instances_for
     got = instances_for("stencil_steps", dtype="float32", mechanism="tma", stages=3, radius=(0, 1, 1))
-    assert [i.id for i in got] == ["stencil_steps_kernel<engine::Mechanism::Tma,3,float,1,1>"]
+    assert [i.id for i in got] == [f"stencil_steps_kernel<engine::Mechanism::Tma,3,float,1,1,{star}>"
+                                   for star in ("false", "true")]  # the star pair's two instances
+    got = instances_for("stencil_steps", dtype="float32", mechanism="tma", stages=3, radius=(0, 0, 2))
+    assert [i.id for i in got] == ["stencil_steps_kernel<engine::Mechanism::Tma,3,float,0,2,false>"]
 
 
 @pytest.mark.cuda
@@ -140,6 +143,72 @@ def test_fused_steps_strided_inputs_and_dtypes(dtype):
         for boundary in ("replicate", "circular"):
             _fused_matches_loop("stencil2d", x, w, 6, boundary=boundary)
     _fused_matches_loop("stencil1d", base, _contraction((5,), "cuda", dtype), 20, dim=1, boundary="reflect")
+
+
+def _star(wshape, device, dtype=torch.float32, seed=1000):
+    """_contraction's weights with every tap off the two axes zero: the star pair's star instance."""
+    w = make_weights(wshape, torch.float64, device, seed=seed)
+    ky, kx = wshape
+    axes = torch.zeros(wshape, dtype=torch.bool, device=device)
+    axes[ky // 2, :] = axes[:, kx // 2] = True
+    w = w * axes
+    return (w / w.abs().sum()).to(dtype)
+
+
+@pytest.mark.cuda
+@needs_cuda
+@pytest.mark.parametrize("shape, wshape", [((1, 45, 37), (3, 3)), ((2, 130, 1000), (3, 3)), ((1, 700, 1500), (3, 3)),
+                                           ((1, 70, 90), (5, 5)), ((1, 40, 50), (9, 9)), ((1, 33, 700), (3, 9))],
+                         ids=lambda v: "x".join(map(str, v)))
+@pytest.mark.parametrize("boundary", BOUNDARIES)
+def test_fused_star_steps_equal_the_loop(shape, wshape, boundary):
+    x = make_input(shape, device="cuda")
+    for k in (2, 9):
+        _fused_matches_loop("stencil2d", x, _star(wshape, "cuda"), k, boundary=boundary)
+    _fused_matches_loop("stencil2d", x.to(torch.bfloat16), _star(wshape, "cuda", torch.bfloat16), 4, boundary=boundary)
+
+
+@pytest.mark.cuda
+@needs_cuda
+@pytest.mark.parametrize("boundary", ["zero", "reflect", "circular"])
+def test_fused_star_steps_meet_inf_and_nan_as_the_loop_does(boundary):
+    """The loop's single steps multiply every tap (0 x inf = NaN off the axes): the fused star
+    instance hands a block whose rows meet a non-finite value to the general one, so NaN and
+    inf land where the loop puts them. Spots on plane edges and scattered over chunks and bands."""
+    x = make_input((2, 700, 1500), device="cuda")
+    gen = torch.Generator(device="cpu").manual_seed(7)
+    spots = [(0, 0, 0), (1, 699, 1499), (0, 350, 0), (1, 0, 777)] + [
+        (int(torch.randint(2, (1,), generator=gen)), int(torch.randint(700, (1,), generator=gen)),
+         int(torch.randint(1500, (1,), generator=gen))) for _ in range(8)]
+    for n, idx in enumerate(spots):
+        x[idx] = (float("inf"), float("-inf"), float("nan"))[n % 3]
+    for wshape, k in [((3, 3), 4), ((3, 3), 8), ((5, 3), 4)]:
+        w = _star(wshape, "cuda")
+        got, want = cupipe.stencil2d(x, w, boundary=boundary, steps=k), _loop("stencil2d", x, w, k, boundary=boundary)
+        assert torch.equal(torch.isnan(got), torch.isnan(want)), (wshape, k)
+        assert torch.equal(torch.isinf(got), torch.isinf(want)), (wshape, k)
+        assert bool(torch.isnan(want).any()), (wshape, k)
+        fin = torch.isfinite(want)
+        atol, rtol = _fused_tol(x.dtype, k)
+        assert_close(got[fin], want[fin], atol=atol, rtol=rtol, what=f"finite outputs {wshape} steps={k}")
+
+
+@pytest.mark.cuda
+@needs_cuda
+def test_a_cuda_graph_of_fused_steps_follows_the_weights():
+    """The star pair reads the weights on the device: a replay after star weights replaced general
+    ones (and back) is right."""
+    x, w = make_input((2, 300, 500), device="cuda"), _contraction((3, 3), "cuda")
+    cupipe.stencil2d(x, w, steps=8)  # compile first
+    s, g = torch.cuda.Stream(), torch.cuda.CUDAGraph()
+    with torch.cuda.graph(g, stream=s):
+        y = cupipe.stencil2d(x, w, steps=8)
+    for weights in (_star((3, 3), "cuda", seed=5), _contraction((3, 3), "cuda", seed=6)):
+        w.copy_(weights)
+        g.replay()
+        torch.cuda.synchronize()
+        atol, rtol = _fused_tol(x.dtype, 8)
+        assert_close(y, _loop("stencil2d", x, w, 8), atol=atol, rtol=rtol, what="graph replay, new weights")
 
 
 @pytest.mark.cuda

@@ -4,6 +4,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 
 #include "engine/mechanism.h"
 
@@ -82,6 +83,8 @@ struct StencilParams {
   int tiles_per_block = 0;  // when blocks == 0: about ntiles / tiles_per_block blocks, at least one
                             // wave (0: one wave of persistent blocks); ignored when free_sms > 0
   Stream stream = nullptr;
+  // Device scratch of the given bytes, ordered on `stream` (the fused steps' star pair: one int a block).
+  std::function<void*(int64_t)> workspace;
 };
 
 // The element a plane's map counts in: 8-byte words whatever the data type, so that a box row
@@ -121,6 +124,8 @@ struct Stencil3dParams {
   engine::Mechanism mechanism = engine::Mechanism::Sync;
   int stages = 2;
   Stream stream = nullptr;
+  // Device scratch of the given bytes, ordered on `stream` (the star pair's flags, one int a block).
+  std::function<void*(int64_t)> workspace;
 };
 
 // A reduction of a contiguous (outer, r, inner) view over its middle dim into (outer, inner).

@@ -49,8 +49,8 @@ VolumeGeom volume_geom(const Stencil3dParams& p, int consumers, int R, int align
 }
 
 template <typename T>
-std::string volume_kernel_id(engine::Mechanism m, int stages, int rz, int R, bool odd_rows) {
-  return kernel_id("stencil3d_kernel", m, stages, type_c<T>{}, rz, R, odd_rows);
+std::string volume_kernel_id(engine::Mechanism m, int stages, int rz, int R, bool odd_rows, bool star) {
+  return kernel_id("stencil3d_kernel", m, stages, type_c<T>{}, rz, R, odd_rows, star);
 }
 
 }  // namespace
@@ -78,9 +78,17 @@ void launch_stencil3d_plan(const Stencil3dParams& p) {
       throw std::runtime_error("stencil3d: " + std::to_string(p.stages) + " stages of " +
                                std::to_string(v.g.stage_bytes) + " bytes do not fit in shared memory");
     const cudaStream_t stream = reinterpret_cast<cudaStream_t>(p.stream);
-    const auto kernel = kernel_ref<const T*, T*, const void*, VolumeGeom, Boundary, CUtensorMap>(
-        kVolumeHeader, volume_kernel_id<T>(p.mechanism, p.stages, p.rz, R, !rows_share_shift(v.g.xs_row, esz)), stream);
-    prepare_smem(kernel, smem, "stencil3d");
+    // The star pair (volume.cuh) wherever the radii have taps off the axes: the star instance first.
+    const bool pair = p.ry > 0 || p.rx > 0;
+    const bool odd = !rows_share_shift(v.g.xs_row, esz);
+    auto instance = [&](bool star) {
+      const auto k = kernel_ref<const T*, T*, const void*, VolumeGeom, Boundary, int*, CUtensorMap>(
+          kVolumeHeader, volume_kernel_id<T>(p.mechanism, p.stages, p.rz, R, odd, star), stream);
+      prepare_smem(k, smem, "stencil3d");
+      return k;
+    };
+    const auto star = pair ? instance(true) : decltype(instance(false)){};
+    const auto kernel = instance(false);
     // Chunks of at least 8 depth radii, each streaming 2 * rz planes more than it stores.
     const int64_t columns = p.batch * v.tiles_per_plane;
     const int64_t resident =
@@ -93,8 +101,14 @@ void launch_stencil3d_plan(const Stencil3dParams& p) {
     if (v.g.tensor_tiles)
       tmap = make_plane_map(p.x, p.dtype, static_cast<int>(esz), v.g.batch, p.ny, p.nx, v.g.xs_row, v.g.xs_plane,
                             v.g.pitch, v.g.win_h, stencil_l2_promotion(dev));
+    int* flags = nullptr;
+    if (pair) {
+      if (!planning_kernels()) flags = static_cast<int*>(p.workspace(grid * static_cast<int64_t>(sizeof(int))));
+      launch_kernel(star, dim3(static_cast<unsigned>(grid)), dim3(kVolumeThreads), smem, stream, false,
+                    static_cast<const T*>(p.x), static_cast<T*>(p.out), p.weights, v, p.boundary, flags, tmap);
+    }
     launch_kernel(kernel, dim3(static_cast<unsigned>(grid)), dim3(kVolumeThreads), smem, stream, false,
-                  static_cast<const T*>(p.x), static_cast<T*>(p.out), p.weights, v, p.boundary, tmap);
+                  static_cast<const T*>(p.x), static_cast<T*>(p.out), p.weights, v, p.boundary, flags, tmap);
   });
 }
 

@@ -54,10 +54,10 @@ StepsGeom steps_geom(const StencilParams& p, int k, int warps, int64_t xs_row, i
   return f;
 }
 
-std::string steps_kernel_id(const StencilParams& p) {
+std::string steps_kernel_id(const StencilParams& p, bool star) {
   std::string id;
   dispatch_dtype(p.dtype, [&](auto tv) {
-    id = kernel_id("stencil_steps_kernel", p.mechanism, p.stages, type_c<decltype(tv)>{}, p.ry, p.rx);
+    id = kernel_id("stencil_steps_kernel", p.mechanism, p.stages, type_c<decltype(tv)>{}, p.ry, p.rx, star);
   });
   return id;
 }
@@ -77,8 +77,14 @@ void launch_steps(const StencilParams& p, int64_t steps, void* scratch) {
     const bool kTma = p.mechanism == engine::Mechanism::Tma;
     const int warps = engine::consumer_threads(p.mechanism, kStepsThreads) / 32;
     const cudaStream_t stream = reinterpret_cast<cudaStream_t>(p.stream);
-    const auto kernel = kernel_ref<const T*, T*, const void*, StepsGeom, Boundary, CUtensorMap>(
-        kStepsHeader, steps_kernel_id(p), stream);
+    // The star pair (steps.cuh) where taps lie off the axes: the star instance first.
+    const bool pair = p.ry > 0 && p.rx > 0;
+    auto instance = [&](bool star) {
+      return kernel_ref<const T*, T*, const void*, StepsGeom, Boundary, int*, CUtensorMap>(
+          kStepsHeader, steps_kernel_id(p, star), stream);
+    };
+    const auto star = pair ? instance(true) : decltype(instance(false)){};
+    const auto kernel = instance(false);
     // Passes of as even a share of the steps as K allows; each writes where the last pass's
     // output ends in `out` (they alternate between out and scratch).
     const int64_t passes = (steps + K - 1) / K;
@@ -97,6 +103,7 @@ void launch_steps(const StencilParams& p, int64_t steps, void* scratch) {
         throw std::runtime_error("stencil steps: " + std::to_string(p.stages) + " stages of " +
                                  std::to_string(g.stage_bytes) + " bytes do not fit in shared memory");
       prepare_smem(kernel, smem, "stencil steps");
+      prepare_smem(star, smem, "stencil steps");
       const int64_t resident =
           std::max<int64_t>(1, static_cast<int64_t>(dev.num_sms) * blocks_per_sm(kernel, kStepsThreads, smem));
       int64_t grid = 0;
@@ -125,8 +132,14 @@ void launch_steps(const StencilParams& p, int64_t steps, void* scratch) {
         tmap = make_plane_map(src, p.dtype, static_cast<int>(esz), p.batch, p.ny, p.nx, xs_row, xs_plane, g.pitch,
                               g.win_h, stencil_l2_promotion(dev));
       T* dst = static_cast<T*>((passes - 1 - i) % 2 == 0 ? p.out : scratch);
+      int* flags = nullptr;  // the pair's: one int a block
+      if (pair) {
+        if (!planning_kernels()) flags = static_cast<int*>(p.workspace(grid * static_cast<int64_t>(sizeof(int))));
+        launch_kernel(star, dim3(static_cast<unsigned>(grid)), dim3(kStepsThreads), smem, stream, false, src, dst,
+                      p.weights, f, p.boundary, flags, tmap);
+      }
       launch_kernel(kernel, dim3(static_cast<unsigned>(grid)), dim3(kStepsThreads), smem, stream, false, src, dst,
-                    p.weights, f, p.boundary, tmap);
+                    p.weights, f, p.boundary, flags, tmap);
       src = dst;
       xs_row = p.nx;
       xs_plane = p.ny * p.nx;

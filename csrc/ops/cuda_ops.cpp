@@ -160,6 +160,11 @@ at::Tensor stencil_steps_cuda(const char* op, const at::Tensor& x, const at::Ten
   c.p.mechanism = cfg.mechanism;
   c.p.stages = cfg.stages;
   const at::Tensor scratch = steps > per_pass ? at::empty({c.p.batch * c.p.ny * c.p.nx}, c.t.kout.options()) : at::Tensor();
+  at::Tensor flags;  // the caching allocator's, on the current stream (graphs capture it too)
+  c.p.workspace = [&](int64_t bytes) {
+    flags = at::empty({bytes}, x.options().dtype(at::kByte));
+    return flags.data_ptr();
+  };
   run_launcher(op, [&] { launch_stencil_steps(c.p, steps, scratch.defined() ? scratch.data_ptr() : nullptr); });
   c.t.finish();
   return c.t.out;
@@ -213,6 +218,11 @@ at::Tensor stencil3d_cuda_step(const at::Tensor& x, const at::Tensor& weights, c
   p.mechanism = cfg.mechanism;
   p.stages = cfg.stages;
   p.stream = current_stream();
+  at::Tensor scratch;  // the caching allocator's, on the current stream (graphs capture it too)
+  p.workspace = [&](int64_t bytes) {
+    scratch = at::empty({bytes}, x.options().dtype(at::kByte));
+    return scratch.data_ptr();
+  };
   run_launcher(op, [&] { launch_stencil3d(p); });
   if (!kout.is_same(out)) out.copy_(kout);
   return out;

@@ -64,10 +64,18 @@ struct StepsGeom {
   int k;                    // steps this pass, 1..K
 };
 
-template <engine::Mechanism M, int S, typename T, int RY, int RX>
+// The star pair (stencil3d's, volume.cuh; design.md §4.8): where `flags` is set the Star instance ran
+// first over the same grid. With every weight off the two axes zero, the star block computes from
+// the axis taps alone and the general block returns unless the star block flagged it; else the
+// star block returns. The flag: a non-finite value among the block's level-k rows, every lane's.
+// That check suffices: the two bodies' values agree until conv's 0 x Inf first makes a NaN the star
+// lacks, and the Inf or NaN it multiplied, at a level s and a point of the plane, reaches level k
+// under the star's taps too (its centre and vertical taps carry it at most RY rows a level towards
+// the block's rows [y0, y1), in its column; every lane computes every level).
+template <engine::Mechanism M, int S, typename T, int RY, int RX, bool Star>
 __global__ void __launch_bounds__(kStepsThreads, steps_min_blocks(RY, sizeof(T)))
     stencil_steps_kernel(const T* __restrict__ x, T* __restrict__ out, const void* __restrict__ weights, StepsGeom f,
-                         Boundary boundary, const __grid_constant__ CUtensorMap tmap) {
+                         Boundary boundary, int* __restrict__ flags, const __grid_constant__ CUtensorMap tmap) {
   if constexpr (!engine::mechanism_in_this_pass(M)) { __trap(); return; }  // tma below sm_90 (mechanism.h)
   static_assert(RY >= 0 && RY <= 4 && RX >= 0 && RX <= 4, "radii 0..4");
   using A = acc_t<T>;
@@ -82,8 +90,16 @@ __global__ void __launch_bounds__(kStepsThreads, steps_min_blocks(RY, sizeof(T))
   __shared__ engine::RawShared<typename Ring::SharedState> ss;
   __shared__ A w_s[NW];
   const StencilGeom& g = f.g;
-  for (int i = threadIdx.x; i < NW; i += blockDim.x) w_s[i] = weight_as<A>(weights, g.wdt, i);
-  __syncthreads();
+  static_assert(!Star || (RY > 0 && RX > 0), "a star pair where taps lie off the axes");
+  bool off_axis_zero = true;
+  for (int i = threadIdx.x; i < NW; i += blockDim.x) {
+    w_s[i] = weight_as<A>(weights, g.wdt, i);
+    off_axis_zero &= i / KX == RY || i % KX == RX || w_s[i] == A(0);
+  }
+  if (Star && threadIdx.x == 0) flags[blockIdx.x] = 0;  // ordered before any thread's flag by the barrier
+  const bool star_weights = __syncthreads_and(off_axis_zero);
+  if (Star ? !star_weights : flags != nullptr && star_weights && flags[blockIdx.x] == 0) return;
+  A seen = A(0);  // the star's check: the sum of the block's level-k values
   A w_r[kRegWeights ? NW : 1];
 #pragma unroll
   for (int i = 0; i < (kRegWeights ? NW : 1); ++i) w_r[i] = kRegWeights ? w_s[i] : A(0);
@@ -147,6 +163,7 @@ __global__ void __launch_bounds__(kStepsThreads, steps_min_blocks(RY, sizeof(T))
   auto tap_row = [&](A(&acc)[V], int a, const A(&xv)[V + 2 * RX]) {
 #pragma unroll
     for (int c = 0; c < KX; ++c) {
+      if (Star && a != RY && c != RX) continue;
       const A wv = kRegWeights ? w_r[a * KX + c] : w_s[a * KX + c];
 #pragma unroll
       for (int e = 0; e < V; ++e) acc[e] = fma(wv, xv[e + c], acc[e]);
@@ -260,6 +277,10 @@ __global__ void __launch_bounds__(kStepsThreads, steps_min_blocks(RY, sizeof(T))
           levels(v, q, true);
         else
           levels(v, q, false);
+        if (Star && q >= y0 && q < y1) {
+#pragma unroll
+          for (int e = 0; e < V; ++e) seen += v[e];
+        }
         // v: level k's row q. Stored where it is this block's and the lane's.
         if (writes && q >= (RY > 0 ? y0 : 0) && q < y1 && cl < g.nx) {
           T* dst = out + (th.b * g.ny + q) * g.nx + cl;
@@ -275,6 +296,7 @@ __global__ void __launch_bounds__(kStepsThreads, steps_min_blocks(RY, sizeof(T))
     }
   };
   engine::run_ring(ring, ntiles, load, consume);
+  if (Star && !isfinite(seen)) flags[blockIdx.x] = 1;
 }
 
 }  // namespace kernels

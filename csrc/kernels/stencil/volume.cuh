@@ -60,10 +60,24 @@ struct VolumeGeom {
 // 2-byte 7-/27-point class spills 8-24 bytes there); deeper register queues need the whole budget.
 constexpr int volume_min_blocks(int rz) { return rz == 1 ? 2 : 1; }
 
-template <engine::Mechanism M, int S, typename T, int RZ, int R, bool OddRows>
+// A tap of the (KZ, K, K) slots on the stencil's axes: the centre's column through the planes, the
+// cross in the centre plane.
+template <int RZ, int R>
+__host__ __device__ constexpr bool volume_axis_tap(int a, int b, int c) {
+  return (b == R && c == R) || (a == RZ && (b == R || c == R));
+}
+
+// The star pair (design.md §4.8). Where `flags` is set, the call launched the Star instance and then
+// the general one over the same grid, and each block first reads the weights: with a weight off the
+// axes the star block returns and the general one computes; with every off-axis weight zero the
+// star block computes its outputs from the axis taps alone, and the general block returns unless the
+// star block flagged its window. The star block sums every value the general one would multiply
+// (the item's whole window rows): a non-finite sum (an Inf or NaN among them, or an overflow) flags
+// the block, since conv's 0 x Inf = NaN would reach the outputs the star leaves finite.
+template <engine::Mechanism M, int S, typename T, int RZ, int R, bool OddRows, bool Star>
 __global__ void __launch_bounds__(kVolumeThreads, volume_min_blocks(RZ))
     stencil3d_kernel(const T* __restrict__ x, T* __restrict__ out, const void* __restrict__ weights, VolumeGeom v,
-                     Boundary boundary, const __grid_constant__ CUtensorMap tmap) {
+                     Boundary boundary, int* __restrict__ flags, const __grid_constant__ CUtensorMap tmap) {
   if constexpr (!engine::mechanism_in_this_pass(M)) { __trap(); return; }  // tma below sm_90 (mechanism.h)
   static_assert(RZ >= 1 && (R == 1 || R == 2 || R == 4), "depth radius 1..4, in-plane classes 1, 2, 4");
   using A = acc_t<T>;
@@ -77,14 +91,20 @@ __global__ void __launch_bounds__(kVolumeThreads, volume_min_blocks(RZ))
   // a K x K plane; the slots outside the radii are never multiplied (an input's Inf times a
   // padded zero would be NaN).
   A* w_s = reinterpret_cast<A*>(smem + static_cast<int64_t>(S) * g.stage_bytes);
+  bool star_weights;
   {
     const int kh = 2 * g.ry + 1, kw = 2 * g.rx + 1;
+    bool off_axis_zero = true;
     for (int i = threadIdx.x; i < KZ * K * K; i += blockDim.x) {
       const int a = i / (K * K), b = i / K % K - (R - g.ry), c = i % K - (R - g.rx);
       w_s[i] = b >= 0 && b < kh && c >= 0 && c < kw ? weight_as<A>(weights, g.wdt, (a * kh + b) * kw + c) : A(0);
+      off_axis_zero &= volume_axis_tap<RZ, R>(a, i / K % K, i % K) || w_s[i] == A(0);
     }
-    __syncthreads();
+    if (Star && threadIdx.x == 0) flags[blockIdx.x] = 0;  // ordered before any thread's flag by the barrier
+    star_weights = __syncthreads_and(off_axis_zero);
   }
+  if (Star ? !star_weights : flags != nullptr && star_weights && flags[blockIdx.x] == 0) return;
+  A seen = A(0);  // the star's check: the sum of every window value the general body would multiply
   constexpr bool kRegWeights = volume_small_class(RZ, R, sizeof(T));
   constexpr int kNw = kRegWeights ? KZ * K * K : 1;
   A w_r[kNw];
@@ -139,6 +159,12 @@ __global__ void __launch_bounds__(kVolumeThreads, volume_min_blocks(RZ))
         load_window<T, 16>(stage + g.hdr_bytes + static_cast<int64_t>(wr) * g.pitch + shifts[wr] +
                                (static_cast<int64_t>(ix) * TW - (R - (kFull ? R : g.rx))) * static_cast<int64_t>(sizeof(T)),
                            xv);
+        if constexpr (Star) {
+          // (columns beyond the rx halo are the stage's padding, never multiplied)
+#pragma unroll
+          for (int j = 0; j < TW + 2 * R; ++j)
+            if (j >= R - (kFull ? R : g.rx) && j < TW + R + (kFull ? R : g.rx)) seen += xv[j];
+        }
 #pragma unroll
         for (int i = 0; i < TH; ++i) {
           const int b = r - i;  // the tap row that takes window row r to output row i
@@ -149,6 +175,7 @@ __global__ void __launch_bounds__(kVolumeThreads, volume_min_blocks(RZ))
             if (c < R - (kFull ? R : g.rx) || c > R + (kFull ? R : g.rx)) continue;  // block-uniform
 #pragma unroll
             for (int a = 0; a < KZ; ++a) {
+              if (Star && !volume_axis_tap<RZ, R>(a, b, c)) continue;
               const A wv = kRegWeights ? w_r[(a * K + b) * K + c] : w_s[(a * K + b) * K + c];
 #pragma unroll
               for (int j = 0; j < TW; ++j) acc[a][i][j] += wv * xv[j + c];
@@ -188,6 +215,7 @@ __global__ void __launch_bounds__(kVolumeThreads, volume_min_blocks(RZ))
     plane(stage, k, team, std::false_type{});
   };
   engine::run_ring(ring, nplanes, load, consume);
+  if (Star && !isfinite(seen)) flags[blockIdx.x] = 1;
 }
 
 }  // namespace kernels
