@@ -31,7 +31,7 @@ from . import _kernels
 
 log = logging.getLogger("cupipe")
 
-FORMAT = 1
+FORMAT = 2  # 2: keys over the instance's own sources (instance_digest), not every header
 _TRAILER = b"CUPIPE-CUBIN-1\0\0"  # 16 bytes, then the SHA-256 of the cubin
 _TRAILER_LEN = len(_TRAILER) + 32
 
@@ -68,6 +68,50 @@ def source_digest(root: Optional[str] = None) -> str:
         data = p.read_bytes()
         h.update(f"{p.relative_to(base).as_posix()}\0{len(data)}\0".encode())
         h.update(data)
+    return h.hexdigest()
+
+
+_INCLUDE = re.compile(r"^[ \t]*#[ \t]*include[ \t]*(.*)$", re.M)
+
+
+def instance_digest(source: str, root: Optional[str] = None) -> str:
+    """SHA-256 over an instance file's text and the path and bytes of every header under ``root``
+    (default: include_dir()) that its quoted includes reach, transitively, each looked up beside
+    its includer first and then under ``root``, as nvcc does: the sources its compile reads, so
+    that a header's change recompiles only the instances that include it. An include that is not
+    a plain name falls back to every header (source_digest); toolkit headers (<...>, or quoted
+    but not in the snapshot) are the nvcc version's, which the key has too."""
+    return _closure_digest(source, str(root) if root else str(include_dir()))
+
+
+@functools.lru_cache(maxsize=None)
+def _closure_digest(source: str, root: str) -> str:
+    base = Path(root)
+    h = hashlib.sha256(source.encode())
+    seen: Dict[str, bytes] = {}
+    todo = [(Path(), source)]
+    while todo:
+        here, text = todo.pop()
+        for m in _INCLUDE.finditer(text):
+            arg = m.group(1).strip()
+            if arg.startswith("<"):
+                continue
+            name = re.match(r'"([^"]+)"', arg)
+            if name is None:
+                return source_digest(root)
+            for rel in (here / name.group(1), Path(name.group(1))):
+                path = (base / rel).resolve()
+                if path.is_file() and path.is_relative_to(base.resolve()):
+                    key = path.relative_to(base.resolve()).as_posix()
+                    if key not in seen:
+                        seen[key] = path.read_bytes()
+                        todo.append((Path(key).parent, seen[key].decode(errors="replace")))
+                    break
+            else:
+                h.update(f"\0outside the snapshot: {name.group(1)}\0".encode())
+    for key in sorted(seen):
+        h.update(f"\0{key}\0{len(seen[key])}\0".encode())
+        h.update(seen[key])
     return h.hexdigest()
 
 
@@ -163,10 +207,15 @@ def _writable_dir(d: Path) -> None:
             "a writable directory (kernels not built into the install are compiled and cached there)") from e
 
 
+def _instance_source(header: str, instance_id: str) -> str:
+    """The one-instance file a first-use compile builds."""
+    return _kernels.translation_unit([_kernels.Instance("", header, instance_id, "", 0, "", "")])
+
+
 def _compile(inst_header: str, instance_id: str, arch: str, flags: Sequence[str], nvcc: str, out: Path) -> None:
     with tempfile.TemporaryDirectory(prefix="cupipe-kernel-") as tmp:
         src = Path(tmp) / "instance.cu"
-        src.write_text(_kernels.translation_unit([_kernels.Instance("", inst_header, instance_id, "", 0, "", "")]))
+        src.write_text(_instance_source(inst_header, instance_id))
         cubin = Path(tmp) / "instance.cubin"
         cmd = [nvcc, f"-I{include_dir()}", "-cubin", str(src), "-o", str(cubin), _gencode(arch)] + list(flags)
         p = subprocess.run(cmd, capture_output=True, text=True)
@@ -186,7 +235,8 @@ def cubin(instance_id: str, header: str, arch: str, *, quiet: bool = False) -> b
 
 
 def _cache_path(instance_id: str, header: str, arch: str, nvcc_ver: str) -> Path:
-    key = kernel_key(instance_id, header, arch, kernel_flags(), nvcc_ver, source_digest())
+    key = kernel_key(instance_id, header, arch, kernel_flags(), nvcc_ver,
+                     instance_digest(_instance_source(header, instance_id)))
     return cache_dir() / "kernels" / arch / key[:2] / f"{key}.cubin"
 
 

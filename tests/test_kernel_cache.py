@@ -119,6 +119,37 @@ def test_source_digest_follows_the_headers(tmp_path):
     kc.source_digest.cache_clear()
 
 
+def test_instance_digest_follows_exactly_the_included_headers(tmp_path):
+    """A first-use instance's key covers its file and the headers it includes, transitively
+    (beside the includer first, then the root), and no other header."""
+    for name, text in {"kernels/k.cuh": '#include "engine/e.cuh"\n#include "near.h"\n#include <cuda.h>\n',
+                       "kernels/near.h": "int near;\n", "engine/e.cuh": "int e;\n",
+                       "kernels/other.cuh": "int other;\n"}.items():
+        (tmp_path / name).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / name).write_text(text)
+    src = '#include "kernels/k.cuh"\nCUPIPE_KERNEL_INSTANCE(k<1>)\n'
+
+    def digest(source=src):
+        kc._closure_digest.cache_clear()
+        kc.source_digest.cache_clear()
+        return kc.instance_digest(source, str(tmp_path))
+
+    d0 = digest()
+    assert digest() == d0 and digest(src.replace("k<1>", "k<2>")) != d0
+    (tmp_path / "kernels" / "other.cuh").write_text("int changed;\n")
+    assert digest() == d0
+    for name in ("engine/e.cuh", "kernels/near.h", "kernels/k.cuh"):
+        (tmp_path / name).write_text((tmp_path / name).read_text() + "// changed\n")
+        d1 = digest()
+        assert d1 != d0, name
+        d0 = d1
+    # an include it cannot follow: every header counts
+    computed = '#define H "kernels/k.cuh"\n#include H\n'
+    d2 = digest(computed)
+    (tmp_path / "kernels" / "other.cuh").write_text("int again;\n")
+    assert digest(computed) != d2
+
+
 def test_arch_of_follows_the_build_list(monkeypatch):
     monkeypatch.setitem(cupipe.build_info, "arch_list", "9.0a")
     assert kc.arch_of(90) == "sm_90a" and kc.arch_of(80) == "sm_80"
