@@ -101,14 +101,10 @@ void launch_stencil3d_plan(const Stencil3dParams& p) {
     if (v.g.tensor_tiles)
       tmap = make_plane_map(p.x, p.dtype, static_cast<int>(esz), v.g.batch, p.ny, p.nx, v.g.xs_row, v.g.xs_plane,
                             v.g.pitch, v.g.win_h, stencil_l2_promotion(dev));
-    int* flags = nullptr;
-    if (pair) {
-      if (!planning_kernels()) flags = static_cast<int*>(p.workspace(grid * static_cast<int64_t>(sizeof(int))));
-      launch_kernel(star, dim3(static_cast<unsigned>(grid)), dim3(kVolumeThreads), smem, stream, false,
+    launch_star_pair(pair, star, kernel, grid, p.workspace, [&](auto k, int* flags) {
+      launch_kernel(k, dim3(static_cast<unsigned>(grid)), dim3(kVolumeThreads), smem, stream, false,
                     static_cast<const T*>(p.x), static_cast<T*>(p.out), p.weights, v, p.boundary, flags, tmap);
-    }
-    launch_kernel(kernel, dim3(static_cast<unsigned>(grid)), dim3(kVolumeThreads), smem, stream, false,
-                  static_cast<const T*>(p.x), static_cast<T*>(p.out), p.weights, v, p.boundary, flags, tmap);
+    });
   });
 }
 

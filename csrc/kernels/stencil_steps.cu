@@ -132,14 +132,10 @@ void launch_steps(const StencilParams& p, int64_t steps, void* scratch) {
         tmap = make_plane_map(src, p.dtype, static_cast<int>(esz), p.batch, p.ny, p.nx, xs_row, xs_plane, g.pitch,
                               g.win_h, stencil_l2_promotion(dev));
       T* dst = static_cast<T*>((passes - 1 - i) % 2 == 0 ? p.out : scratch);
-      int* flags = nullptr;  // the pair's: one int a block
-      if (pair) {
-        if (!planning_kernels()) flags = static_cast<int*>(p.workspace(grid * static_cast<int64_t>(sizeof(int))));
-        launch_kernel(star, dim3(static_cast<unsigned>(grid)), dim3(kStepsThreads), smem, stream, false, src, dst,
+      launch_star_pair(pair, star, kernel, grid, p.workspace, [&](auto kern, int* flags) {
+        launch_kernel(kern, dim3(static_cast<unsigned>(grid)), dim3(kStepsThreads), smem, stream, false, src, dst,
                       p.weights, f, p.boundary, flags, tmap);
-      }
-      launch_kernel(kernel, dim3(static_cast<unsigned>(grid)), dim3(kStepsThreads), smem, stream, false, src, dst,
-                    p.weights, f, p.boundary, flags, tmap);
+      });
       src = dst;
       xs_row = p.nx;
       xs_plane = p.ny * p.nx;

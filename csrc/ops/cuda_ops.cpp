@@ -21,6 +21,15 @@ namespace {
 
 Stream current_stream() { return reinterpret_cast<Stream>(c10::cuda::getCurrentCUDAStream().stream()); }
 
+// A launcher's scratch (the params' `workspace`): the caching allocator's bytes on the current
+// stream (a graph capture takes them too), held in `holder` until the call returns.
+std::function<void*(int64_t)> scratch_bytes(const at::Tensor& like, at::Tensor& holder) {
+  return [&like, &holder](int64_t bytes) {
+    holder = at::empty({bytes}, like.options().dtype(at::kByte));
+    return holder.data_ptr();
+  };
+}
+
 // Kernel launch failures arrive as std::runtime_error from the launchers; re-raise them as
 // torch errors so Python sees a RuntimeError with the launcher's message.
 template <typename F>
@@ -160,11 +169,8 @@ at::Tensor stencil_steps_cuda(const char* op, const at::Tensor& x, const at::Ten
   c.p.mechanism = cfg.mechanism;
   c.p.stages = cfg.stages;
   const at::Tensor scratch = steps > per_pass ? at::empty({c.p.batch * c.p.ny * c.p.nx}, c.t.kout.options()) : at::Tensor();
-  at::Tensor flags;  // the caching allocator's, on the current stream (graphs capture it too)
-  c.p.workspace = [&](int64_t bytes) {
-    flags = at::empty({bytes}, x.options().dtype(at::kByte));
-    return flags.data_ptr();
-  };
+  at::Tensor flags;
+  c.p.workspace = scratch_bytes(x, flags);
   run_launcher(op, [&] { launch_stencil_steps(c.p, steps, scratch.defined() ? scratch.data_ptr() : nullptr); });
   c.t.finish();
   return c.t.out;
@@ -218,11 +224,8 @@ at::Tensor stencil3d_cuda_step(const at::Tensor& x, const at::Tensor& weights, c
   p.mechanism = cfg.mechanism;
   p.stages = cfg.stages;
   p.stream = current_stream();
-  at::Tensor scratch;  // the caching allocator's, on the current stream (graphs capture it too)
-  p.workspace = [&](int64_t bytes) {
-    scratch = at::empty({bytes}, x.options().dtype(at::kByte));
-    return scratch.data_ptr();
-  };
+  at::Tensor flags;
+  p.workspace = scratch_bytes(x, flags);
   run_launcher(op, [&] { launch_stencil3d(p); });
   if (!kout.is_same(out)) out.copy_(kout);
   return out;

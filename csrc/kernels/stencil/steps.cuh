@@ -29,6 +29,7 @@
 #include "kernels/numeric.cuh"
 #include "kernels/stencil/consumer_io.cuh"
 #include "kernels/stencil/geometry.cuh"
+#include "kernels/stencil/star_pair.cuh"
 #include "kernels/stencil/tile_loader.cuh"
 
 namespace cupipe {
@@ -64,14 +65,11 @@ struct StepsGeom {
   int k;                    // steps this pass, 1..K
 };
 
-// The star pair (stencil3d's, volume.cuh; design.md §4.8): where `flags` is set the Star instance ran
-// first over the same grid. With every weight off the two axes zero, the star block computes from
-// the axis taps alone and the general block returns unless the star block flagged it; else the
-// star block returns. The flag: a non-finite value among the block's level-k rows, every lane's.
-// That check suffices: the two bodies' values agree until conv's 0 x Inf first makes a NaN the star
-// lacks, and the Inf or NaN it multiplied, at a level s and a point of the plane, reaches level k
-// under the star's taps too (its centre and vertical taps carry it at most RY rows a level towards
-// the block's rows [y0, y1), in its column; every lane computes every level).
+// Star: the star pair's axis-taps instance (star_pair.cuh). Its check sum takes the block's level-k
+// rows, every lane's. That suffices: the two bodies' values agree until conv's 0 x Inf first makes
+// a NaN the star lacks, and the Inf or NaN it multiplied, at a level s and a point of the plane,
+// reaches level k under the star's taps too (its centre and vertical taps carry it at most RY rows
+// a level towards the block's rows [y0, y1), in its column; every lane computes every level).
 template <engine::Mechanism M, int S, typename T, int RY, int RX, bool Star>
 __global__ void __launch_bounds__(kStepsThreads, steps_min_blocks(RY, sizeof(T)))
     stencil_steps_kernel(const T* __restrict__ x, T* __restrict__ out, const void* __restrict__ weights, StepsGeom f,
@@ -96,10 +94,8 @@ __global__ void __launch_bounds__(kStepsThreads, steps_min_blocks(RY, sizeof(T))
     w_s[i] = weight_as<A>(weights, g.wdt, i);
     off_axis_zero &= i / KX == RY || i % KX == RX || w_s[i] == A(0);
   }
-  if (Star && threadIdx.x == 0) flags[blockIdx.x] = 0;  // ordered before any thread's flag by the barrier
-  const bool star_weights = __syncthreads_and(off_axis_zero);
-  if (Star ? !star_weights : flags != nullptr && star_weights && flags[blockIdx.x] == 0) return;
-  A seen = A(0);  // the star's check: the sum of the block's level-k values
+  if (star_pair_skips_block<Star>(flags, off_axis_zero)) return;
+  A seen = A(0);  // the star's check sum
   A w_r[kRegWeights ? NW : 1];
 #pragma unroll
   for (int i = 0; i < (kRegWeights ? NW : 1); ++i) w_r[i] = kRegWeights ? w_s[i] : A(0);
@@ -296,7 +292,7 @@ __global__ void __launch_bounds__(kStepsThreads, steps_min_blocks(RY, sizeof(T))
     }
   };
   engine::run_ring(ring, ntiles, load, consume);
-  if (Star && !isfinite(seen)) flags[blockIdx.x] = 1;
+  star_pair_flag<Star>(flags, seen);
 }
 
 }  // namespace kernels

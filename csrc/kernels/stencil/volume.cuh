@@ -22,6 +22,7 @@
 #include "kernels/numeric.cuh"
 #include "kernels/stencil/consumer_io.cuh"
 #include "kernels/stencil/geometry.cuh"
+#include "kernels/stencil/star_pair.cuh"
 #include "kernels/stencil/tile_loader.cuh"
 
 namespace cupipe {
@@ -67,13 +68,9 @@ __host__ __device__ constexpr bool volume_axis_tap(int a, int b, int c) {
   return (b == R && c == R) || (a == RZ && (b == R || c == R));
 }
 
-// The star pair (design.md §4.8). Where `flags` is set, the call launched the Star instance and then
-// the general one over the same grid, and each block first reads the weights: with a weight off the
-// axes the star block returns and the general one computes; with every off-axis weight zero the
-// star block computes its outputs from the axis taps alone, and the general block returns unless the
-// star block flagged its window. The star block sums every value the general one would multiply
-// (the item's whole window rows): a non-finite sum (an Inf or NaN among them, or an overflow) flags
-// the block, since conv's 0 x Inf = NaN would reach the outputs the star leaves finite.
+// Star: the star pair's axis-taps instance (star_pair.cuh). Its check sum takes every window value the
+// general body would multiply (the item's whole window rows): the halo's corners are no output's
+// axis taps, so the outputs alone would miss a non-finite value there.
 template <engine::Mechanism M, int S, typename T, int RZ, int R, bool OddRows, bool Star>
 __global__ void __launch_bounds__(kVolumeThreads, volume_min_blocks(RZ))
     stencil3d_kernel(const T* __restrict__ x, T* __restrict__ out, const void* __restrict__ weights, VolumeGeom v,
@@ -91,20 +88,17 @@ __global__ void __launch_bounds__(kVolumeThreads, volume_min_blocks(RZ))
   // a K x K plane; the slots outside the radii are never multiplied (an input's Inf times a
   // padded zero would be NaN).
   A* w_s = reinterpret_cast<A*>(smem + static_cast<int64_t>(S) * g.stage_bytes);
-  bool star_weights;
+  bool off_axis_zero = true;
   {
     const int kh = 2 * g.ry + 1, kw = 2 * g.rx + 1;
-    bool off_axis_zero = true;
     for (int i = threadIdx.x; i < KZ * K * K; i += blockDim.x) {
       const int a = i / (K * K), b = i / K % K - (R - g.ry), c = i % K - (R - g.rx);
       w_s[i] = b >= 0 && b < kh && c >= 0 && c < kw ? weight_as<A>(weights, g.wdt, (a * kh + b) * kw + c) : A(0);
       off_axis_zero &= volume_axis_tap<RZ, R>(a, i / K % K, i % K) || w_s[i] == A(0);
     }
-    if (Star && threadIdx.x == 0) flags[blockIdx.x] = 0;  // ordered before any thread's flag by the barrier
-    star_weights = __syncthreads_and(off_axis_zero);
   }
-  if (Star ? !star_weights : flags != nullptr && star_weights && flags[blockIdx.x] == 0) return;
-  A seen = A(0);  // the star's check: the sum of every window value the general body would multiply
+  if (star_pair_skips_block<Star>(flags, off_axis_zero)) return;
+  A seen = A(0);  // the star's check sum
   constexpr bool kRegWeights = volume_small_class(RZ, R, sizeof(T));
   constexpr int kNw = kRegWeights ? KZ * K * K : 1;
   A w_r[kNw];
@@ -215,7 +209,7 @@ __global__ void __launch_bounds__(kVolumeThreads, volume_min_blocks(RZ))
     plane(stage, k, team, std::false_type{});
   };
   engine::run_ring(ring, nplanes, load, consume);
-  if (Star && !isfinite(seen)) flags[blockIdx.x] = 1;
+  star_pair_flag<Star>(flags, seen);
 }
 
 }  // namespace kernels
