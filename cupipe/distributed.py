@@ -56,13 +56,15 @@ reduced dims the partial results are combined with one ``all_reduce`` (sums and 
 or fp64 when fp64 is involved, then cast once, so half-precision results are rounded once as in
 the single-device op; amax/amin propagate NaN like torch).
 
-*Several steps* (``steps=k`` on the stencils): each pass exchanges an ``r*K``-row halo once and
-runs K steps on the extended block, which loses ``r`` valid rows at each cut per step (redundant
-compute for K-times fewer messages); K is as large as the smallest rank's rows allow.
+*Several steps* (``steps=k`` on the stencils): the rank's block lives in a buffer with ``h =
+r*K`` halo rows at each cut; each pass receives the neighbours' edge rows into them (one exchange)
+and runs K steps of the single-device op on the whole buffer (one fused call on CUDA). The op's
+boundary at a cut spoils ``r`` more rows a step, which after K steps still end short of the
+rank's own rows: K-times fewer messages for ``2h`` redundant rows a step and no copy of the
+block. K is as large as the smallest rank's rows allow; K = 1 is the one-step exchange above.
 
-*Heat equation* (``heat_steps``): ``u <- u + alpha * laplacian(u)`` (5-point stencil) as one
-``stencil2d`` per step with the weights ``heat_kernel(alpha)``. With ``halo_width=k`` a ``k``-row
-halo is exchanged once per ``k`` steps (the same passes, K = ``k``).
+*Heat equation* (``heat_steps``): ``u <- u + alpha * laplacian(u)``, the distributed
+``stencil2d`` with the weights ``heat_kernel(alpha)`` and ``steps``; ``halo_width=k`` fixes K.
 
 Limitations: forward only (no autograd across ranks: passing tensors that require grad with
 grad mode on raises); 1-D decomposition (no 2-D process grid); a halo comes from the adjacent
@@ -235,12 +237,16 @@ class _Halo:
     """Posted halo exchange of ``h`` rows along ``d``: ``top`` (rows from the previous rank) and
     ``bottom`` (rows from the next rank), valid after ``wait()``."""
 
-    def __init__(self, x: torch.Tensor, d: int, h: int, lay: _Layout):
+    def __init__(self, x: torch.Tensor, d: int, h: int, lay: _Layout,
+                 into: Tuple[Optional[torch.Tensor], Optional[torch.Tensor]] = (None, None)):
         n = x.shape[d]
         self.top = self.bottom = None
         self._works = []
         self._keep = []
         self._dev = x.device
+        # ``into``: where top and bottom go (views of a caller's buffer); received in place when
+        # the view is contiguous on the group's device, else through a buffer copied in wait()
+        self._into = into
         cdev = lay.comm_device
         shape = list(x.shape)
         shape[d] = h
@@ -248,6 +254,11 @@ class _Halo:
         def buf(t):
             t = t.contiguous()
             return t if t.device == cdev else t.to(cdev)
+
+        def dst(t):
+            if t is not None and t.is_contiguous() and t.device == cdev:
+                return t
+            return torch.empty(shape, dtype=x.dtype, device=cdev)
 
         ops = []
         # Order matters for NCCL (it ignores tags and matches a pair's messages in posting
@@ -259,7 +270,7 @@ class _Halo:
             ops.append(dist.P2POp(dist.isend, s, group=lay.group, tag=_TAG_DOWN,
                                   group_peer=lay.next))
         if lay.prev is not None:
-            self.top = torch.empty(shape, dtype=x.dtype, device=cdev)
+            self.top = dst(into[0])
             ops.append(dist.P2POp(dist.irecv, self.top, group=lay.group, tag=_TAG_DOWN,
                                   group_peer=lay.prev))
             s = buf(x.narrow(d, 0, h))
@@ -267,7 +278,7 @@ class _Halo:
             ops.append(dist.P2POp(dist.isend, s, group=lay.group, tag=_TAG_UP,
                                   group_peer=lay.prev))
         if lay.next is not None:
-            self.bottom = torch.empty(shape, dtype=x.dtype, device=cdev)
+            self.bottom = dst(into[1])
             ops.append(dist.P2POp(dist.irecv, self.bottom, group=lay.group, tag=_TAG_UP,
                                   group_peer=lay.next))
         if ops:
@@ -278,11 +289,16 @@ class _Halo:
             w.wait()
         self._works = []
         self._keep = []
-        if self.top is not None and self.top.device != self._dev:
-            self.top = self.top.to(self._dev)
-        if self.bottom is not None and self.bottom.device != self._dev:
-            self.bottom = self.bottom.to(self._dev)
+        self.top = self._place(self.top, self._into[0])
+        self.bottom = self._place(self.bottom, self._into[1])
         return self
+
+    def _place(self, got: Optional[torch.Tensor], into: Optional[torch.Tensor]):
+        if got is None or got is into:
+            return got
+        if into is not None:
+            return into.copy_(got)
+        return got if got.device == self._dev else got.to(self._dev)
 
 
 @dataclass
@@ -365,31 +381,38 @@ def _halo_stencil(x: torch.Tensor, d: int, r: int, apply: Callable[..., torch.Te
 
 
 def _stepped_halo(x: torch.Tensor, d: int, r: int, steps: int, apply: Callable[..., torch.Tensor],
-                  lay: _Layout, per_pass: Optional[int] = None) -> torch.Tensor:
-    """``steps`` applications of ``apply`` along split dim ``d`` (radius ``r`` there). Each pass
-    exchanges an ``r*K``-row halo once and runs K steps on the extended block, dropping the ``r``
-    rows at each cut that went stale after each step: K-times fewer messages for about ``r*K``
-    redundant rows per cut per step. K = ``per_pass``, or as many steps as the smallest rank's
-    rows allow (a halo comes from the adjacent rank only)."""
+                  lay: _Layout, per_pass: Optional[int] = None, overlap: Union[bool, str] = False,
+                  tag: str = "") -> torch.Tensor:
+    """``steps`` applications of the stencil along split dim ``d`` (radius ``r`` there);
+    ``apply(block, steps=k)`` runs k steps of the single-device op (fused on CUDA). The rank's
+    block lives in a buffer with ``h = r*K`` halo rows at each cut; each pass receives the
+    neighbours' edge rows into them and runs K steps on the whole buffer: the op's boundary at a
+    cut spoils ``r`` more rows a step, which never reach the rank's own rows. So a pass costs one
+    exchange of ``h`` rows, ``2h`` redundant rows of each step and no copy of the block. K =
+    ``per_pass``, or as many steps as the smallest rank's rows allow (a halo comes from the
+    adjacent rank only); with K = 1 each step is ``_halo_stencil`` (``overlap``, ``tag``)."""
     if lay.world == 1 or r == 0 or x.numel() == 0:
+        return apply(x, steps=steps)
+    kmax = min(steps, per_pass if per_pass is not None else max(1, min(lay.sizes) // r))
+    if kmax == 1:  # a row a step: the one-step exchange, which can overlap
         for _ in range(steps):
-            x = apply(x)
+            x = _halo_stencil(x, d, r, apply, lay, overlap, tag)
         return x
-    kmax = per_pass if per_pass is not None else max(1, min(lay.sizes) // r)
-    u, done = x.contiguous(), 0
+    n, h = x.shape[d], r * kmax
+    top = h if lay.prev is not None else 0
+    bot = h if lay.next is not None else 0
+    shape = list(x.shape)
+    shape[d] = top + n + bot
+    e = torch.empty(shape, dtype=x.dtype, device=x.device)
+    e.narrow(d, top, n).copy_(x)
+    done = 0
     while done < steps:
         k = min(kmax, steps - done)
-        halo = _Halo(u, d, r * k, lay).wait()
-        parts = [t for t in (halo.top, u, halo.bottom) if t is not None]
-        e = torch.cat(parts, d) if len(parts) > 1 else u
-        cut_top = r if halo.top is not None else 0
-        cut_bot = r if halo.bottom is not None else 0
-        for _ in range(k):
-            e = apply(e)
-            e = e.narrow(d, cut_top, e.shape[d] - cut_top - cut_bot)
-        u = e.contiguous()
+        _Halo(e.narrow(d, top, n), d, h, lay,
+              into=(e.narrow(d, 0, h) if top else None, e.narrow(d, top + n, h) if bot else None)).wait()
+        e = apply(e, steps=k)
         done += k
-    return u
+    return e.narrow(d, top, n).contiguous()
 
 
 def _check_steps(name: str, steps: int) -> None:
@@ -433,28 +456,28 @@ def stencil1d(x_local: torch.Tensor, weights: torch.Tensor, *, dim: int = -1,
         raise IndexError(f"{name}: split_dim {split_dim} out of range for a "
                          f"{x_local.dim()}-D tensor")
 
-    def apply(blk, free_sms=0):
+    def apply(blk, free_sms=0, steps=1):
         if free_sms and blk.is_cuda:
             return _ops._stencil1d_ex(blk, weights, dim_n, boundary, mechanism, stages, free_sms)
         return _ops.stencil1d(blk, weights, dim=dim_n, boundary=boundary, mechanism=mechanism,
-                              stages=stages)
+                              stages=stages, steps=steps)
 
     if x_local.dim() == 0 or sd % nd != dim_n:
         return _ops.stencil1d(x_local, weights, dim=dim_n, boundary=boundary, mechanism=mechanism,
                               stages=stages, steps=steps)
     r = (weights.shape[0] - 1) // 2
     lay = _layout(x_local, dim_n, group, boundary == "circular", r, name)
-    if steps > 1:
-        return _stepped_halo(x_local, dim_n, r, steps, apply, lay)
-    return _halo_stencil(x_local, dim_n, r, apply, lay, overlap, f"stencil1d:{weights.shape[0]}:{boundary}")
+    return _stepped_halo(x_local, dim_n, r, steps, apply, lay, None, overlap,
+                         f"stencil1d:{weights.shape[0]}:{boundary}")
 
 
 def _split_stencil(op: str, nd: int, x_local: torch.Tensor, weights: torch.Tensor,
                    apply: Callable[..., torch.Tensor], boundary: str, group, overlap: Union[bool, str],
-                   steps: int) -> torch.Tensor:
+                   steps: int, name: str = "", per_pass: Optional[int] = None) -> torch.Tensor:
     """stencil2d and stencil3d split along their first stencil dim (dim -nd): the checks, then one
-    halo exchange (or one per pass of several steps) along it. ``apply`` is the local op."""
-    name = f"cupipe.distributed.{op}"
+    halo exchange (or one per pass of several steps) along it. ``apply`` is the local op;
+    ``per_pass`` fixes the steps a pass (heat_steps' ``halo_width``)."""
+    name = name or f"cupipe.distributed.{op}"
     _check_boundary(name, boundary)
     _check_overlap(name, overlap)
     _check_steps(name, steps)
@@ -465,10 +488,22 @@ def _split_stencil(op: str, nd: int, x_local: torch.Tensor, weights: torch.Tenso
         raise ValueError(f"{name}: x_local must have at least {nd} dims, got {x_local.dim()}")
     d = x_local.dim() - nd
     r = (weights.shape[0] - 1) // 2
-    lay = _layout(x_local, d, group, boundary == "circular", r, name)
-    if steps > 1:
-        return _stepped_halo(x_local, d, r, steps, apply, lay)
-    return _halo_stencil(x_local, d, r, apply, lay, overlap, f"{op}:{tuple(weights.shape)}:{boundary}")
+    if per_pass is not None and per_pass > 1:
+        lay = _layout(x_local, d, group, boundary == "circular", r * per_pass, name, what="halo_width")
+    else:
+        lay = _layout(x_local, d, group, boundary == "circular", r, name)
+    return _stepped_halo(x_local, d, r, steps, apply, lay, per_pass, overlap,
+                         f"{op}:{tuple(weights.shape)}:{boundary}")
+
+
+def _apply2d(weights: torch.Tensor, boundary: str, mechanism: str, stages: int) -> Callable[..., torch.Tensor]:
+    """The local stencil2d for the halo helpers: ``apply(block, free_sms=0, steps=1)``."""
+    def apply(blk, free_sms=0, steps=1):
+        if free_sms and blk.is_cuda:
+            return _ops._stencil2d_ex(blk, weights, boundary, mechanism, stages, free_sms)
+        return _ops.stencil2d(blk, weights, boundary=boundary, mechanism=mechanism, stages=stages,
+                              steps=steps)
+    return apply
 
 
 def stencil2d(x_local: torch.Tensor, weights: torch.Tensor, *, boundary: str = "zero",
@@ -480,12 +515,8 @@ def stencil2d(x_local: torch.Tensor, weights: torch.Tensor, *, boundary: str = "
     halo rows (``weights`` is ``(2ry+1, 2rx+1)``) with the neighbour ranks; ``steps=k``: the
     stencil k times, an ``ry*K`` halo once per K steps. See the module docstring for the
     algorithm, ``overlap`` and the preconditions."""
-    def apply(blk, free_sms=0):
-        if free_sms and blk.is_cuda:
-            return _ops._stencil2d_ex(blk, weights, boundary, mechanism, stages, free_sms)
-        return _ops.stencil2d(blk, weights, boundary=boundary, mechanism=mechanism, stages=stages)
-
-    return _split_stencil("stencil2d", 2, x_local, weights, apply, boundary, group, overlap, steps)
+    return _split_stencil("stencil2d", 2, x_local, weights, _apply2d(weights, boundary, mechanism, stages),
+                          boundary, group, overlap, steps)
 
 
 def stencil3d(x_local: torch.Tensor, weights: torch.Tensor, *, boundary: str = "zero",
@@ -499,8 +530,9 @@ def stencil3d(x_local: torch.Tensor, weights: torch.Tensor, *, boundary: str = "
     blocks are not persistent, so the exchange's kernel starts between them); ``steps=k``: the
     stencil k times, an ``rz*K`` halo once per K steps. See the module docstring for the algorithm
     and the preconditions."""
-    def apply(blk, free_sms=0):
-        return _ops.stencil3d(blk, weights, boundary=boundary, mechanism=mechanism, stages=stages)
+    def apply(blk, free_sms=0, steps=1):
+        return _ops.stencil3d(blk, weights, boundary=boundary, mechanism=mechanism, stages=stages,
+                              steps=steps)
 
     return _split_stencil("stencil3d", 3, x_local, weights, apply, boundary, group, overlap, steps)
 
@@ -520,20 +552,16 @@ def heat_steps(u_local: torch.Tensor, steps: int, alpha: float, *, boundary: str
                group=None, halo_width: int = 1, overlap: Union[bool, str] = "auto",
                mechanism: str = "auto", stages: int = 0) -> torch.Tensor:
     """Advance the 2-D heat equation ``u <- u + alpha * laplacian(u)`` ``steps`` times on a grid
-    split by rows (dim -2) across ``group``; returns this rank's rows of the result. Equals
-    ``steps`` applications of ``cupipe.stencil2d(u, heat_kernel(alpha), boundary=boundary)`` on
-    the whole grid.
+    split by rows (dim -2) across ``group``; returns this rank's rows of the result: the
+    distributed ``stencil2d(u_local, heat_kernel(alpha), boundary=boundary, steps=steps)``.
 
     ``halo_width=1`` exchanges a 1-row halo every step (``overlap`` as in ``stencil2d``).
     ``halo_width=k > 1`` exchanges a ``k``-row halo once per ``k`` steps and runs the ``k``
-    steps on the extended block, dropping the row at each cut that has become invalid after each
-    step (``k``-times fewer messages for about ``k`` redundant rows per cut per step; ``overlap``
-    is ignored then). Every rank needs at least ``halo_width`` rows when there are two or more
-    ranks. The computation runs in ``u_local``'s dtype."""
+    steps on the block and its halos as one fused call (``steps=k``; ``k``-times fewer messages
+    for ``k`` redundant rows per cut per step; ``overlap`` is ignored then). Every rank needs at
+    least ``halo_width`` rows when there are two or more ranks. The computation runs in
+    ``u_local``'s dtype."""
     name = "cupipe.distributed.heat_steps"
-    _check_boundary(name, boundary)
-    _check_overlap(name, overlap)
-    _check_no_grad(name, u_local)
     if not isinstance(steps, int) or steps < 0:
         raise ValueError(f"{name}: steps must be an int >= 0, got {steps!r}")
     if not isinstance(halo_width, int) or halo_width < 1:
@@ -541,27 +569,13 @@ def heat_steps(u_local: torch.Tensor, steps: int, alpha: float, *, boundary: str
     if u_local.dim() < 2:
         raise ValueError(f"{name}: u_local must have at least 2 dims, got {u_local.dim()}")
     w = heat_kernel(alpha, device=u_local.device)
-    d = u_local.dim() - 2
-
-    def apply(blk, free_sms=0):
-        if free_sms and blk.is_cuda:
-            return _ops._stencil2d_ex(blk, w, boundary, mechanism, stages, free_sms)
-        return _ops.stencil2d(blk, w, boundary=boundary, mechanism=mechanism, stages=stages)
-
-    lay = _layout(u_local, d, group, boundary == "circular", halo_width, name,
-                  what="halo_width" if halo_width > 1 else "the stencil radius along the split dim")
-    u = u_local.contiguous()
     if steps == 0:
-        return u.clone()
-    if lay.world == 1 or u.numel() == 0:
-        for _ in range(steps):
-            u = apply(u)
-        return u
-    if halo_width == 1:
-        for _ in range(steps):
-            u = _halo_stencil(u, d, 1, apply, lay, overlap, f"heat:{boundary}")
-        return u
-    return _stepped_halo(u, d, 1, steps, apply, lay, per_pass=halo_width)
+        _check_boundary(name, boundary)
+        _check_overlap(name, overlap)
+        _check_no_grad(name, u_local)
+        return u_local.contiguous().clone()
+    return _split_stencil("stencil2d", 2, u_local, w, _apply2d(w, boundary, mechanism, stages),
+                          boundary, group, overlap, steps, name, per_pass=halo_width)
 
 
 # ----------------------------------------------------------------------------- reduce

@@ -2,11 +2,12 @@
 
     torchrun --nproc-per-node=2 examples/distributed_heat.py                  # CPU: gloo
     torchrun --nproc-per-node=2 examples/distributed_heat.py --rows-per-rank 16384 --cols 16384 \
-        --steps 50 --no-check                                                 # GPUs: NCCL
+        --steps 64 --halo-width 8 --no-check                                  # GPUs: NCCL
 
 Each rank owns a contiguous block of rows (uneven splits allowed: ``torch.tensor_split`` sizes)
 and advances ``u <- u + alpha * laplacian(u)`` with ``cupipe.distributed.heat_steps``, which
-exchanges halos with the neighbour ranks (every step, or every ``--halo-width`` steps). The
+exchanges halos with the neighbour ranks: every step, or every ``--halo-width`` k steps, which then
+run as one fused pass (``stencil2d(..., steps=k)`` on the block and its halos). The
 initial grid is a function of the global row/column index, so no rank ever holds the whole grid.
 
 Backend: NCCL when CUDA is available (one GPU per rank: LOCAL_RANK), else gloo on the CPU.
