@@ -549,23 +549,24 @@ def heat_kernel(alpha: float, *, dtype: torch.dtype = torch.float64,
 
 
 def heat_steps(u_local: torch.Tensor, steps: int, alpha: float, *, boundary: str = "zero",
-               group=None, halo_width: int = 1, overlap: Union[bool, str] = "auto",
+               group=None, halo_width: Optional[int] = None, overlap: Union[bool, str] = "auto",
                mechanism: str = "auto", stages: int = 0) -> torch.Tensor:
     """Advance the 2-D heat equation ``u <- u + alpha * laplacian(u)`` ``steps`` times on a grid
     split by rows (dim -2) across ``group``; returns this rank's rows of the result: the
     distributed ``stencil2d(u_local, heat_kernel(alpha), boundary=boundary, steps=steps)``.
 
-    ``halo_width=1`` exchanges a 1-row halo every step (``overlap`` as in ``stencil2d``).
     ``halo_width=k > 1`` exchanges a ``k``-row halo once per ``k`` steps and runs the ``k``
     steps on the block and its halos as one fused call (``steps=k``; ``k``-times fewer messages
-    for ``k`` redundant rows per cut per step; ``overlap`` is ignored then). Every rank needs at
-    least ``halo_width`` rows when there are two or more ranks. The computation runs in
-    ``u_local``'s dtype."""
+    for ``k`` redundant rows per cut per step; ``overlap`` is ignored then); every rank needs at
+    least ``halo_width`` rows when there are two or more ranks. ``halo_width=1`` exchanges a
+    1-row halo every step (``overlap`` as in ``stencil2d``). The default, ``None``, takes as many
+    steps a pass as the smallest rank's rows allow, as ``stencil2d(..., steps=...)`` does. The
+    computation runs in ``u_local``'s dtype."""
     name = "cupipe.distributed.heat_steps"
     if not isinstance(steps, int) or steps < 0:
         raise ValueError(f"{name}: steps must be an int >= 0, got {steps!r}")
-    if not isinstance(halo_width, int) or halo_width < 1:
-        raise ValueError(f"{name}: halo_width must be an int >= 1, got {halo_width!r}")
+    if halo_width is not None and (not isinstance(halo_width, int) or halo_width < 1):
+        raise ValueError(f"{name}: halo_width must be None or an int >= 1, got {halo_width!r}")
     if u_local.dim() < 2:
         raise ValueError(f"{name}: u_local must have at least 2 dims, got {u_local.dim()}")
     w = heat_kernel(alpha, device=u_local.device)

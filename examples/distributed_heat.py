@@ -6,8 +6,9 @@
 
 Each rank owns a contiguous block of rows (uneven splits allowed: ``torch.tensor_split`` sizes)
 and advances ``u <- u + alpha * laplacian(u)`` with ``cupipe.distributed.heat_steps``, which
-exchanges halos with the neighbour ranks: every step, or every ``--halo-width`` k steps, which then
-run as one fused pass (``stencil2d(..., steps=k)`` on the block and its halos). The
+exchanges halos with the neighbour ranks once every ``--halo-width`` k steps (default: as many as
+the ranks' rows allow; 1: every step), which run as one fused pass (``stencil2d(..., steps=k)`` on
+the block and its halos). The
 initial grid is a function of the global row/column index, so no rank ever holds the whole grid.
 
 Backend: NCCL when CUDA is available (one GPU per rank: LOCAL_RANK), else gloo on the CPU.
@@ -66,7 +67,8 @@ def main() -> int:
     ap.add_argument("--reps", type=int, default=3, help="timed runs (median reported)")
     ap.add_argument("--alpha", type=float, default=0.2)
     ap.add_argument("--boundary", default="reflect", choices=list(cupipe.BOUNDARIES))
-    ap.add_argument("--halo-width", type=int, default=1)
+    ap.add_argument("--halo-width", type=int, default=None,
+                    help="rows a halo, steps a pass (default: as many as the ranks' rows allow; 1: every step)")
     ap.add_argument("--overlap", nargs="?", const="on", default="auto", choices=["auto", "on", "off"],
                     help="overlap halo exchange and interior: on, off, or auto (the default: the "
                          "first steps time both and keep the faster; --overlap alone: on)")
@@ -121,7 +123,7 @@ def main() -> int:
             cells = rows * args.cols
             print(f"{world} rank(s), backend {dist.get_backend()}, device {device.type}; grid "
                   f"{rows} x {args.cols} {args.dtype} (rows per rank {sizes}); boundary "
-                  f"{args.boundary}, halo_width {args.halo_width}, overlap {args.overlap}"
+                  f"{args.boundary}, halo_width {args.halo_width or 'auto'}, overlap {args.overlap}"
                   + (f" (chose {'on' if chosen else 'off'})" if (chosen := _auto_choice()) is not None else "")
                   + (f" (free SMs {args.free_sms})" if args.overlap != "off" and use_cuda else ""))
             print(f"per-step time: {per_step * 1e3:.3f} ms (median of {args.reps} runs of "

@@ -277,6 +277,7 @@ def _error_cases(world):
         _expect_error(lambda: cd.reduce(x, "prod"), ValueError, "op")
         _expect_error(lambda: cd.heat_steps(x, -1, 0.1), ValueError, "steps")
         _expect_error(lambda: cd.heat_steps(x, 1, 0.1, halo_width=0), ValueError, "halo_width")
+        _expect_error(lambda: cd.heat_steps(x, 1, 0.1, halo_width=2.0), ValueError, "halo_width")
         xg = x.clone().requires_grad_()
         _expect_error(lambda: cd.stencil2d(xg, ones33), NotImplementedError, "autograd")
         with torch.no_grad():
@@ -461,6 +462,8 @@ def _heat_cases(world):
         a = cd.heat_steps(ul, 13, 0.24, boundary="circular", halo_width=1)
         b = cd.heat_steps(ul, 13, 0.24, boundary="circular", halo_width=4)
         _close(b, a, f"rank {rank} halo_width 4 vs 1", atol=1e-12, rtol=1e-10)
+        c = cd.heat_steps(ul, 13, 0.24, boundary="circular")  # as many steps a pass as the rows allow
+        _close(c, a, f"rank {rank} default halo_width vs 1", atol=1e-12, rtol=1e-10)
         assert torch.equal(cd.heat_steps(ul, 0, 0.2), ul)
     cases.append(("heat", "halo-width-4-equals-1", hw_vs_hw1))
     return cases
