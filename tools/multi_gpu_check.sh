@@ -3,7 +3,7 @@
 # The multi-GPU check in one call: build in place (with `build`), the
 # NCCL tests of cupipe.distributed, and the heat example's weak scaling (same grid per GPU on 1 and
 # N GPUs). Knobs: WEAK_OPTS (';'-separated option sets, default: halo 1 with overlap off, on and auto,
-# and halo 8, whose 8 steps a pass run fused), FREE_SMS (the --free-sms values tried with overlap, default "4 8 16"; empty: none).
+# halo 8 and the default halo, whose steps a pass run fused), FREE_SMS (the --free-sms values tried with overlap, default "4 8 16"; empty: none).
 set -uo pipefail
 LOG=${OUT:-$PWD/multi_gpu_out}
 mkdir -p "$LOG"
@@ -32,18 +32,18 @@ timeout 120 torchrun --standalone --nproc-per-node=$NGPU examples/distributed_he
 note "torchrun heat example ($NGPU ranks, 2048^2, checked vs 1 process): rc=$? $(tail -1 "$LOG/heat_check.log")"
 N=${ROWS_PER_GPU:-16384}
 for n in 1 $NGPU; do
-  IFS=';' read -ra opt_sets <<<"${WEAK_OPTS:---overlap off;--overlap on;--overlap auto;--halo-width 8}"
+  IFS=';' read -ra opt_sets <<<"${WEAK_OPTS-;--halo-width 1 --overlap off;--halo-width 1 --overlap on;--halo-width 1 --overlap auto;--halo-width 8}"
   for opts in "${opt_sets[@]}"; do
     opts=$(echo $opts)
     timeout 120 torchrun --standalone --nproc-per-node=$n examples/distributed_heat.py --rows-per-rank $N \
       --cols $N --steps 64 --reps 5 --no-check $opts >"$LOG/weak_${n}_${opts// /_}.log" 2>&1
-    note "weak scaling ${N}x${N} per GPU, $n GPU(s) ${opts:-(halo 1, overlap auto)}: $(grep -i "per-step" "$LOG/weak_${n}_${opts// /_}.log" | tail -1)"
+    note "weak scaling ${N}x${N} per GPU, $n GPU(s) ${opts:-(default halo: fused passes)}: $(grep -i "per-step" "$LOG/weak_${n}_${opts// /_}.log" | tail -1)"
   done
 done
 # How many SMs the overlapped interior should leave to NCCL (cupipe.distributed.OVERLAP_FREE_SMS).
 for f in ${FREE_SMS-4 8 16}; do
   timeout 120 torchrun --standalone --nproc-per-node=$NGPU examples/distributed_heat.py --rows-per-rank $N \
-    --cols $N --steps 50 --reps 5 --no-check --overlap --free-sms $f >"$LOG/weak_${NGPU}_free_sms_$f.log" 2>&1
+    --cols $N --steps 50 --reps 5 --no-check --halo-width 1 --overlap --free-sms $f >"$LOG/weak_${NGPU}_free_sms_$f.log" 2>&1
   note "weak scaling ${N}x${N} per GPU, $NGPU GPUs --overlap --free-sms $f: $(grep -i "per-step" "$LOG/weak_${NGPU}_free_sms_$f.log" | tail -1)"
 done
 echo; echo "==================== multi_gpu_check summary ===================="
