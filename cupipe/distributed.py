@@ -61,7 +61,8 @@ r*K`` halo rows at each cut; each pass receives the neighbours' edge rows into t
 and runs K steps of the single-device op on the whole buffer (one fused call on CUDA). The op's
 boundary at a cut spoils ``r`` more rows a step, which after K steps still end short of the
 rank's own rows: K-times fewer messages for ``2h`` redundant rows a step and no copy of the
-block. K is as large as the smallest rank's rows allow; K = 1 is the one-step exchange above.
+block. K is as large as the smallest rank's rows allow; K = 1 is the one-step exchange above (the
+only one ``overlap`` applies to: a pass's exchange is one message for K steps of work).
 
 *Heat equation* (``heat_steps``): ``u <- u + alpha * laplacian(u)``, the distributed
 ``stencil2d`` with the weights ``heat_kernel(alpha)`` and ``steps``; ``halo_width=k`` fixes K.
