@@ -7,7 +7,7 @@
 
 #include "kernels/kernel_id.h"
 #include "kernels/launch_utils.cuh"
-#include "kernels/stencil/launch_plan.cuh"  // stencil_l2_promotion
+#include "kernels/stencil/launch_plan.cuh"  // stencil_l2_promotion, launch_star_pair
 #include "kernels/tensor_map.cuh"
 
 namespace cupipe {

@@ -8,7 +8,7 @@
 
 #include "kernels/kernel_id.h"
 #include "kernels/launch_utils.cuh"
-#include "kernels/stencil/launch_plan.cuh"  // stencil_l2_promotion
+#include "kernels/stencil/launch_plan.cuh"  // stencil_l2_promotion, launch_star_pair
 #include "kernels/tensor_map.cuh"
 
 namespace cupipe {
@@ -103,7 +103,7 @@ void launch_steps(const StencilParams& p, int64_t steps, void* scratch) {
         throw std::runtime_error("stencil steps: " + std::to_string(p.stages) + " stages of " +
                                  std::to_string(g.stage_bytes) + " bytes do not fit in shared memory");
       prepare_smem(kernel, smem, "stencil steps");
-      prepare_smem(star, smem, "stencil steps");
+      if (pair) prepare_smem(star, smem, "stencil steps");
       const int64_t resident =
           std::max<int64_t>(1, static_cast<int64_t>(dev.num_sms) * blocks_per_sm(kernel, kStepsThreads, smem));
       int64_t grid = 0;

@@ -107,8 +107,6 @@ inline void choose_mma(StencilGeom& g, const StencilParams& p, const DeviceInfo&
   set_tile_grid(g);
 }
 
-// The L2 promotion of the stencils' tensor maps, by the DRAM's peak rate: 128 bytes at 4 TB/s or
-// more (H200), 256 below (H100). The same kernels prefer opposite settings on the two.
 // The star pair's launches (stencil/star_pair.cuh), each through launch(kernel, flags): the star
 // instance with one int of flags a block from `workspace`, then the general one; without a pair,
 // the general one alone with null flags.
@@ -123,6 +121,8 @@ void launch_star_pair(bool pair, K star, K general, int64_t grid, const std::fun
   launch(general, flags);
 }
 
+// The L2 promotion of the stencils' tensor maps, by the DRAM's peak rate: 128 bytes at 4 TB/s or
+// more (H200), 256 below (H100). The same kernels prefer opposite settings on the two.
 inline CUtensorMapL2promotion stencil_l2_promotion(const DeviceInfo& dev) {
   return dev.dram_peak_gbps >= 4000.0 ? CU_TENSOR_MAP_L2_PROMOTION_L2_128B : CU_TENSOR_MAP_L2_PROMOTION_L2_256B;
 }
