@@ -78,8 +78,9 @@ void launch_stencil3d_plan(const Stencil3dParams& p) {
       throw std::runtime_error("stencil3d: " + std::to_string(p.stages) + " stages of " +
                                std::to_string(v.g.stage_bytes) + " bytes do not fit in shared memory");
     const cudaStream_t stream = reinterpret_cast<cudaStream_t>(p.stream);
-    // The star pair (volume.cuh) wherever the radii have taps off the axes: the star instance first.
-    const bool pair = p.ry > 0 || p.rx > 0;
+    // The star pair (volume.cuh) wherever the radii have taps off the axes (the lean plane's, only
+    // the radius class's own): the star instance first.
+    const bool pair = (p.ry > 0 || p.rx > 0) && (!volume_lean<T>() || (p.ry == R && p.rx == R));
     const bool odd = !rows_share_shift(v.g.xs_row, esz);
     auto instance = [&](bool star) {
       const auto k = kernel_ref<const T*, T*, const void*, VolumeGeom, Boundary, int*, CUtensorMap>(

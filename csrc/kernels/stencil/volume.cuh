@@ -61,6 +61,12 @@ struct VolumeGeom {
 // 2-byte 7-/27-point class spills 8-24 bytes there); deeper register queues need the whole budget.
 constexpr int volume_min_blocks(int rz) { return rz == 1 ? 2 : 1; }
 
+// The lean plane for 2-byte types: one row base a plane, unchecked vector stores of whole items,
+// and a star instance for the radius class's full radii only (the host pairs no other call). It
+// speeds bf16 up and slows fp32's star down (design.md §4.8), so 4- and 8-byte types keep the plain one.
+template <typename T>
+__host__ __device__ constexpr bool volume_lean() { return sizeof(T) == 2; }
+
 // A tap of the (KZ, K, K) slots on the stencil's axes: the centre's column through the planes, the
 // cross in the centre plane.
 template <int RZ, int R>
@@ -80,6 +86,7 @@ __global__ void __launch_bounds__(kVolumeThreads, volume_min_blocks(RZ))
   using A = acc_t<T>;
   using Ring = engine::Ring<M, S, 16>;
   constexpr int KZ = 2 * RZ + 1, K = 2 * R + 1, TH = volume_item_rows(RZ, R, sizeof(T)), TW = kVolumeTW<T>;
+  constexpr bool kLean = volume_lean<T>();
   extern __shared__ __align__(engine::kStageAlign) char smem[];
   __shared__ engine::RawShared<typename Ring::SharedState> ss;
   const StencilGeom& g = v.g;
@@ -97,7 +104,7 @@ __global__ void __launch_bounds__(kVolumeThreads, volume_min_blocks(RZ))
       off_axis_zero &= volume_axis_tap<RZ, R>(a, i / K % K, i % K) || w_s[i] == A(0);
     }
   }
-  if (star_pair_skips_block<Star>(flags, off_axis_zero)) return;
+  if (star_pair_skips_block<Star>(flags, kLean ? off_axis_zero && g.ry == R && g.rx == R : off_axis_zero)) return;
   A seen = A(0);  // the star's check sum
   constexpr bool kRegWeights = volume_small_class(RZ, R, sizeof(T));
   constexpr int kNw = kRegWeights ? KZ * K * K : 1;
@@ -141,6 +148,13 @@ __global__ void __launch_bounds__(kVolumeThreads, volume_min_blocks(RZ))
     const int64_t p = z0 - RZ + k;
     const bool zero_plane = boundary == Boundary::Zero && (p < 0 || p >= v.nz);
     const int* shifts = reinterpret_cast<const int*>(stage + sizeof(TileHeader));
+    // (kLean: a Uniform instance's rows share one shift, x's rows being 16-byte multiples apart)
+    const char* wcol = nullptr;
+    if constexpr (kLean) {
+      __builtin_assume(g.pitch % 16 == 0);
+      wcol = stage + g.hdr_bytes + (OddRows ? 0 : shifts[0]) +
+             (static_cast<int64_t>(ix) * TW - (R - (kFull ? R : g.rx))) * static_cast<int64_t>(sizeof(T));
+    }
     if (!zero_plane && iy < v.items_y) {
       // Each window row the item reaches is read once and feeds every (output row, tap row) pair
       // it belongs to: TH + 2R row reads a plane, and one row's values live at a time.
@@ -150,9 +164,12 @@ __global__ void __launch_bounds__(kVolumeThreads, volume_min_blocks(RZ))
         if (r < R - (kFull ? R : g.ry) || r > R + (kFull ? R : g.ry) + TH - 1) continue;
         const int wr = iy * TH + r - (R - (kFull ? R : g.ry));
         A xv[TW + 2 * R];
-        load_window<T, 16>(stage + g.hdr_bytes + static_cast<int64_t>(wr) * g.pitch + shifts[wr] +
-                               (static_cast<int64_t>(ix) * TW - (R - (kFull ? R : g.rx))) * static_cast<int64_t>(sizeof(T)),
-                           xv);
+        if constexpr (kLean)
+          load_window<T, 16>(wcol + static_cast<int64_t>(wr) * g.pitch + (OddRows ? shifts[wr] : 0), xv);
+        else
+          load_window<T, 16>(stage + g.hdr_bytes + static_cast<int64_t>(wr) * g.pitch + shifts[wr] +
+                                 (static_cast<int64_t>(ix) * TW - (R - (kFull ? R : g.rx))) * static_cast<int64_t>(sizeof(T)),
+                             xv);
         if constexpr (Star) {
           // (columns beyond the rx halo are the stage's padding, never multiplied)
 #pragma unroll
@@ -180,7 +197,21 @@ __global__ void __launch_bounds__(kVolumeThreads, volume_min_blocks(RZ))
     }
     // Plane p completed output plane p - RZ (the last slice's); the first 2*RZ planes only fill
     // the queue.
-    if (k >= 2 * RZ && iy < v.items_y) {
+    if (kLean && k >= 2 * RZ && iy < v.items_y) {
+      const int64_t z = p - RZ, yi = y0 + iy * TH, xo = x0 + static_cast<int64_t>(ix) * TW;
+      T* o = out + ((bi * v.nz + z) * g.ny + yi) * g.nx + xo;
+      // An item whose rows are all whole aligned vectors in the plane (every item of a plane
+      // whose rows are whole vectors, but the last row and column of tiles) stores them unchecked.
+      if (yi + TH <= g.ny && xo + TW <= g.nx && g.nx % TW == 0 &&
+          reinterpret_cast<uintptr_t>(out) % (TW * sizeof(T)) == 0) {
+#pragma unroll
+        for (int i = 0; i < TH; ++i) store_vector<T, TW>(o + i * g.nx, acc[KZ - 1][i]);
+      } else {
+#pragma unroll
+        for (int i = 0; i < TH; ++i)
+          if (yi + i < g.ny && xo < g.nx) store_outputs<T, TW>(o + i * g.nx, g.nx - xo, acc[KZ - 1][i]);
+      }
+    } else if (!kLean && k >= 2 * RZ && iy < v.items_y) {
       const int64_t z = p - RZ;
       T* oplane = out + (bi * v.nz + z) * g.ny * g.nx;
 #pragma unroll
@@ -203,10 +234,14 @@ __global__ void __launch_bounds__(kVolumeThreads, volume_min_blocks(RZ))
   constexpr bool kFullPath = sizeof(T) == 2 || R >= 2;
   const bool full = kFullPath && g.ry == R && g.rx == R;
   auto consume = [&](const char* stage, int64_t k, engine::Team team) {
-    if constexpr (kFullPath) {
-      if (full) return plane(stage, k, team, std::true_type{});
+    if constexpr (kLean && Star) {
+      plane(stage, k, team, std::true_type{});
+    } else {
+      if constexpr (kFullPath) {
+        if (full) return plane(stage, k, team, std::true_type{});
+      }
+      plane(stage, k, team, std::false_type{});
     }
-    plane(stage, k, team, std::false_type{});
   };
   engine::run_ring(ring, nplanes, load, consume);
   star_pair_flag<Star>(flags, seen);
