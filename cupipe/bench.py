@@ -285,8 +285,9 @@ class Bench:
 
 
 class Task:
-    def __init__(self, what: str, run: Callable[[], None]):
-        self.what, self.run = what, run
+    """One measurement; a `final` one (a summary of the rows before it) runs even after Ctrl-C."""
+    def __init__(self, what: str, run: Callable[[], None], final: bool = False):
+        self.what, self.run, self.final = what, run, final
 
 
 def _precompile_task(b: "Bench", ops: List[str]) -> Task:
@@ -787,7 +788,7 @@ def tasks_layout(b: Bench) -> List[Task]:
 
     for dt in dtypes:
         one_dtype(dt)
-    tasks.append(Task("layout: summary", lambda: layout_summary(b.res, f"layout: summary{b.tag}")))
+    tasks.append(Task("layout: summary", lambda: layout_summary(b.res, f"layout: summary{b.tag}"), final=True))
     return tasks
 
 
@@ -1129,6 +1130,7 @@ def main(argv: Optional[List[str]] = None) -> int:
         tasks += tasks_sweep(b, ops)
     prog = Progress(len(tasks), enabled=not args.no_progress)
     res.say = prog.write
+    done, interrupted = 0, False
     try:
         for t in tasks:
             prog.step(t.what)
@@ -1139,6 +1141,13 @@ def main(argv: Optional[List[str]] = None) -> int:
                 res.failures.append(msg)
                 res.say(f"  FAILED {msg}")
             prog.done_one()
+            done += 1
+    except KeyboardInterrupt:  # Ctrl-C (or timeout -s INT): keep and write what was measured
+        interrupted = True
+        res.notes.append(f"interrupted: {done} of {len(tasks)} measurements ran (the rest were not timed)")
+        for t in tasks[done:]:
+            if t.final:
+                t.run()
     finally:
         prog.close()
         res.say = print
@@ -1162,6 +1171,9 @@ def main(argv: Optional[List[str]] = None) -> int:
         with open(args.markdown, "w", encoding="utf-8") as f:
             f.write(markdown_section(res, meta, brief=args.markdown_brief))
         print(f"wrote {args.markdown}")
+    if interrupted:
+        print(f"\ninterrupted after {done} of {len(tasks)} measurements", file=sys.stderr)
+        return 130
     if res.failures:
         print(f"\n{len(res.failures)} measurement(s) failed or did not match their reference "
               "(not timed):")

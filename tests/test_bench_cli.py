@@ -372,3 +372,26 @@ def test_steps_suite_checks_against_k_calls_and_plots(tmp_path, monkeypatch):
         xb = torch.randn(2, 9, 11)
         torch.testing.assert_close(bench._slicing_taps(xb, w, taps, bd), cupipe.stencil2d(xb, w, boundary=bd),
                                    atol=1e-5, rtol=1e-5)
+
+
+def test_interrupt_keeps_what_was_measured(tmp_path, monkeypatch, capsys):
+    """Ctrl-C (or `timeout -s INT`) mid-run: the rows measured so far and the final summaries are
+    written, a note says how far it got, and the exit status is 130."""
+    ran = []
+
+    def row(what):
+        return lambda: ran.append(what)
+
+    def stop():
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(bench, "tasks_suite", lambda b, ops: [
+        bench.Task("first", row("first")), bench.Task("stop", stop), bench.Task("never", row("never")),
+        bench.Task("summary", row("summary"), final=True)])
+    rc = bench.main(["--cpu", "--quick", "--no-progress", "--suite", "ops", "--ops", "reduce",
+                     "--out", str(tmp_path)])
+    assert rc == 130
+    assert ran == ["first", "summary"]
+    doc = json.loads((tmp_path / "results.json").read_text())
+    assert any(n.startswith("interrupted: 1 of 4") for n in doc["meta"]["notes"])
+    assert "interrupted after 1 of 4" in capsys.readouterr().err
