@@ -423,7 +423,7 @@ def test_stencil_table_depends_on_the_radii_and_dtype(fake_gpu, monkeypatch):
 @needs_table
 def test_reduce_table_depends_on_the_reduced_view(fake_gpu, monkeypatch):
     """Reductions along the innermost dim resolve to tma/1 on sm_90 (primitives/2 before it), rows
-    of 4-32 KiB to primitives/1, columns to primitives/2, on sm_90 columns under 4 KiB to tma/1
+    of 4-32 KiB to primitives/1, columns to primitives/1, on sm_90 columns under 4 KiB to tma/1
     and of 4 KiB or more (a multiple of 128 bytes) to tma/3 (measured); explicit arguments win;
     explain derives the (outer, r, inner) view and the element size like the op does."""
     rc = cupipe._C.resolve_config
@@ -431,11 +431,11 @@ def test_reduce_table_depends_on_the_reduced_view(fake_gpu, monkeypatch):
     assert rc("reduce", 90, "auto", 0, 0, outer=8192, r=32768, inner=1)[:2] == ("tma", 1)
     assert rc("reduce", 90, "auto", 0, 0, outer=4194304, r=64, inner=1)[:2] == ("tma", 1)
     assert rc("reduce", 90, "auto", 0, 0, outer=1, r=32768, inner=8192)[:2] == ("tma", 3)
-    assert rc("reduce", 80, "auto", 0, 0, outer=1, r=32768, inner=8192)[:2] == ("primitives", 2)
+    assert rc("reduce", 80, "auto", 0, 0, outer=1, r=32768, inner=8192)[:2] == ("primitives", 1)
     assert rc("reduce", 90, "auto", 0, 0, outer=1, r=32768, inner=1000)[:2] == ("tma", 1)  # 4000 B rows: narrow
     assert rc("reduce", 90, "auto", 0, 0, outer=1000, r=1000, inner=3)[:2] == ("tma", 1)
-    assert rc("reduce", 80, "auto", 0, 0, outer=1000, r=1000, inner=3)[:2] == ("primitives", 2)
-    assert rc("reduce", 90, "auto", 0, 0, outer=1, r=32768, inner=1030, esz=4)[:2] == ("primitives", 2)  # % 128
+    assert rc("reduce", 80, "auto", 0, 0, outer=1000, r=1000, inner=3)[:2] == ("primitives", 1)
+    assert rc("reduce", 90, "auto", 0, 0, outer=1, r=32768, inner=1030, esz=4)[:2] == ("primitives", 1)  # % 128
     assert rc("reduce", 90, "auto", 0, 0, outer=4, r=512, inner=2048, esz=2)[:2] == ("tma", 3)
     assert rc("reduce", 80, "auto", 0, 0, outer=1, r=1 << 28, inner=1)[:2] == ("primitives", 2)
     assert rc("reduce", 90, "auto", 3, 0, outer=1, r=1 << 28, inner=1)[:2] == ("tma", 3)
@@ -477,10 +477,10 @@ def test_reduce_table_depends_on_the_reduced_view(fake_gpu, monkeypatch):
     e = cupipe.explain("reduce", torch.empty(64, 512, device="cuda"), "sum", 0)  # rows of 2 KiB
     assert (e.mechanism, e.stages) == ("tma", 1) and "columns" in e.reason and "under 4 KiB" in e.reason
     e = cupipe.explain("reduce", torch.empty(64, 1030, device="cuda"), "sum", 0)  # 4120-byte rows
-    assert (e.mechanism, e.stages) == ("primitives", 2) and "columns" in e.reason
+    assert (e.mechanism, e.stages) == ("primitives", 1) and "columns" in e.reason
     e = cupipe.explain("reduce", torch.empty(64, 1024, device="cuda"), "sum", 0)  # rows of 4 KiB
     assert (e.mechanism, e.stages) == ("tma", 3) and "columns" in e.reason
-    assert "multiple of 128 bytes" in e.reason and "three 64 KiB stages" in e.reason
+    assert "multiple of 128 bytes" in e.reason and "three 32 KiB stages" in e.reason
     e = cupipe.explain("reduce", torch.empty(64, 4096, device="cuda"), "sum", -1)
     assert (e.mechanism, e.stages) == ("primitives", 1) and "4-32 KiB" in e.reason
 

@@ -24,9 +24,9 @@ namespace kernels {
 
 // Bytes per stage unless ReduceParams::tile_bytes says otherwise. The per-tile costs (the copy's
 // split, the ring's wait and barrier, the consumer's set-up) are paid per stage, so wider stages
-// amortise them over more elements per thread: rows take 32 KiB, columns 64 KiB (one block per
-// SM), the fastest measured (docs/design.md). Both take the widest stage that fits the stage count
-// into shared memory.
+// amortise them over more elements per thread: rows take 32 KiB, columns 64 KiB at one stage
+// (cols_tile_bytes), the fastest measured (docs/design.md). Both take the widest stage that fits
+// the stage count into shared memory.
 constexpr int kReduceRowsTileBytes = 32768;
 constexpr int kReduceColsTileBytes = 65536;
 // Rows of more than 4 KiB (up to a stage) are reduced a block per ~16 KiB of rows, one tile per
@@ -64,8 +64,11 @@ inline int rows_tile_bytes(const ReduceParams& p, const DeviceInfo& dev) {
   return fitted_tile_bytes(p, dev, t, 32);
 }
 // Columns: a tile row is a chunk plus 32 bytes of pitch slack (chunks are 512 bytes or wider).
+// One stage takes 64 KiB (three blocks an SM), deeper rings 32 KiB a stage (two blocks an SM at
+// three stages): a block alone on its SM streamed the layout sweep's columns 10-40% slower.
 inline int cols_tile_bytes(const ReduceParams& p, const DeviceInfo& dev) {
-  return p.tile_bytes > 0 ? p.tile_bytes : fitted_tile_bytes(p, dev, kReduceColsTileBytes, kReduceColsTileBytes / 16);
+  const int t = p.stages == 1 ? kReduceColsTileBytes : kReduceColsTileBytes / 2;
+  return p.tile_bytes > 0 ? p.tile_bytes : fitted_tile_bytes(p, dev, t, t / 16);
 }
 
 inline int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
