@@ -3,7 +3,8 @@
 Every figure is a median of many CUDA-event-timed repetitions on fresh random data, and every
 ratio is against PyTorch measured in the same run: the device's copy bandwidth (``y.copy_(x)``,
 bytes read + written), eager ops, and ``torch.compile`` of the same computation. Each result is
-checked against a reference before it is timed; a wrong one is reported, not timed.
+checked against a reference before it is timed; a wrong one is reported, not timed. Ctrl-C stops
+the run and still writes what was measured (exit status 130).
 
     python -m cupipe.bench --suite engine      # mechanism x stages for stream_copy + latency study
     python -m cupipe.bench --suite ops         # the performance suite (docs/design.md), per op
