@@ -57,8 +57,8 @@ struct ColsPlan {
 };
 
 // One stage of 64 KiB fits three blocks per SM, and the register budget is sized for them; deeper
-// rings fit one block, whose threads may take the registers the item's bookkeeping needs (at the
-// three-block budget ptxas spilled a few words of it).
+// rings take the registers the item's bookkeeping needs (at the three-block budget ptxas spilled a
+// few words of it): ~90-96, so their 32 KiB stages fit two blocks at 2-3 stages.
 template <engine::Mechanism M, int S, typename T>
 __global__ void __launch_bounds__(kReduceThreads, S == 1 ? 3 : 1)
     reduce_cols_kernel(const T* __restrict__ x, void* out, DType od, acc_t<T>* partials, ColsPlan pl,
