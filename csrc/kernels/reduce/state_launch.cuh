@@ -70,7 +70,7 @@ inline StatePlan make_state_plan(const ReduceParams& p, const DeviceInfo& dev, i
     split_state_parts(pl, p.r, pl.tile_elems, pl.items, target_blocks);
     pl.stage_bytes = static_cast<int>(engine::align_up(static_cast<int64_t>(pl.tile_elems) * esz + 32, 128));
   } else {
-    // Columns: the column sums' stage size (64 KiB fitted) and row layout (launch_plan.cuh), which
+    // Columns: the column sums' stage size (cols_tile_bytes) and row layout (launch_plan.cuh), which
     // their measurements chose: a 32 KiB tile of 4 KiB rows gave a thread 28 elements a tile.
     const int col_tile = cols_tile_bytes(p, dev);
     pl.mode = 2;
