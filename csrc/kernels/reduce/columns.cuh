@@ -208,15 +208,20 @@ __global__ void __launch_bounds__(kReduceThreads, S == 1 ? 3 : 1)
     next_tile(use_at);
     const TileAt& t = use_at;
     const bool active = grp < pl.groups && col_of(0) < t.ncols;
-    if (active && pl.aligned && col_of(pl.vecs - 1) + VE <= t.ncols) {
-      // Whole vectors: every vector of this thread lies inside the chunk's columns.
+    if (active && pl.aligned) {
+      // Whole vectors (aligned rows: inner and chunk_cols are multiples of VE, so each of the
+      // thread's vectors lies inside the chunk's columns or wholly past them): its first nv, fewer
+      // than vecs in a partial last chunk, which the element loop below read at half the rate.
+      int nv = 1;
+#pragma unroll
+      for (int u = 1; u < kColMaxVecs; ++u) nv += u < pl.vecs && col_of(u) < t.ncols;
       const int b0 = pl.dense ? dense_base(t.src) : pl.base;
       with_static_combine<A>(op, [&](auto sc) {
         for (int i = grp; i < t.rows; i += pl.groups) {
           const char* row = stage + b0 + static_cast<int64_t>(i) * pl.pitch;
 #pragma unroll
           for (int u = 0; u < kColMaxVecs; ++u) {
-            if (u >= pl.vecs) break;
+            if (u >= nv) break;
             A e[VE];
             unpack16<T>(*reinterpret_cast<const uint4*>(row + col_of(u) * esz), e);
 #pragma unroll
