@@ -263,6 +263,23 @@ def test_stencil2d_channels_last_steps(device, boundary, dtype):
 
 
 @pytest.mark.parametrize("boundary", ["zero", "replicate", "circular", "reflect"])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=["f32", "bf16"])
+def test_stencil2d_channels_last_wide_points(device, boundary, dtype):
+    """Points of 512 bytes and more (C = 256, 200): on the GPU their stepped tiles are 8 halos
+    across with rows halved until two blocks fit an SM; planes one tile wide and several."""
+    for c, hw in ((256, (11, 9)), (256, (37, 70)), (200, (20, 33))):
+        x = make_input((1, c, *hw), dtype, device, seed=95 + c).contiguous(memory_format=torch.channels_last)
+        for kh, kw in ((3, 3), (5, 3)):
+            w = make_weights((kh, kw), torch.float32, device, seed=96)
+            assert "elements apart" in _plan("stencil2d", x, weights=w)
+            _poison(device, x)
+            y = cupipe.stencil2d(x, w, boundary=boundary)
+            ref = stencil2d_ref(x.double(), w.double(), boundary).to(dtype)
+            atol, rtol = tol(dtype, kh * kw)
+            assert_close(y, ref, atol=atol, rtol=rtol, what=f"stencil2d C={c} {hw} {(kh, kw)} {boundary}")
+
+
+@pytest.mark.parametrize("boundary", ["zero", "replicate", "circular", "reflect"])
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float64], ids=["f32", "bf16", "f64"])
 def test_stencil1d_narrow_inner_steps(device, boundary, dtype):
     for inner in (2, 3, 5, 12, 40):

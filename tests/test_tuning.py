@@ -324,7 +324,8 @@ def test_explain_on_a_gpu_table_and_cache(fake_gpu, monkeypatch):
 def test_stencil_table_depends_on_the_radii_and_dtype(fake_gpu, monkeypatch):
     """On sm_90 (measured): along the last dim only (ry = 0) barrier/2, or tma/2 for 2-byte
     types; 2-D boxes of 2-byte types, fp32 3x3 and 5x5 boxes and fp32 boxes wider than 5 on rows
-    of 16-byte multiples tma/2; other 2-D boxes, a strided dim and older GPUs primitives/2.
+    of 16-byte multiples tma/2; a strided dim tma/2 for 2-byte rows16, else primitives/2 as other
+    2-D boxes and older GPUs.
     explain derives (ry, rx, esz, rows16) like the kernels."""
     rc = cupipe._C.resolve_config
     assert rc("stencil1d", 90, "auto", 0, 0, ry=0, rx=4)[:2] == ("barrier", 2)
@@ -354,6 +355,8 @@ def test_stencil_table_depends_on_the_radii_and_dtype(fake_gpu, monkeypatch):
     assert rc("stencil2d", 90, "auto", 0, 0, ry=1, rx=1, esz=2, rows16=False, step=3)[:2] == ("primitives", 1)
     assert rc("stencil1d", 90, "auto", 0, 0, ry=0, rx=2, esz=4, step=3)[:2] == ("barrier", 1)
     assert rc("stencil2d", 90, "auto", 0, 0, ry=2, rx=0, esz=4, rows16=True, step=1)[:2] == ("primitives", 2)
+    assert rc("stencil2d", 90, "auto", 0, 0, ry=2, rx=0, esz=2, rows16=True, step=1)[:2] == ("tma", 2)
+    assert rc("stencil1d", 90, "auto", 0, 0, ry=2, rx=0, esz=2, rows16=False)[:2] == ("primitives", 2)
     # steps > 1: the fused kernel's own table where it has a kernel (not channels_last's taps, not
     # an fp64 radius of 3), primitives/3 before sm_90
     assert rc("stencil2d", 90, "auto", 0, 0, ry=1, rx=1, steps=8)[:2] == ("tma", 3)

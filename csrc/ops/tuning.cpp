@@ -83,6 +83,10 @@ constexpr const char* kStencilSteppedRow =
 constexpr const char* kStencilStrided =
     "stencils along a strided dim (a window along the rows only): primitives with 2 stages, the "
     "table's general choice";
+constexpr const char* kStencilStrided2Byte =
+    "2-byte stencils along a strided dim on sm_90 whose rows are whole 16-byte multiples from an "
+    "aligned pointer: tma with 2 stages moves each tile as one tensor-map box, ahead of primitives "
+    "(measured on an H200; fp32 runs alike either way and keeps the general choice)";
 constexpr const char* kStencilPoint = "a 1x1 window (no halo): primitives with 2 stages, the table's general choice";
 
 // ----------------------------------------------------------------------------- reduce
@@ -185,6 +189,8 @@ CopyConfig resolve_stencil(const DeviceInfo& dev, MechanismArg mech, int64_t sta
     } else {
       best = choice(Mechanism::Primitives, 2, kStencilBoxPrimitives, g.esz == 4 && g.ry == 1 && g.rx == 1 ? 2 : 0);
     }
+  } else if (g.ry > 0 && g.rows16 && g.esz == 2) {  // along a strided dim only
+    best = choice(Mechanism::Tma, 2, kStencilStrided2Byte);
   } else {
     best = choice(Mechanism::Primitives, 2, g.ry > 0 ? kStencilStrided : kStencilPoint);
   }

@@ -130,11 +130,12 @@ inline void set_tile_grid(StencilGeom& g) {
 // `align`: of the window rows' start in a stage and of the stage size (16; 128 for tensor-map
 // boxes, whose shared-memory destination must be 128-byte aligned). `box_cols`: items across a Box
 // tile before narrow planes shrink it (kBoxCols; the 2-byte narrow 3x3's tiles twice that, with
-// twice the consumers so that the rows stay).
+// twice the consumers so that the rows stay). `stepped_halos`: a stepped Box tile's halos across.
 constexpr int kBoxCols = 32;  // items across a Box tile (make_stencil_geom's default)
 
 inline StencilGeom make_stencil_geom(const StencilParams& p, int esz, int acc_size, int consumers,
-                                     int64_t smem_budget, int align = 16, int box_cols = kBoxCols) {
+                                     int64_t smem_budget, int align = 16, int box_cols = kBoxCols,
+                                     int stepped_halos = 16) {
   StencilGeom g;
   g.batch = p.batch; g.ny = p.ny; g.nx = p.nx; g.ry = p.ry; g.rx = p.rx;
   g.step = p.x_step > 1 ? static_cast<int>(p.x_step) : 1;
@@ -162,12 +163,12 @@ inline StencilGeom make_stencil_geom(const StencilParams& p, int esz, int acc_si
     g.kw_pad = static_cast<int>(kw_pad);
     g.weight_bytes = engine::align_up(kh_pad * kw_pad * acc_size, 16);
     int cols = b.th == 1 ? static_cast<int>(32768 / (tw * esz)) : box_cols;  // Row: 32 KiB of outputs
-    // Stepped Box tiles: at least 16 halos of columns across and two items down, so that the
-    // window's halo (rx * step columns a side) stays a small part of what a tile reads.
+    // Stepped Box tiles: at least stepped_halos halos of columns across and two items down, so
+    // that the window's halo (rx * step columns a side) stays a small part of what a tile reads.
     const int64_t halo = int64_t(p.rx) * g.step;
     const bool stepped_box = g.step > 1 && b.th > 1;
     if (stepped_box)
-      while (cols < 1024 && int64_t(cols) * tw < 16 * halo) cols *= 2;
+      while (cols < 1024 && int64_t(cols) * tw < stepped_halos * halo) cols *= 2;
     while (cols > 1 && (cols / 2) * int64_t(tw) >= p.nx) cols /= 2;
     int rb = static_cast<int>(std::max<int64_t>(1, std::min<int64_t>({(b.th == 1 ? 8 * consumers : consumers) / cols,
                                                                       kStencilMaxTileRows / b.th,

@@ -159,6 +159,19 @@ struct StencilPlan {
   StencilFamily family;
 };
 
+// Stepped Box tiles (wide points: channels_last with many channels) whose ring would hold a single
+// block an SM: 8 halos across instead of 16, rows halved until the ring fits half the budget, so
+// that two blocks share each SM (docs/design.md §4.2: 1.4-1.6x where the points are 512 bytes or
+// more; rings that already fit two blocks lost with narrower tiles). No change where even that
+// does not fit.
+inline void two_blocks_stepped(StencilGeom& g, const StencilParams& p, int esz, int acc_size, int stages,
+                               int64_t smem_budget, int align) {
+  if (stages * g.stage_bytes + g.weight_bytes <= smem_budget / 2) return;
+  StencilGeom h = make_stencil_geom(p, esz, acc_size, engine::consumer_threads(p.mechanism, kStencilThreads),
+                                    smem_budget / 2, align, kBoxCols, 8);
+  if (h.blocking == g.blocking && stages * h.stage_bytes + h.weight_bytes <= smem_budget / 2) g = h;
+}
+
 // The family and geometry of one call. The 2-byte Narrow3 tiles are twice as wide (32 x 256: two
 // 8-output items per thread and tile), which made the 2-byte types' 128-thread blocks win.
 // The mechanism and stage count are p's (run-time values here: only the kernels are compiled
@@ -206,6 +219,7 @@ StencilPlan plan_stencil(const StencilParams& p, const DeviceInfo& dev) {
       fam = StencilFamily::Box;
     }
   }
+  if (g.step != 1 && g.blocking != StencilBlocking::Row) two_blocks_stepped(g, p, esz, sizeof(A), S, smem_budget, align);
   // tma moves a 2-D tile as one tensor-map box when the map can describe the input: rows of
   // whole 16-byte multiples from a 16-byte aligned pointer, boxes of at most 256 x 256.
   constexpr int64_t kMaxCoord = 0x7fffffff;
