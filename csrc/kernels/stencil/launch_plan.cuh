@@ -161,9 +161,8 @@ struct StencilPlan {
 
 // Stepped Box tiles (wide points: channels_last with many channels) whose ring would hold a single
 // block an SM: 8 halos across instead of 16, rows halved until the ring fits half the budget, so
-// that two blocks share each SM (docs/design.md §4.2: 1.4-1.6x where the points are 512 bytes or
-// more; rings that already fit two blocks lost with narrower tiles). No change where even that
-// does not fit.
+// that two blocks share each SM (measured in docs/design.md §4.2; rings that already fit two
+// blocks lost with narrower tiles). No change where even that does not fit.
 inline void two_blocks_stepped(StencilGeom& g, const StencilParams& p, int esz, int acc_size, int stages,
                                int64_t smem_budget, int align) {
   if (stages * g.stage_bytes + g.weight_bytes <= smem_budget / 2) return;
