@@ -265,9 +265,10 @@ def test_stencil2d_channels_last_steps(device, boundary, dtype):
 @pytest.mark.parametrize("boundary", ["zero", "replicate", "circular", "reflect"])
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=["f32", "bf16"])
 def test_stencil2d_channels_last_wide_points(device, boundary, dtype):
-    """Points of 512 bytes and more (C = 256, 200): on the GPU their stepped tiles are 8 halos
-    across with rows halved until two blocks fit an SM; planes one tile wide and several."""
-    for c, hw in ((256, (11, 9)), (256, (37, 70)), (200, (20, 33))):
+    """Wide points (C = 256, 200; 64 and 2-byte): on the GPU their stepped tiles are 8 halos across
+    with rows halved until the family's blocks fit an SM (two, three for the 2-byte types); planes
+    one tile wide and several."""
+    for c, hw in ((256, (11, 9)), (256, (37, 70)), (200, (20, 33)), (64, (45, 300))):
         x = make_input((1, c, *hw), dtype, device, seed=95 + c).contiguous(memory_format=torch.channels_last)
         for kh, kw in ((3, 3), (5, 3)):
             w = make_weights((kh, kw), torch.float32, device, seed=96)

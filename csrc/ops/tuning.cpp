@@ -75,8 +75,9 @@ constexpr const char* kStencilBoxPrimitives =
     "two tiles per block";
 constexpr const char* kStencilSteppedBox =
     "2-D boxes with taps a step apart (a batch dim inside the rows, as channels_last's C) on sm_90: "
-    "points of up to 64 bytes from rows of whole 16-byte multiples take tma with 2 stages (tiles narrow "
-    "enough to be one tensor-map box), wider points primitives with one stage (measured on an H200)";
+    "points of up to 64 bytes (128 for the 2-byte types, whose tiles of such points are 8 halos across) "
+    "from rows of whole 16-byte multiples take tma with 2 stages (tiles narrow enough to be one "
+    "tensor-map box), wider points primitives with one stage (measured on an H200)";
 constexpr const char* kStencilSteppedRow =
     "stencil1d with taps a step apart (the filtered dim's narrow inner dims inside the rows) on sm_90: "
     "barrier with one stage, within a few percent of tma and primitives (measured on an H200)";
@@ -174,7 +175,7 @@ CopyConfig resolve_stencil(const DeviceInfo& dev, MechanismArg mech, int64_t sta
   } else if (g.step > 1 && g.rx > 0 && g.ry == 0) {
     best = choice(Mechanism::Barrier, 1, kStencilSteppedRow);
   } else if (g.step > 1 && g.rx > 0) {
-    best = g.rows16 && g.step * g.esz <= 64 ? choice(Mechanism::Tma, 2, kStencilSteppedBox)
+    best = g.rows16 && g.step * g.esz <= (g.esz == 2 ? 128 : 64) ? choice(Mechanism::Tma, 2, kStencilSteppedBox)
                                             : choice(Mechanism::Primitives, 1, kStencilSteppedBox);
   } else if (g.ry == 0 && g.rx > 0) {  // along the last dim only: the row kernel
     best = g.esz == 2 ? choice(Mechanism::Tma, 2, kStencilRowTma)

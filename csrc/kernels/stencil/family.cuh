@@ -65,9 +65,11 @@ struct StencilFamilyTraits {
   static constexpr int kThreads = is_wide_block_family(F) ? kStencilThreads : kNarrowThreads;
   // Resident warps per SM the register budget is compiled for (65536 / (32 x warps) registers a
   // thread): Row and Narrow3 24 (85, 80), Narrow5 20 (102), Box, Wide9 and the Mma kinds 16
-  // (128), fp64 Box 8 (what its 9-wide passes need); SteppedRow as Row, SteppedBox and BoxFixed as Box.
+  // (128), fp64 Box 8 (what its 9-wide passes need); SteppedRow as Row, BoxFixed as Box, SteppedBox
+  // as Box but 24 for the 2-byte types (their tiles of wide points fit three blocks' rings: §4.2).
   static constexpr int kMinWarps = !kBox || F == StencilFamily::Narrow3                            ? 24
                                    : F == StencilFamily::Narrow5                                     ? 20
+                                   : F == StencilFamily::SteppedBox && sizeof(T) == 2               ? 24
                                    : kThreads == kStencilThreads && sizeof(T) == 8                  ? 8
                                                                                                      : 16;
   static constexpr int kMinBlocks = std::max(1, kMinWarps / (kThreads / 32));

@@ -159,16 +159,15 @@ struct StencilPlan {
   StencilFamily family;
 };
 
-// Stepped Box tiles (wide points: channels_last with many channels) whose ring would hold a single
-// block an SM: 8 halos across instead of 16, rows halved until the ring fits half the budget, so
-// that two blocks share each SM (measured in docs/design.md §4.2; rings that already fit two
-// blocks lost with narrower tiles). No change where even that does not fit.
-inline void two_blocks_stepped(StencilGeom& g, const StencilParams& p, int esz, int acc_size, int stages,
-                               int64_t smem_budget, int align) {
-  if (stages * g.stage_bytes + g.weight_bytes <= smem_budget / 2) return;
-  StencilGeom h = make_stencil_geom(p, esz, acc_size, engine::consumer_threads(p.mechanism, kStencilThreads),
-                                    smem_budget / 2, align, kBoxCols, 8);
-  if (h.blocking == g.blocking && stages * h.stage_bytes + h.weight_bytes <= smem_budget / 2) g = h;
+// Stepped Box tiles (wide points: channels_last with many channels) whose ring would not hold the
+// `blocks` an SM the family is compiled for: 8 halos across instead of 16, rows halved until the
+// ring fits that share of the budget (measured in docs/design.md §4.2; rings that already fit lost
+// with narrower tiles). No change where even that does not fit. `consumers`: the count g was tiled for.
+inline void fit_stepped_blocks(StencilGeom& g, const StencilParams& p, int esz, int acc_size, int stages, int consumers,
+                               int blocks, int64_t smem_budget, int align) {
+  if (stages * g.stage_bytes + g.weight_bytes <= smem_budget / blocks) return;
+  StencilGeom h = make_stencil_geom(p, esz, acc_size, consumers, smem_budget / blocks, align, kBoxCols, 8);
+  if (h.blocking == g.blocking && stages * h.stage_bytes + h.weight_bytes <= smem_budget / blocks) g = h;
 }
 
 // The family and geometry of one call. The 2-byte Narrow3 tiles are twice as wide (32 x 256: two
@@ -218,7 +217,9 @@ StencilPlan plan_stencil(const StencilParams& p, const DeviceInfo& dev) {
       fam = StencilFamily::Box;
     }
   }
-  if (g.step != 1 && g.blocking != StencilBlocking::Row) two_blocks_stepped(g, p, esz, sizeof(A), S, smem_budget, align);
+  if (g.step != 1 && g.blocking != StencilBlocking::Row)
+    fit_stepped_blocks(g, p, esz, sizeof(A), S, engine::consumer_threads(M, stencil_family_threads(fam)),
+                       StencilFamilyTraits<StencilFamily::SteppedBox, T>::kMinBlocks, smem_budget, align);
   // tma moves a 2-D tile as one tensor-map box when the map can describe the input: rows of
   // whole 16-byte multiples from a 16-byte aligned pointer, boxes of at most 256 x 256.
   constexpr int64_t kMaxCoord = 0x7fffffff;
