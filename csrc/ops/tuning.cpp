@@ -175,8 +175,9 @@ CopyConfig resolve_stencil(const DeviceInfo& dev, MechanismArg mech, int64_t sta
   } else if (g.step > 1 && g.rx > 0 && g.ry == 0) {
     best = choice(Mechanism::Barrier, 1, kStencilSteppedRow);
   } else if (g.step > 1 && g.rx > 0) {
-    best = g.rows16 && g.step * g.esz <= (g.esz == 2 ? 128 : 64) ? choice(Mechanism::Tma, 2, kStencilSteppedBox)
-                                            : choice(Mechanism::Primitives, 1, kStencilSteppedBox);
+    const int64_t boxed_point_bytes = g.esz == 2 ? 128 : 64;
+    best = g.rows16 && g.step * g.esz <= boxed_point_bytes ? choice(Mechanism::Tma, 2, kStencilSteppedBox)
+                                                           : choice(Mechanism::Primitives, 1, kStencilSteppedBox);
   } else if (g.ry == 0 && g.rx > 0) {  // along the last dim only: the row kernel
     best = g.esz == 2 ? choice(Mechanism::Tma, 2, kStencilRowTma)
                       : choice(Mechanism::Barrier, 2, kStencilRowBarrier, g.esz == 4 ? 2 : 0);
