@@ -267,6 +267,7 @@ LAYOUT_CASES = [
     ((37, 4096), 1), ((11, 6000), 1),  # packed rows over 2 KiB: several warps per row
     ((10, 1300), 1),  # rows of ~5 KiB: three rows per wide-rows block, the last block one row
     ((1031, 128), 1), ((4099, 16), 1),  # packed rows of up to 32 vectors: a thread per row
+    ((777, 3), 1), ((333, 255), 1),  # the same at any alignment: rows across 2 vectors, and 33 of them
     ((2, 70001), 1),  # rows over 64 KiB: tma/1 takes 64 KiB stages
 ]
 

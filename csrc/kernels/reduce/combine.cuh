@@ -97,6 +97,32 @@ __device__ __forceinline__ void fold_vectors_rotated(const void* v, int steps, i
   }
 }
 
+// Folds the n elements at p (shared memory, any element-aligned address), one thread, as the
+// 16-byte vectors that cover them: the first and last masked to [p, p + n), the ones between
+// rotated as in fold_vectors_rotated. It reads up to 15 bytes either side of the span: the caller's
+// stage must hold them (a tile starts at its stage's aligned base plus the source's shift, and
+// the stages have slack past the tile); what they hold is never combined. The order is fixed by
+// (n, p mod 16, rot).
+template <typename T, typename A, class SC>
+__device__ __forceinline__ void fold_span_rotated(const T* p, int n, int rot, A& acc, SC sc) {
+  constexpr int VE = 16 / sizeof(T);
+  if (n <= 0) return;
+  const int mis = static_cast<int>((reinterpret_cast<uintptr_t>(p) & 15u) / sizeof(T));
+  const uint4* u = reinterpret_cast<const uint4*>(p - mis);
+  const int end = mis + n, nv = (end + VE - 1) / VE;  // elements from u, vectors
+  A e[VE];
+  unpack16<T>(u[0], e);
+#pragma unroll
+  for (int j = 0; j < VE; ++j)
+    if (j >= mis && j < end) acc = sc(acc, e[j]);
+  if (nv == 1) return;
+  unpack16<T>(u[nv - 1], e);
+#pragma unroll
+  for (int j = 0; j < VE; ++j)
+    if ((nv - 1) * VE + j < end) acc = sc(acc, e[j]);
+  fold_vectors_rotated<T>(u + 1, nv - 2, rot, acc, sc);
+}
+
 // Folds the n elements at p (shared memory, any element-aligned address) into acc, thread
 // `rank` of `size` taking every size-th 16-byte vector; the elements before the first 16-byte
 // boundary and after the last one are taken one each. The order is fixed by (rank, size, n, p).

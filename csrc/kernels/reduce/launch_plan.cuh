@@ -112,9 +112,9 @@ inline RowsPlan make_rows_plan(const ReduceParams& p, int esz, int tile_bytes, i
         pl.tile_elems = static_cast<int>(pl.rows_per_tile * p.r);
         pl.last_rows = static_cast<int>(p.outer - (ceil_div(p.outer, pl.rows_per_tile) - 1) * pl.rows_per_tile);
       }
-    } else {
+    } else if (vecs > 32) {
       while (g < 32 && g < vecs) g *= 2;  // about one vector per lane
-    }
+    }  // else rows of up to 32 vectors at any alignment: one thread per row (fold_span_rotated)
     pl.group = g;
     pl.group_log2 = 0;
     while ((1 << pl.group_log2) < g) ++pl.group_log2;

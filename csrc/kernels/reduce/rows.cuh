@@ -88,6 +88,16 @@ __global__ void __launch_bounds__(kReduceThreads)
         });
         return;
       }
+      if (G == 1) {  // short rows at any alignment: a thread per row, no shuffles
+        with_static_combine<A>(op, [&](auto sc) {
+          for (int rr = team.rank; rr < nrows; rr += team.size) {
+            A acc = comb.init();
+            fold_span_rotated<T>(tile + static_cast<int64_t>(rr) * r, r, rr, acc, sc);
+            store_out(out, od, row0 + rr, finalize(op, acc, pl.r));
+          }
+        });
+        return;
+      }
       // Every lane of a group runs the same trip count, so the shuffles below are uniform.
       for (int rr = gi; rr - gi < nrows; rr += ngroups) {
         const bool live = rr < nrows && gi < ngroups;
