@@ -29,6 +29,8 @@ namespace kernels {
 // the stage count into shared memory.
 constexpr int kReduceRowsTileBytes = 32768;
 constexpr int kReduceColsTileBytes = 65536;
+// A short column reduction (under 8 tiles of rows) is split only past this many bytes an item.
+constexpr int64_t kColsSplitMinBytes = 131072;
 // Rows of more than 4 KiB (up to a stage) are reduced a block per ~16 KiB of rows, one tile per
 // block (reduce_wide_rows_kernel).
 constexpr int kWideRowsBlockBytes = 16384;
@@ -169,10 +171,14 @@ inline ColsPlan make_cols_plan(const ReduceParams& p, const DeviceInfo& dev, int
   const int64_t row_vecs = ceil_div(p.inner, 16 / esz);
   // A split's parts stream four tiles each, so that their stages overlap, unless that leaves most
   // SMs idle (1000 rows of 4 KB: 16 blocks): a small reduction takes tiles of a few rows, two a
-  // part, as many parts as fill the target.
+  // part, as many parts as fill the target. Short reductions (under 8 tiles) stay whole, as the
+  // partials pass costs more than their parts save (pooling: 64 items of 49 rows), unless their
+  // items leave nearly every SM idle and each holds at least kColsSplitMinBytes: (256, 256) over dim 0.
   int part_tiles = 4;
-  auto fit_tile = [&](int64_t items, int64_t rows) {
-    if (p.r < 8 * rows || items * ceil_div(p.r, 4 * rows) >= target_blocks) return static_cast<int>(rows);
+  auto fit_tile = [&](int64_t items, int64_t rows, int64_t unit_bytes) {
+    const bool stay_whole = items * 8 >= target_blocks || p.r * unit_bytes < kColsSplitMinBytes;
+    if ((p.r < 8 * rows && stay_whole) || items * ceil_div(p.r, 4 * rows) >= target_blocks)
+      return static_cast<int>(rows);
     part_tiles = 2;
     return static_cast<int>(std::clamp<int64_t>(ceil_div(p.r * items, 2 * target_blocks), 1, rows));
   };
@@ -189,7 +195,7 @@ inline ColsPlan make_cols_plan(const ReduceParams& p, const DeviceInfo& dev, int
     pl.pitch = static_cast<int>(row_bytes);
     pl.base = 0;
     // 128 bytes of slack for the tile's offset modulo 128, 16 for a zero-filled tail chunk.
-    pl.tile_rows = fit_tile(p.outer, std::max<int64_t>(1, cols_tile_bytes(p, dev) / row_bytes));
+    pl.tile_rows = fit_tile(p.outer, std::max<int64_t>(1, cols_tile_bytes(p, dev) / row_bytes), row_bytes);
     pl.stage_bytes = static_cast<int>(ceil_div(pl.tile_rows * row_bytes + 128 + 16, 128) * 128);
   } else {
     // The narrowest power-of-two chunk of at least 32 vectors that spans the row, up to as many
@@ -204,7 +210,7 @@ inline ColsPlan make_cols_plan(const ReduceParams& p, const DeviceInfo& dev, int
     const int chunk_bytes = rt * pl.vecs * 16;
     pl.chunk_cols = chunk_bytes / esz;
     pl.col_chunks = ceil_div(p.inner, pl.chunk_cols);
-    pl.tile_rows = fit_tile(p.outer * pl.col_chunks, std::max(1, cols_tile_bytes(p, dev) / chunk_bytes));
+    pl.tile_rows = fit_tile(p.outer * pl.col_chunks, std::max(1, cols_tile_bytes(p, dev) / chunk_bytes), chunk_bytes);
     if (pl.aligned && row_bytes % 128 == 0) {
       // Congruent layout: every row of a tile lands at its source's offset modulo 128 (rows a
       // multiple of 128 bytes apart in both, the tile at x's offset modulo 128: a chunk starts a
