@@ -267,8 +267,8 @@ def default_instances(arch_list: Optional[str] = None) -> List[Instance]:
             out += stencil_instances("barrier", 2, dt, families=("Row",))   # rows of 4- and 8-byte types
         out += stencil_instances("barrier", 1, dt, families=("SteppedRow",))     # stepped rows
         out += stencil_instances("primitives", 1, dt, families=("SteppedBox",))  # stepped boxes of wide points
-        out += reduce_instances("tma", 1, dt) + reduce_instances("primitives", 2, dt)
-        out += reduce_instances("primitives", 1, dt, kinds=("rows",))
+        out += reduce_instances("tma", 1, dt) + reduce_instances("primitives", 2, dt, kinds=("rows",))
+        out += reduce_instances("primitives", 1, dt)  # rows of 4-32 KiB; columns not in 128-byte rows
         out += reduce_instances("tma", 3, dt, kinds=("cols",))
         out += reduce_wide_instances("tma", dt) + reduce_wide_instances("primitives", dt)
         out += wgrad_instances(dt)
