@@ -395,6 +395,9 @@ class Explanation:
     # The kernel instances the call launches, in order, each with where it comes from: built ahead
     # of time, compiled on first use and loaded, or still to be compiled (cached on disk or not).
     kernels: Optional[List[Tuple[str, str]]] = None
+    # Each kernel's launch, in the same order: (blocks in the grid, threads a block, dynamic shared
+    # memory bytes a block). A kernel not loaded yet is sized as for one block an SM (registry.h).
+    launches: Optional[List[Tuple[int, int, int]]] = None
 
     def __str__(self) -> str:
         lines = [f"cupipe.{self.op} on {self.device}"]
@@ -411,13 +414,19 @@ class Explanation:
             lines.append(textwrap.fill(f"  layout: {self.layout}", width=100, subsequent_indent="          "))
         for i, (kid, origin) in enumerate(self.kernels or []):
             lines.append(("  kernels: " if i == 0 else "           ") + f"{kid}  [{origin}]")
+            if self.launches and i < len(self.launches) and self.launches[i][1] > 0:
+                blocks, threads, smem = self.launches[i]
+                lines.append(f"             launch: {blocks} blocks of {threads} threads, {smem / 1024:.1f} KiB of "
+                             "shared memory a block" + ("" if origin.startswith(("built", "compiled on"))
+                                                        else " (the grid as for one block an SM until it is loaded)"))
         return "\n".join(lines)
 
 
 def _planned_kernels(op: str, a: Dict[str, object], mechanism: str, stages: int,
-                     vec_bytes: Optional[int]) -> List[Tuple[str, str]]:
+                     vec_bytes: Optional[int]) -> Tuple[List[Tuple[str, str]], List[Tuple[int, int, int]]]:
     """The kernels the op launches with the bound arguments ``a`` and this resolved configuration,
-    recorded by the launchers instead of launched (``_C._plan_kernels``), each with its origin."""
+    recorded by the launchers instead of launched (``_C._plan_kernels``), each with its origin; and
+    their launches (blocks, threads, shared memory bytes)."""
     from . import _kernel_cache
 
     x = a["x"]
@@ -429,7 +438,7 @@ def _planned_kernels(op: str, a: Dict[str, object], mechanism: str, stages: int,
     info = _C.cuda_device_info(x.device.index if x.device.index is not None else torch.cuda.current_device())
     arch = _kernel_cache.arch_of(int(info["sm"]))
     out = []
-    for kid, origin in plan:
+    for kid, origin, *_ in plan:
         if origin == "ahead-of-time":
             out.append((kid, "built ahead of time"))
         elif origin == "first-use":
@@ -438,7 +447,7 @@ def _planned_kernels(op: str, a: Dict[str, object], mechanism: str, stages: int,
             cached = _kernel_cache.is_cached(kid, arch)
             out.append((kid, "first use: " + ("in the disk cache, loaded when first called" if cached else
                                                f"compiled for {arch} when first called (a few seconds)")))
-    return out
+    return out, [tuple(p[2:5]) for p in plan]
 
 
 def explain(op: str, x: torch.Tensor, *args, **kwargs) -> Explanation:
@@ -474,7 +483,7 @@ def explain(op: str, x: torch.Tensor, *args, **kwargs) -> Explanation:
         if stages == 0:
             why += f"; stages=0 resolved by the shipped table to {s}"
         return Explanation(op, dev, m, s, v if vec_out is not None else None, "explicit", why,
-                           key, requested, layout, _planned_kernels(op, a, m, s, v if op == "stream_copy" else None))
+                           key, requested, layout, *_planned_kernels(op, a, m, s, v if op == "stream_copy" else None))
     e = _entries().get(key)
     if e is not None:
         m, s, v = _from_entry(e, stages, vec)
@@ -485,7 +494,7 @@ def explain(op: str, x: torch.Tensor, *args, **kwargs) -> Explanation:
                f"compiled by torch.compile use the shipped table instead")
         return Explanation(op, dev, m, s, v if vec_out is not None else None,
                            f"tuning cache ({cache_path()})", why, key, requested, layout,
-                           _planned_kernels(op, a, m, s, v if op == "stream_copy" else None))
+                           *_planned_kernels(op, a, m, s, v if op == "stream_copy" else None))
     why = table_why
     if stages > 0:
         why += f"; stages={stages} given explicitly"
@@ -494,7 +503,7 @@ def explain(op: str, x: torch.Tensor, *args, **kwargs) -> Explanation:
     why += f"; no tuning cache entry for this key in {cache_path()}"
     return Explanation(op, dev, m, s, v if vec_out is not None else None,
                        "shipped table (csrc/ops/tuning.cpp)", why, key, requested, layout,
-                       _planned_kernels(op, a, m, s, v if op == "stream_copy" else None))
+                       *_planned_kernels(op, a, m, s, v if op == "stream_copy" else None))
 
 
 def _rtol(dtype: torch.dtype) -> float:

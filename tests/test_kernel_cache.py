@@ -446,6 +446,11 @@ def test_explain_lists_the_kernels_a_call_launches_and_compiles_none():
     x = torch.randn(64, 100, 1024, device="cuda")
     e = cupipe.explain("reduce", x, "sum", 1)   # columns of 4 KiB: tma/3 (the table), built in
     assert e.kernels[0] == ("reduce_cols_kernel<engine::Mechanism::Tma,3,float>", "built ahead of time")
+    # with each launch: a grid, the reduce kernels' 256 threads, their stages in shared memory
+    assert len(e.launches) == len(e.kernels)
+    blocks, threads, smem = e.launches[0]
+    assert blocks > 0 and threads == 256 and smem >= 3 * 4096
+    assert f"launch: {blocks} blocks of 256 threads" in str(e)
     kid = "stream_copy_kernel<engine::Mechanism::Specialized,8,4>"
     before = _C._kernel_origin(kid)
     (got, origin), = cupipe.explain("stream_copy", x, mechanism="specialized", stages=8, vec_bytes=4).kernels

@@ -181,7 +181,11 @@ template <class... P, class... A>
 void launch_kernel(KernelRef<P...> k, dim3 grid, dim3 block, size_t smem, cudaStream_t stream, bool dependent,
                    A&&... args) {
   static_assert(sizeof...(P) == sizeof...(A), "a launch passes every parameter");
-  if (planning_kernels()) return;  // recorded by kernel_ref (registry.h)
+  if (planning_kernels()) {  // the instance was recorded by kernel_ref (registry.h); this adds its launch
+    record_planned_launch(int64_t(grid.x) * grid.y * grid.z, static_cast<int>(block.x * block.y * block.z),
+                          static_cast<int64_t>(smem));
+    return;
+  }
   std::tuple<std::remove_const_t<P>...> values(static_cast<std::remove_const_t<P>>(std::forward<A>(args))...);
   void* ptrs[sizeof...(P) > 0 ? sizeof...(P) : 1];
   std::apply([&](auto&... v) {

@@ -30,6 +30,12 @@ thread_local std::vector<PlannedKernel>* t_plan = nullptr;
 KernelPlanScope::KernelPlanScope(std::vector<PlannedKernel>* out) : prev_(t_plan) { t_plan = out; }
 KernelPlanScope::~KernelPlanScope() { t_plan = prev_; }
 bool planning_kernels() { return t_plan != nullptr; }
+void record_planned_launch(int64_t blocks, int threads, int64_t smem) {
+  if (t_plan == nullptr || t_plan->empty()) return;
+  t_plan->back().blocks = blocks;
+  t_plan->back().threads = threads;
+  t_plan->back().smem = smem;
+}
 
 std::string normalize_kernel_id(const std::string& id) {
   std::string s;

@@ -7,6 +7,7 @@
 // "Kernel instances", says which instances are built ahead of time and why.
 #pragma once
 
+#include <cstdint>
 #include <string>
 #include <vector>
 
@@ -44,9 +45,13 @@ std::string normalize_kernel_id(const std::string& id);
 // compile nothing and record each one with its origin. An instance that is not loaded yet (it
 // would compile on first use) is recorded as such; the launcher then sizes that kernel's grid
 // as for one block per SM, so what follows it in the plan is what one block per SM gives.
+// Each records its launch too: blocks in the grid, threads a block, dynamic shared memory a block.
 struct PlannedKernel {
   std::string id;
   std::string origin;  // "ahead-of-time", "first-use" (loaded) or "" (not loaded: compiled when first called)
+  int64_t blocks = 0;
+  int threads = 0;
+  int64_t smem = 0;
 };
 class KernelPlanScope {
  public:
@@ -59,5 +64,7 @@ class KernelPlanScope {
   std::vector<PlannedKernel>* prev_;
 };
 bool planning_kernels();
+// The launch of the kernel planned last (launch_kernel calls it in place of launching).
+void record_planned_launch(int64_t blocks, int threads, int64_t smem);
 
 }  // namespace cupipe

@@ -256,10 +256,11 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
           call();
         }
         py::list out;
-        for (const auto& k : plan) out.append(py::make_tuple(k.id, k.origin));
+        for (const auto& k : plan) out.append(py::make_tuple(k.id, k.origin, k.blocks, k.threads, k.smem));
         return out;
       },
-      "[(id, origin)] of the kernels call() launches, recorded instead of launched (kernels/registry.h)",
+      "[(id, origin, blocks, threads, shared memory bytes)] of the kernels call() launches, recorded instead "
+      "of launched (kernels/registry.h)",
       py::arg("call"));
 #endif
   cupipe::ops::bind_direct_calls(m);
