@@ -175,8 +175,8 @@ inline ColsPlan make_cols_plan(const ReduceParams& p, const DeviceInfo& dev, int
   // partials pass costs more than their parts save (pooling: 64 items of 49 rows), unless their
   // items leave nearly every SM idle and each holds at least kColsSplitMinBytes: (256, 256) over dim 0.
   int part_tiles = 4;
-  auto fit_tile = [&](int64_t items, int64_t rows, int64_t unit_bytes) {
-    const bool stay_whole = items * 8 >= target_blocks || p.r * unit_bytes < kColsSplitMinBytes;
+  auto fit_tile = [&](int64_t items, int64_t rows, int64_t item_row_bytes) {
+    const bool stay_whole = items * 8 >= target_blocks || p.r * item_row_bytes < kColsSplitMinBytes;
     if ((p.r < 8 * rows && stay_whole) || items * ceil_div(p.r, 4 * rows) >= target_blocks)
       return static_cast<int>(rows);
     part_tiles = 2;
