@@ -291,19 +291,20 @@ def test_reduce_layouts_every_mechanism(device, mechanism, dtype):
                                       f"offset={offset} {dtype}")
 
 
-@pytest.mark.parametrize("shape", [(1500, 301), (3000, 301), (12000, 301), (40000, 160)],
-                         ids=lambda s: f"{s[0]}x{s[1]}")
+@pytest.mark.parametrize("shape", [(40, 300, 301), (16, 1000, 301), (4, 1000, 1024), (1500, 301), (40000, 160)],
+                         ids=lambda s: "x".join(map(str, s)))
 def test_reduce_column_partials_slices(device, shape):
-    """Columns split in parts (on a 132-SM GPU about 12, 24, 94 and 132 of them) so that the CUDA
-    partials pass gives each output 1, 2 or 8 threads (slices of the parts, combined in order);
-    301 columns leave a partial last block; rows of 640 bytes take the congruent layout with
-    1 KiB chunks. Every op; bit-identical repeats."""
+    """Columns split in parts (on a 132-SM GPU about 7, 24, 63, 375 and 393 of them) so that the
+    CUDA partials pass gives each output 1, 2, 4 or 8 threads (slices of the parts, combined in
+    order); 301 columns leave a partial last block; rows of 640 bytes take the congruent layout.
+    Every op; bit-identical repeats."""
     x = make_input(shape, torch.float32, device, seed=61)
+    d = x.dim() - 2  # the reduced dim: the middle one of (outer, r, inner), 0 of (r, inner)
     for op in REDUCE_OPS:
-        y = cupipe.reduce(x, op, 0)
-        atol, rtol = _tolerance(op, y.dtype, shape[0])
-        assert_close(y, reduce_ref(x, op, 0), atol=atol, rtol=rtol, what=f"{op} {shape}")
-        assert torch.equal(y, cupipe.reduce(x, op, 0)), f"not deterministic: {op} {shape}"
+        y = cupipe.reduce(x, op, d)
+        atol, rtol = _tolerance(op, y.dtype, shape[d])
+        assert_close(y, reduce_ref(x, op, d), atol=atol, rtol=rtol, what=f"{op} {shape}")
+        assert torch.equal(y, cupipe.reduce(x, op, d)), f"not deterministic: {op} {shape}"
 
 
 @pytest.mark.parametrize("mechanism", cupipe.MECHANISMS)
