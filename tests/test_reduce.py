@@ -268,7 +268,9 @@ LAYOUT_CASES = [
     ((10, 1300), 1),  # rows of ~5 KiB: three rows per wide-rows block, the last block one row
     ((1031, 128), 1), ((4099, 16), 1),  # packed rows of up to 32 vectors: a thread per row
     ((777, 3), 1), ((333, 255), 1),  # the same at any alignment: rows across 2 vectors, and 33 of them
+    ((1001, 2), 1), ((999, 7), 1),  # rows under a vector: a thread a row, its vector masked
     ((2, 70001), 1),  # rows over 64 KiB: tma/1 takes 64 KiB stages
+    ((2, 600, 6), 1), ((3, 500, 2100), 1),  # columns of 4- and 8-byte units (fp16, fp32): dense; boxed
 ]
 
 

@@ -20,11 +20,12 @@ namespace kernels {
 // parts, a block takes one (item, part) and writes partials.
 //
 // Two tile layouts:
-// - dense: the chunk is the whole row (rows of at most one vector per consumer thread, or one
-//   element per thread when rows are not whole 16-byte vectors), so a tile's rows lie back to back
-//   in memory and move as one contiguous copy, placed at its source's offset modulo 128. Consumer
-//   thread t owns column unit t % row_threads (a 16-byte vector, or one element) of the rows
-//   t / row_threads, + groups, ...: narrow rows (3 to a few hundred elements) read at full rate.
+// - dense: the chunk is the whole row (rows of at most one unit per consumer thread: a unit is
+//   the widest power of two, from the element to 16 bytes, that x's address and the row's bytes are
+//   multiples of), so a tile's rows lie back to back in memory and move as one contiguous copy,
+//   placed at its source's offset modulo 128. Consumer thread t owns column unit t % row_threads
+//   of the rows t / row_threads, + groups, ...: narrow rows (3 to a few hundred elements) read at
+//   full rate.
 // - boxed: a chunk is row_threads x vecs 16-byte column vectors (row_threads 32 to 256, a power of
 //   two; up to col_max_vecs vectors per thread for rows wider than the block: vector u of thread t
 //   is the chunk's vector t + u * row_threads, so a warp's reads stay consecutive), moved as one
@@ -52,7 +53,8 @@ struct ColsPlan {
   int pitch;           // smem bytes per tile row (dense: the row's bytes)
   int base;            // boxed: smem offset of a tile's first row (congruent layout: x's offset modulo 128)
   int stage_bytes;     // tile bytes with slack, a multiple of 128
-  bool aligned;        // rows 16-byte aligned (x aligned and inner * esz % 16 == 0): vector reads
+  int unit_bytes;      // the widest power of two (esz..16) dividing x's address and inner * esz
+  bool aligned;        // unit_bytes == 16: rows 16-byte aligned, vector reads
   bool dense;          // tiles are contiguous copies (see above)
 };
 
@@ -119,8 +121,8 @@ __global__ void __launch_bounds__(kReduceThreads, S == 1 ? 3 : 1)
 
   const engine::Team team0{Ring::consumer_rank(), Ring::num_consumers()};
   const int vec = team0.rank % pl.row_threads, grp = team0.rank / pl.row_threads;
-  // First column of the thread's unit u: dense unaligned rows have units of one element.
-  const int unit = pl.dense && !pl.aligned ? 1 : VE;
+  // First column of the thread's unit u: dense rows have units of unit_bytes (a vector if aligned).
+  const int unit = pl.dense ? pl.unit_bytes / esz : VE;
   auto col_of = [&](int u) { return (vec + u * pl.row_threads) * unit; };
   A acc[kColMaxVecs][VE];
   auto reset = [&]() {
@@ -229,26 +231,43 @@ __global__ void __launch_bounds__(kReduceThreads, S == 1 ? 3 : 1)
           }
         }
       });
-    } else if (active && unit == 1) {
-      // Dense rows that are not whole vectors: one element per thread and row, a pointer walk.
-      const T* e = reinterpret_cast<const T*>(stage + dense_base(t.src)) + grp * pl.inner + col_of(0);
-      const int step = pl.groups * static_cast<int>(pl.inner);
-      with_static_combine<A>(op, [&](auto sc) {
+    } else if (active && pl.dense) {
+      // Dense rows not of whole vectors: a unit (unit_bytes) per thread and row, a pointer walk.
+      const char* first = stage + dense_base(t.src) + (static_cast<int64_t>(grp) * pl.inner + col_of(0)) * esz;
+      const int64_t step = static_cast<int64_t>(pl.groups) * src_pitch;
+      with_unit_bytes<esz>(pl.unit_bytes, [&](auto ub) {
+        constexpr int UB = decltype(ub)::value;
+        with_static_combine<A>(op, [&](auto sc) {
+          const char* e = first;
 #pragma unroll 4
-        for (int i = grp; i < t.rows; i += pl.groups, e += step) acc[0][0] = sc(acc[0][0], to_acc<A>(*e));
+          for (int i = grp; i < t.rows; i += pl.groups, e += step) {
+            A v[VE];
+            unpack16<T>(load_unit<UB>(e), v);
+#pragma unroll
+            for (int j = 0; j < UB / esz; ++j) acc[0][j] = sc(acc[0][j], v[j]);
+          }
+        });
       });
     } else if (active) {
-      for (int i = grp; i < t.rows; i += pl.groups) {
-        const int shift = pl.aligned ? pl.base : shift_of(t.src + i * pl.inner);
-        const T* srow = reinterpret_cast<const T*>(stage + static_cast<int64_t>(i) * pl.pitch + shift);
+      // Rows that disagree modulo 16, each at its own shift (a multiple of unit_bytes): the
+      // thread's 16-byte spans read as units, a partial last span masked.
+      with_unit_bytes<esz>(pl.unit_bytes, [&](auto ub) {
+        constexpr int UB = decltype(ub)::value;
+        with_static_combine<A>(op, [&](auto sc) {
+          for (int i = grp; i < t.rows; i += pl.groups) {
+            const char* srow = stage + static_cast<int64_t>(i) * pl.pitch + shift_of(t.src + i * pl.inner);
 #pragma unroll
-        for (int u = 0; u < kColMaxVecs; ++u) {
-          if (u >= pl.vecs) break;
+            for (int u = 0; u < kColMaxVecs; ++u) {
+              if (u >= pl.vecs || col_of(u) >= t.ncols) break;
+              A e[VE];
+              unpack16<T>(load16_in_units<UB>(srow + col_of(u) * esz), e);
 #pragma unroll
-          for (int j = 0; j < VE; ++j)
-            if (col_of(u) + j < t.ncols) acc[u][j] = comb(acc[u][j], to_acc<A>(srow[col_of(u) + j]));
-        }
-      }
+              for (int j = 0; j < VE; ++j)
+                if (col_of(u) + j < t.ncols) acc[u][j] = sc(acc[u][j], e[j]);
+            }
+          }
+        });
+      });
     }
     if (t.kt + 1 == item_tiles) flush(t);
   };

@@ -5,6 +5,7 @@
 
 #include <cmath>
 #include <cstdint>
+#include <type_traits>
 
 #include "engine/engine.cuh"
 #include "kernels/numeric.cuh"
@@ -63,6 +64,43 @@ __device__ __forceinline__ void store_out(void* out, DType od, int64_t i, A v) {
 template <typename A>
 __device__ __forceinline__ A finalize(ReduceOp op, A v, int64_t r) {
   return op == ReduceOp::Mean ? v / static_cast<A>(r) : v;  // mean of nothing: 0/0 = nan
+}
+
+// Loads of UB bytes (a power of two, 2 to 16) from shared memory at a multiple of UB, for rows that
+// agree only modulo UB: the UB bytes at p in the leading bytes of a vector (the rest zero), and the
+// 16 bytes at p as 16 / UB such loads.
+template <int UB>
+__device__ __forceinline__ uint4 load_unit(const char* p) {
+  if constexpr (UB == 16) return *reinterpret_cast<const uint4*>(p);
+  else if constexpr (UB == 8) {
+    const uint2 a = *reinterpret_cast<const uint2*>(p);
+    return make_uint4(a.x, a.y, 0u, 0u);
+  } else if constexpr (UB == 4) return make_uint4(*reinterpret_cast<const uint32_t*>(p), 0u, 0u, 0u);
+  else return make_uint4(*reinterpret_cast<const uint16_t*>(p), 0u, 0u, 0u);
+}
+template <int UB>
+__device__ __forceinline__ uint4 load16_in_units(const char* p) {
+  if constexpr (UB >= 8) {
+    const uint4 a = load_unit<UB>(p), b = load_unit<UB>(p + 8);
+    return UB == 16 ? a : make_uint4(a.x, a.y, b.x, b.y);
+  } else {
+    uint32_t w[4];
+#pragma unroll
+    for (int k = 0; k < 4; ++k)
+      w[k] = UB == 4 ? load_unit<4>(p + 4 * k).x : load_unit<2>(p + 4 * k).x | load_unit<2>(p + 4 * k + 2).x << 16;
+    return make_uint4(w[0], w[1], w[2], w[3]);
+  }
+}
+// Runs f(std::integral_constant<int, UB>{}) for a run-time unit of ub bytes, ESZ <= ub <= 8.
+template <int ESZ, class F>
+__device__ __forceinline__ void with_unit_bytes(int ub, F&& f) {
+  if constexpr (ESZ <= 2) {
+    if (ub == 2) return f(std::integral_constant<int, 2>{});
+  }
+  if constexpr (ESZ <= 4) {
+    if (ub == 4) return f(std::integral_constant<int, 4>{});
+  }
+  f(std::integral_constant<int, 8>{});
 }
 
 // Folds nvec 16-byte vectors at v (shared memory) into acc with the static combine sc, thread

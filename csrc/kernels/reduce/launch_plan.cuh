@@ -182,12 +182,20 @@ inline ColsPlan make_cols_plan(const ReduceParams& p, const DeviceInfo& dev, int
     part_tiles = 2;
     return static_cast<int>(std::clamp<int64_t>(ceil_div(p.r * items, 2 * target_blocks), 1, rows));
   };
-  pl.aligned = (reinterpret_cast<uintptr_t>(p.x) & 15u) == 0 && row_bytes % 16 == 0;
-  // Dense: a row is at most one unit (vector, or element when rows are not whole vectors) per
-  // consumer thread, so the chunk is the row and a tile one contiguous copy.
-  pl.dense = pl.aligned ? row_vecs <= consumers : p.inner <= consumers;
+  // The widest unit (a power of two from the element to 16 bytes) that x's address and the row's
+  // bytes are both multiples of: every row starts at one, so a thread reads a unit at a time.
+  int unit_bytes = 16;
+  while (unit_bytes > esz && ((reinterpret_cast<uintptr_t>(p.x) | static_cast<uintptr_t>(row_bytes)) &
+                              static_cast<uintptr_t>(unit_bytes - 1)) != 0)
+    unit_bytes /= 2;
+  pl.unit_bytes = unit_bytes;
+  pl.aligned = unit_bytes == 16;
+  // Dense: a row is at most one unit per consumer thread, so the chunk is the row and a tile one
+  // contiguous copy.
+  const int64_t row_units = row_bytes / unit_bytes;
+  pl.dense = row_units <= consumers;
   if (pl.dense) {
-    pl.row_threads = static_cast<int>(pl.aligned ? row_vecs : p.inner);
+    pl.row_threads = static_cast<int>(row_units);
     pl.groups = consumers / pl.row_threads;
     pl.vecs = 1;
     pl.chunk_cols = static_cast<int>(p.inner);
