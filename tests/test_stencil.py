@@ -258,7 +258,7 @@ def test_stencil2d_odd_planes(device, shape, boundary, dtype):
 FIXED_PLANES = [(37, 96), (2, 70, 200), (8, 128), (3, 1, 1024),
                 (2, 150, 384), (1, 100, 600),  # interior tiles (no boundary row or column in their window) too
                 (90, 80), (20, 300)]
-FIXED_WEIGHTS = [(3, 3), (5, 5), (9, 9)]
+FIXED_WEIGHTS = [(3, 3), (5, 5), (9, 9), (3, 1), (7, 1)]  # and one tap column (Col3..Col9)
 
 
 @pytest.mark.parametrize("dtype", FLOAT_DTYPES, ids=lambda d: DTYPE_IDS[d])
@@ -287,6 +287,9 @@ def test_stencil_fixed_consumers(device, boundary, dtype, offset):
                 poison_allocator(x.numel() * x.element_size())
             _check1d(x, make_weights((2 * r + 1,), dtype, device, seed=28), -1, boundary,
                      what=f"offset={offset}")
+            if shape[-2] > r or boundary != "reflect":  # along the strided dim: the fixed columns
+                _check1d(x, make_weights((2 * r + 1,), dtype, device, seed=29), -2, boundary,
+                         what=f"offset={offset} dim=-2")
 
 
 @pytest.mark.parametrize("dtype", FLOAT_DTYPES, ids=lambda d: DTYPE_IDS[d])
@@ -959,7 +962,10 @@ FAMILY_CASES = [
     ((2, 150, 384), (7, 7), torch.float32, 2, None, 0, "box"),
     ((2, 150, 512), (7, 7), torch.float16, 3, None, 0, "box_mma"),  # the tensor cores at other stage counts
     ((2, 200, 512), (11, 5), torch.bfloat16, 2, None, 0, "box_mma"),  # more tap rows than Mma9
-    ((64, 3000), (7,), torch.float32, 2, 0, 0, "box"),             # 1-D along a strided dim: Box1
+    ((64, 3000), (7,), torch.float32, 2, 0, 0, "box_fixed"),       # 1-D along a strided dim: the fixed column
+    ((64, 3001), (7,), torch.float32, 2, 0, 0, "box"),             # not rows16: Box1
+    ((40, 512), (5,), torch.bfloat16, 2, 0, 0, "box_fixed"),
+    ((40, 512), (11,), torch.float32, 2, 0, 0, "box"),             # no fixed column of 11 taps
     ((8, 500, 3), (5,), torch.float32, 2, 1, 0, "stepped_row"),    # taps 3 apart along the rows
     ((8, 500, 3), (9,), torch.bfloat16, 1, 1, 0, "stepped_row"),
 ]

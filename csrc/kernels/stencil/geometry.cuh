@@ -37,10 +37,11 @@ template <int CK>
 using BoxBlocking = Blocking<8, 3, CK, CK == 9>;
 
 // The consumer a tile runs when its shape has a compile-time one (choose_fixed: rows of whole
-// 16-byte multiples and a vector-aligned pointer, the common case): Row3..Row9 and Box3x3/Box5x5
-// (consumer_fixed.cuh), Box9x9 (fp32, consumer_wide.cuh), Mma (2-byte, consumer_mma.cuh).
-// None: the general consumer (consumer_general.cuh).
-enum class StencilFixed : int { None = 0, Row3, Row5, Row7, Row9, Box3x3, Box5x5, Mma, Box9x9 };
+// 16-byte multiples and a vector-aligned pointer, the common case): Row3..Row9, Box3x3/Box5x5 and
+// the columns Col3..Col9 (one tap column: 1-D along a strided dim; consumer_fixed.cuh), Box9x9
+// (fp32, consumer_wide.cuh), Mma (2-byte, consumer_mma.cuh). None: the general consumer
+// (consumer_general.cuh).
+enum class StencilFixed : int { None = 0, Row3, Row5, Row7, Row9, Box3x3, Box5x5, Mma, Box9x9, Col3, Col5, Col7, Col9 };
 
 struct BlockingShape {
   int th, dy, ck;

@@ -22,7 +22,7 @@ namespace cupipe {
 namespace kernels {
 
 // Runs the fixed consumer the launcher chose (see StencilFixed): the Row shapes in the Row kernel,
-// the Box shapes in the BoxFixed kernel (each compiled under its kernel's register budget).
+// the Box and column shapes in the BoxFixed kernel (each compiled under its kernel's register budget).
 template <typename T, bool Box>
 __device__ __forceinline__ void consume_fixed(StencilFixed f, uint32_t st, uint32_t ws, const ConsumerGeom& cg, T* out,
                                               int rank, int size) {
@@ -33,8 +33,15 @@ __device__ __forceinline__ void consume_fixed(StencilFixed f, uint32_t st, uint3
         return;
       }
     }
-    if (f == StencilFixed::Box3x3) consume_tile_fixed<T, BoxBlocking<3>::TH, 3, 3>(st, ws, cg, out, rank, size);
-    else consume_tile_fixed<T, BoxBlocking<5>::TH, 5, 5>(st, ws, cg, out, rank, size);
+    constexpr int TH = BoxBlocking<1>::TH;
+    switch (f) {
+      case StencilFixed::Box3x3: consume_tile_fixed<T, BoxBlocking<3>::TH, 3, 3>(st, ws, cg, out, rank, size); break;
+      case StencilFixed::Box5x5: consume_tile_fixed<T, BoxBlocking<5>::TH, 5, 5>(st, ws, cg, out, rank, size); break;
+      case StencilFixed::Col3: consume_tile_fixed<T, TH, 3, 1>(st, ws, cg, out, rank, size); break;
+      case StencilFixed::Col5: consume_tile_fixed<T, TH, 5, 1>(st, ws, cg, out, rank, size); break;
+      case StencilFixed::Col7: consume_tile_fixed<T, TH, 7, 1>(st, ws, cg, out, rank, size); break;
+      default: consume_tile_fixed<T, TH, 9, 1>(st, ws, cg, out, rank, size); break;
+    }
   } else {
     constexpr int TW = kItemTW<T>;
     const ConsumerGeom rg = in_item_tw<T>(cg);

@@ -37,6 +37,15 @@ inline StencilFixed choose_fixed(const StencilGeom& g, const void* x, int esz) {
       default: return StencilFixed::None;
     }
   }
+  if (g.blocking == StencilBlocking::Box1) {  // one tap column (kw = 1)
+    switch (kh) {
+      case 3: return StencilFixed::Col3;
+      case 5: return StencilFixed::Col5;
+      case 7: return StencilFixed::Col7;
+      case 9: return StencilFixed::Col9;
+      default: return StencilFixed::None;
+    }
+  }
   if (g.blocking == StencilBlocking::Box3 && kh == 3) return StencilFixed::Box3x3;
   if (g.blocking == StencilBlocking::Box5 && kh == 5) return StencilFixed::Box5x5;
   // The wide consumer: items 8 columns wide (tiles of at least two fp32 Box items across).
@@ -243,7 +252,8 @@ StencilPlan plan_stencil(const StencilParams& p, const DeviceInfo& dev) {
 inline bool family_fits(StencilFamily f, const StencilGeom& g) {
   if ((g.step != 1) != is_stepped_family(f)) return false;
   const bool fixed_box = g.fixed == StencilFixed::Box3x3 || g.fixed == StencilFixed::Box5x5 ||
-                         g.fixed == StencilFixed::Box9x9;
+                         g.fixed == StencilFixed::Box9x9 ||
+                         (g.fixed >= StencilFixed::Col3 && g.fixed <= StencilFixed::Col9);
   switch (f) {
     case StencilFamily::Row:
       return g.fixed == StencilFixed::None || (g.fixed >= StencilFixed::Row3 && g.fixed <= StencilFixed::Row9);
