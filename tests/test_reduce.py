@@ -293,6 +293,39 @@ def test_reduce_layouts_every_mechanism(device, mechanism, dtype):
                                       f"offset={offset} {dtype}")
 
 
+@pytest.mark.parametrize("dtype", FLOAT_DTYPES, ids=lambda d: DTYPE_IDS[d])
+def test_reduce_short_rows(device, dtype):
+    """Rows under a 16-byte vector (every length from 1, the copy class, to a vector's elements less
+    one; the vector itself as a control): the CUDA kernel's thread per 16 / esz rows from an aligned
+    x, rows counts that leave a partial last group and tile, a NaN and an inf in some rows, results
+    in x's dtype and in another (dtype=), outputs poisoned first; misaligned x (the per-row span
+    path) for the same rows. Bit-identical repeats."""
+    from conftest import poison_allocator
+    esz = torch.empty((), dtype=dtype).element_size()
+    ve = 16 // esz
+    for r in range(1, ve + 1):
+        outer = 40_007 if r <= 2 else 9_001  # several 32 KiB tiles, the last one partial
+        for offset in (0, 1):
+            base = make_input((outer * r + offset,), dtype, "cpu", seed=70 + r)
+            base[offset + 5 * r] = float("nan")
+            base[offset + 11 * r + r - 1] = float("inf")
+            x = base.to(device)[offset:].view(outer, r)
+            for op in REDUCE_OPS:
+                for odt in (None, torch.float32 if dtype != torch.float32 else torch.float64):
+                    if op in ("amax", "amin") and odt is not None:
+                        continue  # torch.amax has no dtype
+                    poison_allocator(outer * 8, device)
+                    y = cupipe.reduce(x, op, 1, dtype=odt)
+                    ref = reduce_ref(x, op, 1, dtype=odt)
+                    atol, rtol = _tolerance(op, y.dtype, r)
+                    assert_close(y, ref, atol=atol, rtol=rtol, equal_nan=True,
+                                 what=f"{op} rows of {r} offset={offset} {dtype} dtype={odt}")
+                    assert torch.equal(torch.isnan(y), torch.isnan(ref)), f"{op} rows of {r}: NaNs differ"
+                    if odt is None:
+                        assert_close(cupipe.reduce(x, op, 1), y, atol=0, rtol=0, equal_nan=True,
+                                     what=f"a repeat of {op} rows of {r}")
+
+
 @pytest.mark.parametrize("shape", [(40, 300, 301), (16, 1000, 301), (4, 1000, 1024), (1500, 301), (40000, 160)],
                          ids=lambda s: "x".join(map(str, s)))
 def test_reduce_column_partials_slices(device, shape):

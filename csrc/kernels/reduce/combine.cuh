@@ -9,6 +9,7 @@
 
 #include "engine/engine.cuh"
 #include "kernels/numeric.cuh"
+#include "kernels/reduce/states.h"
 
 namespace cupipe {
 namespace kernels {
@@ -30,8 +31,8 @@ struct Combine {
   }
   // NaN propagates through amax/amin, as in torch.
   __device__ __forceinline__ A operator()(A a, A v) const {
-    if (op == ReduceOp::Amax) return (a != a) ? a : ((v != v || v > a) ? v : a);
-    if (op == ReduceOp::Amin) return (a != a) ? a : ((v != v || v < a) ? v : a);
+    if (op == ReduceOp::Amax) return nan_max(a, v);
+    if (op == ReduceOp::Amin) return nan_min(a, v);
     return a + v;
   }
 };
@@ -40,6 +41,7 @@ struct Combine {
 // op there costs several instructions per element in kernels that issue ~25 per element).
 template <typename A, ReduceOp Op>
 struct StaticCombine {
+  __device__ __forceinline__ A init() const { return Combine<A>{Op}.init(); }
   __device__ __forceinline__ A operator()(A a, A v) const { return Combine<A>{Op}(a, v); }
 };
 
@@ -66,13 +68,52 @@ __device__ __forceinline__ A finalize(ReduceOp op, A v, int64_t r) {
   return op == ReduceOp::Mean ? v / static_cast<A>(r) : v;  // mean of nothing: 0/0 = nan
 }
 
-// Loads of UB bytes (a power of two, 2 to 16) from shared memory at a multiple of UB, for rows that
-// agree only modulo UB: the UB bytes at p in the leading bytes of a vector (the rest zero), and the
-// 16 bytes at p as 16 / UB such loads.
+// Stores the finalized v[0, n) at out[i, i + n), n <= N: as 16-byte vectors when all N are there
+// and they fill whole aligned vectors, else one at a time.
+template <int N, typename A>
+__device__ __forceinline__ void store_outs(void* out, DType od, int64_t i, int n, const A* v) {
+  auto put = [&](auto* dst, auto cvt) {
+    using O = std::remove_pointer_t<decltype(dst)>;
+    constexpr int OV = 16 / sizeof(O);  // outputs a vector
+    O* p = dst + i;
+    if constexpr (N % OV == 0) {
+      if (n == N && (reinterpret_cast<uintptr_t>(p) & 15u) == 0) {
+#pragma unroll
+        for (int q = 0; q < N / OV; ++q) {
+          uint64_t half[2] = {0, 0};  // the vector's bits, packed in registers
+#pragma unroll
+          for (int k = 0; k < OV; ++k) {
+            const O o = cvt(v[q * OV + k]);
+            uint64_t b = 0;
+            memcpy(&b, &o, sizeof(O));
+            constexpr int kBits = 8 * static_cast<int>(sizeof(O));
+            half[k * kBits / 64] |= b << (k * kBits % 64);
+          }
+          reinterpret_cast<uint4*>(p)[q] = make_uint4(static_cast<uint32_t>(half[0]), static_cast<uint32_t>(half[0] >> 32),
+                                                      static_cast<uint32_t>(half[1]), static_cast<uint32_t>(half[1] >> 32));
+        }
+        return;
+      }
+    }
+#pragma unroll
+    for (int k = 0; k < N; ++k)  // (compile-time indices: v stays in registers)
+      if (k < n) p[k] = cvt(v[k]);
+  };
+  switch (od) {
+    case DType::F32: put(static_cast<float*>(out), [](A a) { return static_cast<float>(a); }); break;
+    case DType::F64: put(static_cast<double*>(out), [](A a) { return static_cast<double>(a); }); break;
+    case DType::F16: put(static_cast<__half*>(out), [](A a) { return from_acc<__half>(a); }); break;
+    case DType::BF16: put(static_cast<__nv_bfloat16*>(out), [](A a) { return from_acc<__nv_bfloat16>(a); }); break;
+  }
+}
+
+// Loads of UB bytes (2, 4 or 8: with_unit_bytes) from shared memory at a multiple of UB, for rows
+// that agree only modulo UB: the UB bytes at p in the leading bytes of a vector (the rest zero), and
+// the 16 bytes at p as 16 / UB such loads.
 template <int UB>
 __device__ __forceinline__ uint4 load_unit(const char* p) {
-  if constexpr (UB == 16) return *reinterpret_cast<const uint4*>(p);
-  else if constexpr (UB == 8) {
+  static_assert(UB == 2 || UB == 4 || UB == 8, "units under a vector");
+  if constexpr (UB == 8) {
     const uint2 a = *reinterpret_cast<const uint2*>(p);
     return make_uint4(a.x, a.y, 0u, 0u);
   } else if constexpr (UB == 4) return make_uint4(*reinterpret_cast<const uint32_t*>(p), 0u, 0u, 0u);
@@ -80,9 +121,9 @@ __device__ __forceinline__ uint4 load_unit(const char* p) {
 }
 template <int UB>
 __device__ __forceinline__ uint4 load16_in_units(const char* p) {
-  if constexpr (UB >= 8) {
-    const uint4 a = load_unit<UB>(p), b = load_unit<UB>(p + 8);
-    return UB == 16 ? a : make_uint4(a.x, a.y, b.x, b.y);
+  if constexpr (UB == 8) {
+    const uint4 a = load_unit<8>(p), b = load_unit<8>(p + 8);
+    return make_uint4(a.x, a.y, b.x, b.y);
   } else {
     uint32_t w[4];
 #pragma unroll
@@ -159,6 +200,33 @@ __device__ __forceinline__ void fold_span_rotated(const T* p, int n, int rot, A&
   for (int j = 0; j < VE; ++j)
     if ((nv - 1) * VE + j < end) acc = sc(acc, e[j]);
   fold_vectors_rotated<T>(u + 1, nv - 2, rot, acc, sc);
+}
+
+// Folds 16 / sizeof(T) rows of R elements each (R under a vector's elements), which lie from v
+// (shared memory, 16-byte aligned) as R whole vectors, into acc[row]: every index a compile-time
+// constant, each element combined once, each row in order.
+template <typename T, int R, typename A, class SC>
+__device__ __forceinline__ void fold_short_rows(const void* v, A (&acc)[16 / sizeof(T)], SC sc) {
+  constexpr int VE = 16 / sizeof(T);
+  static_assert(R >= 1 && R < VE, "rows under a vector");
+  const uint4* u = static_cast<const uint4*>(v);
+#pragma unroll
+  for (int k = 0; k < VE; ++k) acc[k] = sc.init();
+#pragma unroll
+  for (int q = 0; q < R; ++q) {
+    A e[VE];
+    unpack16<T>(u[q], e);
+#pragma unroll
+    for (int j = 0; j < VE; ++j) acc[(q * VE + j) / R] = sc(acc[(q * VE + j) / R], e[j]);
+  }
+}
+// Runs f(std::integral_constant<int, R>{}) for a run-time row length 1 <= r < 16 / sizeof(T).
+template <typename T, int R = 1, class F>
+__device__ __forceinline__ void with_short_rows(int r, F&& f) {
+  if constexpr (R + 1 < 16 / static_cast<int>(sizeof(T))) {
+    if (r != R) return with_short_rows<T, R + 1>(r, f);
+  }
+  f(std::integral_constant<int, R>{});
 }
 
 // Folds the n elements at p (shared memory, any element-aligned address) into acc, thread

@@ -87,6 +87,10 @@ inline RowsPlan make_rows_plan(const ReduceParams& p, int esz, int tile_bytes, i
     pl.rows_per_tile = static_cast<int>(p.r > 0 ? pl.tile_elems / p.r : pl.tile_elems);
     const int64_t vecs = ceil_div(std::max<int64_t>(p.r, 1), 16 / esz);  // 16-byte vectors per row
     pl.vec_rows = (reinterpret_cast<uintptr_t>(p.x) & 15u) == 0 && (p.r * esz) % 16 == 0;
+    // Rows under a vector from an aligned x: 16 / esz rows a thread (whole vectors, fold_short_rows),
+    // tiles of whole such groups so that every tile starts aligned.
+    pl.short_rows = (reinterpret_cast<uintptr_t>(p.x) & 15u) == 0 && p.r >= 1 && p.r * esz < 16;
+    if (pl.short_rows) pl.rows_per_tile -= pl.rows_per_tile % (16 / esz);
     int g = 1;
     if (pl.vec_rows) {
       // About 4 vectors per lane (fewer shuffles per element), but enough lanes that the tile's

@@ -33,6 +33,8 @@ struct RowsPlan {
   bool wide;           // reduce_wide_rows_kernel, one tile per block: packed rows over a warp's
                        // share (parts == 1), or chunks of part_len elements of long rows (parts > 1)
   int last_rows;       // wide, packed: rows of the last tile
+  bool short_rows;     // packed rows under a vector from an aligned x: a thread per 16 / esz rows
+                       // (r whole vectors; rows_per_tile a multiple of them)
 };
 
 template <engine::Mechanism M, int S, typename T>
@@ -72,6 +74,24 @@ __global__ void __launch_bounds__(kReduceThreads)
       const int G = pl.group, ngroups = team.size >> pl.group_log2, gi = team.rank >> pl.group_log2,
                 lane = team.rank & (G - 1);
       const int r = static_cast<int>(pl.r);
+      if (pl.short_rows) {
+        // A thread per 16 / esz rows, r whole vectors: each element combined once at a
+        // compile-time place, the rows' results stored as whole vectors.
+        constexpr int VE = 16 / esz;
+        with_short_rows<T>(r, [&](auto rc) {
+          constexpr int R = decltype(rc)::value;
+          with_static_combine<A>(op, [&](auto sc) {
+            for (int g0 = team.rank * VE; g0 < nrows; g0 += team.size * VE) {
+              A acc[VE];
+              fold_short_rows<T, R>(tile + static_cast<int64_t>(g0) * R, acc, sc);
+#pragma unroll
+              for (int k = 0; k < VE; ++k) acc[k] = finalize(op, acc[k], pl.r);
+              store_outs<VE>(out, od, row0 + g0, min(VE, nrows - g0), acc);
+            }
+          });
+        });
+        return;
+      }
       if (pl.vec_rows) {
         const int nvec = r / (16 / esz);
         with_static_combine<A>(op, [&](auto sc) {

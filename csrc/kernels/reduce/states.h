@@ -109,6 +109,25 @@ template <typename A>
 CUPIPE_ST_HD A nan_max(A a, A v) { return (a != a) ? a : ((v != v || v > a) ? v : a); }
 template <typename A>
 CUPIPE_ST_HD A nan_min(A a, A v) { return (a != a) ? a : ((v != v || v < a) ? v : a); }
+// fp32 on sm_80 and later: one instruction each (max.NaN / min.NaN give NaN when either input is).
+CUPIPE_ST_HD float nan_max(float a, float v) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+  float r;
+  asm("max.NaN.f32 %0, %1, %2;" : "=f"(r) : "f"(a), "f"(v));
+  return r;
+#else
+  return (a != a) ? a : ((v != v || v > a) ? v : a);
+#endif
+}
+CUPIPE_ST_HD float nan_min(float a, float v) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+  float r;
+  asm("min.NaN.f32 %0, %1, %2;" : "=f"(r) : "f"(a), "f"(v));
+  return r;
+#else
+  return (a != a) ? a : ((v != v || v < a) ? v : a);
+#endif
+}
 
 template <typename A, StateKind K>
 struct State;
