@@ -263,8 +263,8 @@ FIXED_WEIGHTS = [(3, 3), (5, 5), (9, 9), (3, 1), (7, 1)]  # and one tap column (
 
 @pytest.mark.parametrize("dtype", FLOAT_DTYPES, ids=lambda d: DTYPE_IDS[d])
 @pytest.mark.parametrize("boundary", BOUNDARIES)
-# offset 4: 2-byte data 8 bytes past a 16-byte boundary, where the 2-byte fixed consumers (rows and
-# the narrow 3x3 kernel, 16-byte items) give way to the general one.
+# offset 4: 2-byte data 8 bytes past a 16-byte boundary, where the 2-byte box consumers take items
+# of 8-byte vectors (half_items) and the rows give way to the general consumer.
 @pytest.mark.parametrize("offset", [0, 1, 4], ids=["aligned", "offset", "offset4"])
 def test_stencil_fixed_consumers(device, boundary, dtype, offset):
     for shape in FIXED_PLANES:
@@ -957,6 +957,9 @@ FAMILY_CASES = [
     ((2, 150, 384), (3, 3), torch.float32, 3, None, 0, "box_fixed"),  # deeper rings: the fixed box on Box's block
     ((1, 100, 600), (9, 9), torch.float32, 4, None, 0, "box_fixed"),  # the wide 9x9 there
     ((2, 150, 384), (3, 3), torch.float32, 2, None, 1, "box"),     # unaligned: no fixed consumer
+    ((2, 150, 384), (3, 3), torch.bfloat16, 2, None, 4, "narrow3"),  # 8 bytes off 16: 8-byte items
+    ((2, 150, 384), (5, 5), torch.float16, 3, None, 4, "box_fixed"),
+    ((2, 150, 384), (3, 3), torch.bfloat16, 2, None, 1, "box"),    # 2 bytes off: the general consumer
     ((2, 150, 384), (3, 3), torch.float64, 2, None, 0, "box_fixed"),
     ((2, 150, 384), (5, 3), torch.float64, 2, None, 0, "box"),
     ((2, 150, 384), (7, 7), torch.float32, 2, None, 0, "box"),

@@ -82,6 +82,8 @@ struct StencilGeom {
   int step;                // elements between x taps (StencilParams::x_step; nx a multiple of it)
   StencilBlocking blocking;
   StencilFixed fixed;      // None unless the launcher finds a fixed consumer for the input
+  bool half_items;         // 2-byte fixed consumers on items of kTW outputs (8-byte vectors), not
+                           // kTwoByteTW: x only 8-byte aligned (a crop 4 elements in)
   bool tensor_tiles;       // tma: tiles move as one tensor-map box (see load_stencil_tile)
   int tile_h, tile_w;      // outputs per tile: (tile_h / TH) x (tile_w / TW) work items
   int x_phase;             // tiles start at columns tx * tile_w - x_phase (Mma; else 0)
@@ -144,6 +146,7 @@ inline StencilGeom make_stencil_geom(const StencilParams& p, int esz, int acc_si
   g.xs_plane = p.x_row > 0 ? p.x_plane : p.ny * p.nx;
   g.wdt = p.weights_dtype;
   g.fixed = StencilFixed::None;
+  g.half_items = false;
   g.tensor_tiles = false;
   g.x_phase = 0;
   g.mma_a = 0;

@@ -139,10 +139,16 @@ __global__ void __launch_bounds__(StencilFamilyTraits<F, T>::kThreads, StencilFa
       static_assert(BoxBlocking<3>::TH == BoxBlocking<5>::TH, "narrow items split the Box item");
       ConsumerGeom ng = cg;
       ng.items = cg.items * (BoxBlocking<3>::TH / kNarrowTH);  // the same tile in items of kNarrowTH rows
-      ng = in_item_tw<T>(ng);
-      consume_tile_fixed<T, kNarrowTH, Fam::kFixedK, Fam::kFixedK, kItemTW<T>>(
-          static_cast<uint32_t>(__cvta_generic_to_shared(stage)), static_cast<uint32_t>(__cvta_generic_to_shared(w_s)),
-          ng, out, team.rank, team.size);
+      const uint32_t st = static_cast<uint32_t>(__cvta_generic_to_shared(stage));
+      const uint32_t ws = static_cast<uint32_t>(__cvta_generic_to_shared(w_s));
+      if constexpr (kItemTW<T> != kTW<T>) {
+        if (g.half_items) {  // x 8 bytes off 16: the tile's own kTW items
+          consume_tile_fixed<T, kNarrowTH, Fam::kFixedK, Fam::kFixedK, kTW<T>>(st, ws, ng, out, team.rank, team.size);
+          return;
+        }
+      }
+      consume_tile_fixed<T, kNarrowTH, Fam::kFixedK, Fam::kFixedK, kItemTW<T>>(st, ws, in_item_tw<T>(ng), out,
+                                                                                team.rank, team.size);
     } else if constexpr (F == StencilFamily::BoxFixed) {
       consume_fixed<T, true>(g.fixed, static_cast<uint32_t>(__cvta_generic_to_shared(stage)),
                              static_cast<uint32_t>(__cvta_generic_to_shared(w_s)), cg, out, team.rank, team.size);

@@ -23,9 +23,12 @@ namespace kernels {
 inline StencilFixed choose_fixed(const StencilGeom& g, const void* x, int esz) {
   if (g.step != 1) return StencilFixed::None;
   // The consumers' vectors are 16 bytes (kVecBytes, and the 2-byte types' items of kTwoByteTW
-  // outputs where the Row and Narrow3 kernels take them; those need tiles of whole items).
-  if (!rows_of_16(g, esz) || reinterpret_cast<uintptr_t>(x) % 16 != 0) return StencilFixed::None;
-  if (esz == 2 && g.tile_w % kTwoByteTW != 0) return StencilFixed::None;
+  // outputs where the Row and Narrow3 kernels take them; those need tiles of whole items). The
+  // 2-byte box consumers also run items of kTW outputs, 8-byte vectors (StencilGeom::half_items).
+  const uintptr_t mis = reinterpret_cast<uintptr_t>(x) % 16;
+  if (!rows_of_16(g, esz) || (mis != 0 && !(mis == 8 && esz == 2 && g.blocking != StencilBlocking::Row)))
+    return StencilFixed::None;
+  if (esz == 2 && mis == 0 && g.tile_w % kTwoByteTW != 0) return StencilFixed::None;
   const int kh = 2 * g.ry + 1, kw = 2 * g.rx + 1;
   if (g.blocking == StencilBlocking::Row) {
     if (kh != 1) return StencilFixed::None;
@@ -198,6 +201,9 @@ StencilPlan plan_stencil(const StencilParams& p, const DeviceInfo& dev) {
     StencilGeom gb = make_stencil_geom(p, esz, sizeof(A), consumers, smem_budget, align,
                                        wide ? 2 * kBoxCols : kBoxCols);
     gb.fixed = choose_fixed(gb, p.x, esz);
+    // A 2-byte x 8 bytes off 16 (a crop 4 elements in): the fixed consumers take items of kTW
+    // outputs, whose 8-byte vectors that alignment allows.
+    gb.half_items = gb.fixed != StencilFixed::None && esz == 2 && reinterpret_cast<uintptr_t>(p.x) % 16 != 0;
     return gb;
   };
   StencilGeom g = geom_for(StencilFamily::Box);
