@@ -283,11 +283,14 @@ def test_stencil2d_channels_last_wide_points(device, boundary, dtype):
 @pytest.mark.parametrize("boundary", ["zero", "replicate", "circular", "reflect"])
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float64], ids=["f32", "bf16", "f64"])
 def test_stencil1d_narrow_inner_steps(device, boundary, dtype):
-    for inner in (2, 3, 5, 12, 40):
+    esz = torch.empty((), dtype=dtype).element_size()
+    for inner in (2, 3, 5, 12, 40, 8, 64):  # 8, 64: steps of whole 16-byte vectors (the fixed rows)
+        if inner * esz >= 512:
+            continue  # planes, not steps
         base = make_input((3, 50, inner), dtype, device, seed=90 + inner)
         for name, x in (("dense", base), ("cropped", base[:, 2:-3]), ("batch-permuted", base.transpose(0, 1)[:, 1:])):
             d = 1 if name != "batch-permuted" else 0
-            for r in (1, 2, 4):
+            for r in (1, 2, 3, 4):
                 w = make_weights((2 * r + 1,), torch.float32, device, seed=91 + r)
                 assert "elements apart" in _plan("stencil1d", x, weights=w, dim=d), name
                 _poison(device, x)

@@ -128,6 +128,18 @@ __global__ void __launch_bounds__(StencilFamilyTraits<F, T>::kThreads, StencilFa
     } else if constexpr (Fam::kStepped) {  // taps a step apart, on Row's or Box's items
       const uint32_t st = static_cast<uint32_t>(__cvta_generic_to_shared(stage));
       const uint32_t ws = static_cast<uint32_t>(__cvta_generic_to_shared(w_s));
+      if constexpr (!kBox) {
+        if (g.fixed != StencilFixed::None) {  // steps of whole vectors: the fixed rows
+          const ConsumerGeom rg = in_item_tw<T>(cg);
+          switch (g.fixed) {
+            case StencilFixed::Row3: consume_stepped_rows_fixed<T, 3>(st, ws, rg, out, team.rank, team.size); break;
+            case StencilFixed::Row5: consume_stepped_rows_fixed<T, 5>(st, ws, rg, out, team.rank, team.size); break;
+            case StencilFixed::Row7: consume_stepped_rows_fixed<T, 7>(st, ws, rg, out, team.rank, team.size); break;
+            default: consume_stepped_rows_fixed<T, 9>(st, ws, rg, out, team.rank, team.size); break;
+          }
+          return;
+        }
+      }
       consume_stepped_tile<T, std::conditional_t<kBox, BoxBlocking<9>, RowBlocking>>(st, ws, cg, out, team.rank,
                                                                                       team.size);
     } else if constexpr (F == StencilFamily::Wide9) {

@@ -21,7 +21,20 @@ namespace kernels {
 // consumer's vectors (then the shift puts the first taps where the consumer expects them). Taps a
 // step apart have only the general consumer.
 inline StencilFixed choose_fixed(const StencilGeom& g, const void* x, int esz) {
-  if (g.step != 1) return StencilFixed::None;
+  if (g.step != 1) {
+    // Taps a step apart: the stepped fixed rows where a step is whole 16-byte vectors and x is
+    // aligned (consume_stepped_rows_fixed); else the general stepped consumer.
+    if (g.blocking != StencilBlocking::Row || g.step * esz % 16 != 0 || !rows_of_16(g, esz) ||
+        reinterpret_cast<uintptr_t>(x) % 16 != 0 || (esz == 2 && g.tile_w % kTwoByteTW != 0))
+      return StencilFixed::None;
+    switch (2 * g.rx + 1) {
+      case 3: return StencilFixed::Row3;
+      case 5: return StencilFixed::Row5;
+      case 7: return StencilFixed::Row7;
+      case 9: return StencilFixed::Row9;
+      default: return StencilFixed::None;
+    }
+  }
   // The consumers' vectors are 16 bytes (kVecBytes, and the 2-byte types' items of kTwoByteTW
   // outputs where the Row and Narrow3 kernels take them; those need tiles of whole items). The
   // 2-byte box consumers also run items of kTW outputs, 8-byte vectors (StencilGeom::half_items).
@@ -263,8 +276,9 @@ inline bool family_fits(StencilFamily f, const StencilGeom& g) {
   switch (f) {
     case StencilFamily::Row:
       return g.fixed == StencilFixed::None || (g.fixed >= StencilFixed::Row3 && g.fixed <= StencilFixed::Row9);
-    case StencilFamily::Box:
     case StencilFamily::SteppedRow:
+      return g.fixed == StencilFixed::None || (g.fixed >= StencilFixed::Row3 && g.fixed <= StencilFixed::Row9);
+    case StencilFamily::Box:
     case StencilFamily::SteppedBox: return g.fixed == StencilFixed::None;
     case StencilFamily::BoxFixed: return fixed_box;
     case StencilFamily::Narrow3: return g.fixed == StencilFixed::Box3x3;
