@@ -109,14 +109,15 @@ template <typename A>
 CUPIPE_ST_HD A nan_max(A a, A v) { return (a != a) ? a : ((v != v || v > a) ? v : a); }
 template <typename A>
 CUPIPE_ST_HD A nan_min(A a, A v) { return (a != a) ? a : ((v != v || v < a) ? v : a); }
-// fp32 on sm_80 and later: one instruction each (max.NaN / min.NaN give NaN when either input is).
+// fp32 on sm_80 and later: one instruction each (max.NaN / min.NaN give NaN when either input is);
+// elsewhere the templates above.
 CUPIPE_ST_HD float nan_max(float a, float v) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
   float r;
   asm("max.NaN.f32 %0, %1, %2;" : "=f"(r) : "f"(a), "f"(v));
   return r;
 #else
-  return (a != a) ? a : ((v != v || v > a) ? v : a);
+  return nan_max<float>(a, v);
 #endif
 }
 CUPIPE_ST_HD float nan_min(float a, float v) {
@@ -125,7 +126,7 @@ CUPIPE_ST_HD float nan_min(float a, float v) {
   asm("min.NaN.f32 %0, %1, %2;" : "=f"(r) : "f"(a), "f"(v));
   return r;
 #else
-  return (a != a) ? a : ((v != v || v < a) ? v : a);
+  return nan_min<float>(a, v);
 #endif
 }
 
