@@ -16,10 +16,19 @@
 namespace cupipe {
 namespace kernels {
 
+static_assert(int(StencilFixed::Row9) - int(StencilFixed::Row3) == 3 &&
+                  int(StencilFixed::Col9) - int(StencilFixed::Col3) == 3,
+              "the fixed rows and columns are runs of four");
+// The fixed consumer of n taps in a run of four (Row3..Row9, Col3..Col9: n = 3, 5, 7, 9), else None.
+inline StencilFixed fixed_of_taps(int n, StencilFixed first) {
+  if (n < 3 || n > 9 || n % 2 == 0) return StencilFixed::None;
+  return static_cast<StencilFixed>(static_cast<int>(first) + (n - 3) / 2);
+}
+
 // The fixed consumer for this launch, or None (see StencilFixed): shapes with one, tiles whose
 // rows share one shift (rows of whole 16-byte multiples), and a data pointer aligned to the
 // consumer's vectors (then the shift puts the first taps where the consumer expects them). Taps a
-// step apart have only the general consumer.
+// step apart: the stepped fixed rows (below), else the general stepped consumer.
 inline StencilFixed choose_fixed(const StencilGeom& g, const void* x, int esz) {
   if (g.step != 1) {
     // Taps a step apart: the stepped fixed rows where a step is whole 16-byte vectors and x is
@@ -27,13 +36,7 @@ inline StencilFixed choose_fixed(const StencilGeom& g, const void* x, int esz) {
     if (g.blocking != StencilBlocking::Row || g.step * esz % 16 != 0 || !rows_of_16(g, esz) ||
         reinterpret_cast<uintptr_t>(x) % 16 != 0 || (esz == 2 && g.tile_w % kTwoByteTW != 0))
       return StencilFixed::None;
-    switch (2 * g.rx + 1) {
-      case 3: return StencilFixed::Row3;
-      case 5: return StencilFixed::Row5;
-      case 7: return StencilFixed::Row7;
-      case 9: return StencilFixed::Row9;
-      default: return StencilFixed::None;
-    }
+    return fixed_of_taps(2 * g.rx + 1, StencilFixed::Row3);
   }
   // The consumers' vectors are 16 bytes (kVecBytes, and the 2-byte types' items of kTwoByteTW
   // outputs where the Row and Narrow3 kernels take them; those need tiles of whole items). The
@@ -43,25 +46,8 @@ inline StencilFixed choose_fixed(const StencilGeom& g, const void* x, int esz) {
     return StencilFixed::None;
   if (esz == 2 && mis == 0 && g.tile_w % kTwoByteTW != 0) return StencilFixed::None;
   const int kh = 2 * g.ry + 1, kw = 2 * g.rx + 1;
-  if (g.blocking == StencilBlocking::Row) {
-    if (kh != 1) return StencilFixed::None;
-    switch (kw) {
-      case 3: return StencilFixed::Row3;
-      case 5: return StencilFixed::Row5;
-      case 7: return StencilFixed::Row7;
-      case 9: return StencilFixed::Row9;
-      default: return StencilFixed::None;
-    }
-  }
-  if (g.blocking == StencilBlocking::Box1) {  // one tap column (kw = 1)
-    switch (kh) {
-      case 3: return StencilFixed::Col3;
-      case 5: return StencilFixed::Col5;
-      case 7: return StencilFixed::Col7;
-      case 9: return StencilFixed::Col9;
-      default: return StencilFixed::None;
-    }
-  }
+  if (g.blocking == StencilBlocking::Row) return kh == 1 ? fixed_of_taps(kw, StencilFixed::Row3) : StencilFixed::None;
+  if (g.blocking == StencilBlocking::Box1) return fixed_of_taps(kh, StencilFixed::Col3);  // one tap column (kw = 1)
   if (g.blocking == StencilBlocking::Box3 && kh == 3) return StencilFixed::Box3x3;
   if (g.blocking == StencilBlocking::Box5 && kh == 5) return StencilFixed::Box5x5;
   // The wide consumer: items 8 columns wide (tiles of at least two fp32 Box items across).
