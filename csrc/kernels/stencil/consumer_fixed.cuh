@@ -1,7 +1,7 @@
 // The fixed consumers: a KH x KW stencil whose every size is a compile-time constant (rows 3, 5,
 // 7, 9 in the Row kernel; boxes 3x3 and 5x5 in the Box kernel and alone in the Narrow3/Narrow5
-// kernels). One pass, weights in registers once per tile, window rows read as whole aligned
-// vectors.
+// kernels; rows and the 3x3 box with taps a step apart in the stepped kernels). One pass, weights
+// in registers once per tile, window rows read as whole aligned vectors.
 #pragma once
 
 #include "kernels/stencil/consumer_io.cuh"
@@ -141,6 +141,78 @@ __device__ __noinline__ void consume_stepped_rows_fixed(uint32_t stage_s, uint32
     T* dst = oplane + oy * g.nx + ox;
     if (out_vec_aligned && ox + TW <= g.nx) store_vector<T>(dst, acc);
     else store_outputs<T>(dst, g.nx - ox, acc);
+  }
+}
+
+// The fixed boxes with taps `step` elements apart along the rows (channels_last's C inside the
+// rows), KH x KW taps at compile time, on the general stepped consumer's items of TH rows (Box's;
+// counted as in_item_tw across). Preconditions as consume_stepped_rows_fixed's: every row's shift
+// is a multiple of 16, so tap (k, c) of an item is the one V-byte vector at window row o + k,
+// column j0 + c * step. The weights sit in registers once per tile; an item's rows go in runs of SR,
+// each window row of a run loaded once per tap column.
+template <typename T, int KH, int KW, int TH, int TW = kItemTW<T>>
+__device__ __noinline__ void consume_stepped_box_fixed(uint32_t stage_s, uint32_t w_s, ConsumerGeom g, T* out,
+                                                       int rank, int size) {
+  using A = acc_t<T>;
+  constexpr int esz = sizeof(T), V = TW * esz;
+  // Accumulators a run: 32 (16 for the 2-byte types, whose kernel's budget is 80 registers at three
+  // blocks an SM: 32 spilled inside the consumer).
+  constexpr int kAcc = esz == 2 ? 16 : 32, SR = TH < kAcc / TW ? TH : kAcc / TW;
+  static_assert(V == 16, "items of one 16-byte vector");
+  static_assert(TH % SR == 0, "runs of whole rows");
+  const char* stage = static_cast<const char*>(__cvta_shared_to_generic(stage_s));
+  const A* w = static_cast<const A*>(__cvta_shared_to_generic(w_s));
+  A wr[KH][KW];
+#pragma unroll
+  for (int k = 0; k < KH; ++k)
+#pragma unroll
+    for (int c = 0; c < KW; ++c) wr[k][c] = w[k * g.kw_pad + c];
+  const TileHeader t = *reinterpret_cast<const TileHeader*>(stage);
+  const int* shifts = reinterpret_cast<const int*>(stage + sizeof(TileHeader));
+  T* oplane = out + t.b * g.ny * g.nx;
+  const int step_bytes = g.step * esz;
+  const bool out_vec_aligned = (reinterpret_cast<uintptr_t>(out) & (V - 1)) == 0;
+  for (int p = rank; p < g.items; p += size) {
+    const int j0 = (p & ((1 << g.cols_log2) - 1)) * TW, o0 = (p >> g.cols_log2) * TH;
+    const int64_t oy0 = t.y0 + o0, ox = t.x0 + j0;
+    if (oy0 >= g.ny || ox >= g.nx) continue;  // past the plane: nothing to compute
+    const char* col0 = stage + g.hdr_bytes + j0 * esz;
+#pragma unroll 1
+    for (int h = 0; h < TH; h += SR) {
+      const int64_t oy = oy0 + h;
+      if (oy >= g.ny) break;
+      A acc[SR][TW] = {};
+#pragma unroll
+      for (int r = 0; r < SR + KH - 1; ++r) {
+        const int wrow = o0 + h + r;
+        const char* row = col0 + wrow * g.pitch + shifts[wrow];  // V-aligned
+#pragma unroll
+        for (int c = 0; c < KW; ++c) {
+          const uint4 u = *reinterpret_cast<const uint4*>(row + c * step_bytes);
+          const uint32_t words[4] = {u.x, u.y, u.z, u.w};
+          A x[TW];
+          unpack<T>(words, x, std::make_integer_sequence<int, TW>{});
+#pragma unroll
+          for (int k = 0; k < KH; ++k) {
+            const int o = r - k;  // window row r feeds output row r - k through tap row k
+            if (o < 0 || o >= SR) continue;
+#pragma unroll
+            for (int tt = 0; tt < TW; ++tt) acc[o][tt] = fma(wr[k][c], x[tt], acc[o][tt]);
+          }
+        }
+      }
+      T* dst = oplane + oy * g.nx + ox;
+      if (out_vec_aligned && oy + SR <= g.ny && ox + TW <= g.nx) {
+#pragma unroll
+        for (int o = 0; o < SR; ++o) store_vector<T>(dst + o * g.nx, acc[o]);
+      } else {
+#pragma unroll
+        for (int o = 0; o < SR; ++o) {
+          if (oy + o >= g.ny) break;
+          store_outputs<T>(dst + o * g.nx, g.nx - ox, acc[o]);
+        }
+      }
+    }
   }
 }
 

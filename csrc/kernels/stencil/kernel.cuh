@@ -56,8 +56,8 @@ __device__ __forceinline__ void consume_fixed(StencilFixed f, uint32_t st, uint3
 
 // F: the family (family.cuh), with its preconditions from the launch plan: Narrow3/Narrow5 need
 // g.fixed to be that box, Wide9 Box9x9 with widened weight rows (narrow_wide_geom), Mma5/7/9 and
-// BoxMma g.fixed == Mma (choose_mma), BoxFixed a fixed box, SteppedRow/SteppedBox g.step > 1, Box
-// no fixed consumer, Row a fixed row or none (family_fits in launch_plan.cuh). Terms (Mma
+// BoxMma g.fixed == Mma (choose_mma), BoxFixed a fixed box, SteppedRow/SteppedBox g.step > 1 (a fixed
+// row / 3x3 box, or none), Box no fixed consumer, Row a fixed row or none (family_fits). Terms (Mma
 // families): the weight terms the consumer multiplies, kMmaTerms<T>, or 1 for weights that came in
 // x's dtype (a block whose fragments need more computes its tiles on the exact path).
 template <engine::Mechanism M, int S, typename T, StencilFamily F, int Terms = kMmaTerms<T>>
@@ -137,6 +137,11 @@ __global__ void __launch_bounds__(StencilFamilyTraits<F, T>::kThreads, StencilFa
             case StencilFixed::Row7: consume_stepped_rows_fixed<T, 7>(st, ws, rg, out, team.rank, team.size); break;
             default: consume_stepped_rows_fixed<T, 9>(st, ws, rg, out, team.rank, team.size); break;
           }
+          return;
+        }
+      } else {
+        if (g.fixed == StencilFixed::Box3x3) {  // steps of whole vectors: the fixed 3x3 box
+          consume_stepped_box_fixed<T, 3, 3, BoxBlocking<9>::TH>(st, ws, in_item_tw<T>(cg), out, team.rank, team.size);
           return;
         }
       }

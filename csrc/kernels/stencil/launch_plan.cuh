@@ -28,14 +28,17 @@ inline StencilFixed fixed_of_taps(int n, StencilFixed first) {
 // The fixed consumer for this launch, or None (see StencilFixed): shapes with one, tiles whose
 // rows share one shift (rows of whole 16-byte multiples), and a data pointer aligned to the
 // consumer's vectors (then the shift puts the first taps where the consumer expects them). Taps a
-// step apart: the stepped fixed rows (below), else the general stepped consumer.
+// step apart: the stepped fixed rows and 3x3 box (below), else the general stepped consumer.
 inline StencilFixed choose_fixed(const StencilGeom& g, const void* x, int esz) {
   if (g.step != 1) {
-    // Taps a step apart: the stepped fixed rows where a step is whole 16-byte vectors and x is
-    // aligned (consume_stepped_rows_fixed); else the general stepped consumer.
-    if (g.blocking != StencilBlocking::Row || g.step * esz % 16 != 0 || !rows_of_16(g, esz) ||
-        reinterpret_cast<uintptr_t>(x) % 16 != 0 || (esz == 2 && g.tile_w % kTwoByteTW != 0))
+    // Taps a step apart: the stepped fixed rows and 3x3 box where a step is whole 16-byte vectors
+    // and x is aligned (consume_stepped_rows_fixed, consume_stepped_box_fixed); else the general
+    // stepped consumer.
+    if (g.step * esz % 16 != 0 || !rows_of_16(g, esz) || reinterpret_cast<uintptr_t>(x) % 16 != 0 ||
+        (esz == 2 && g.tile_w % kTwoByteTW != 0))
       return StencilFixed::None;
+    if (g.blocking == StencilBlocking::Box3 && g.ry == 1) return StencilFixed::Box3x3;
+    if (g.blocking != StencilBlocking::Row) return StencilFixed::None;
     return fixed_of_taps(2 * g.rx + 1, StencilFixed::Row3);
   }
   // The consumers' vectors are 16 bytes (kVecBytes, and the 2-byte types' items of kTwoByteTW
@@ -178,7 +181,10 @@ inline void fit_stepped_blocks(StencilGeom& g, const StencilParams& p, int esz, 
                                int blocks, int64_t smem_budget, int align) {
   if (stages * g.stage_bytes + g.weight_bytes <= smem_budget / blocks) return;
   StencilGeom h = make_stencil_geom(p, esz, acc_size, consumers, smem_budget / blocks, align, kBoxCols, 8);
-  if (h.blocking == g.blocking && stages * h.stage_bytes + h.weight_bytes <= smem_budget / blocks) g = h;
+  if (h.blocking == g.blocking && stages * h.stage_bytes + h.weight_bytes <= smem_budget / blocks) {
+    h.fixed = choose_fixed(h, p.x, esz);  // the fixed box's tiles of whole items: asked again of these
+    g = h;
+  }
 }
 
 // The family and geometry of one call. The 2-byte Narrow3 tiles are twice as wide (32 x 256: two
@@ -206,7 +212,9 @@ StencilPlan plan_stencil(const StencilParams& p, const DeviceInfo& dev) {
     return gb;
   };
   StencilGeom g = geom_for(StencilFamily::Box);
-  StencilFamily fam = g.blocking == StencilBlocking::Row ? StencilFamily::Box : alone_family<T>(g.fixed, S);
+  // Stepped tiles run in the SteppedRow/SteppedBox kernels whatever their consumer.
+  StencilFamily fam = g.blocking == StencilBlocking::Row || g.step != 1 ? StencilFamily::Box
+                                                                         : alone_family<T>(g.fixed, S);
   if (fam == StencilFamily::Wide9) {
     if (!narrow_wide_geom(g, p, smem_budget, align)) fam = StencilFamily::Box;
   } else if (fam != StencilFamily::Box) {
@@ -264,8 +272,8 @@ inline bool family_fits(StencilFamily f, const StencilGeom& g) {
       return g.fixed == StencilFixed::None || (g.fixed >= StencilFixed::Row3 && g.fixed <= StencilFixed::Row9);
     case StencilFamily::SteppedRow:
       return g.fixed == StencilFixed::None || (g.fixed >= StencilFixed::Row3 && g.fixed <= StencilFixed::Row9);
-    case StencilFamily::Box:
-    case StencilFamily::SteppedBox: return g.fixed == StencilFixed::None;
+    case StencilFamily::SteppedBox: return g.fixed == StencilFixed::None || g.fixed == StencilFixed::Box3x3;
+    case StencilFamily::Box: return g.fixed == StencilFixed::None;
     case StencilFamily::BoxFixed: return fixed_box;
     case StencilFamily::Narrow3: return g.fixed == StencilFixed::Box3x3;
     case StencilFamily::Narrow5: return g.fixed == StencilFixed::Box5x5;
