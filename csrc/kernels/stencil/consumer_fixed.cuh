@@ -9,6 +9,16 @@
 namespace cupipe {
 namespace kernels {
 
+// A fixed consumer's KH x KW weights, from the tile's weight slots in shared memory into registers.
+template <int KH, int KW, typename A>
+__device__ __forceinline__ void fixed_weights(uint32_t w_s, const ConsumerGeom& g, A (&wr)[KH][KW]) {
+  const A* w = static_cast<const A*>(__cvta_shared_to_generic(w_s));
+#pragma unroll
+  for (int k = 0; k < KH; ++k)
+#pragma unroll
+    for (int c = 0; c < KW; ++c) wr[k][c] = w[k * g.kw_pad + c];
+}
+
 // The fixed consumer: a KH x KW stencil in one pass over items of TH x TW outputs, every size a
 // compile-time constant. Preconditions (the launcher's StencilFixed choice): all rows of the tile
 // share the shift in the header's first slot, and window column 0 then lies M elements past a
@@ -30,12 +40,8 @@ __device__ __noinline__ void consume_tile_fixed(uint32_t stage_s, uint32_t w_s, 
   constexpr int NX = TW + KW - 1;                    // window elements an item row needs
   constexpr int NV = (M + NX + kPerVec - 1) / kPerVec;  // aligned vectors that hold them
   const char* stage = static_cast<const char*>(__cvta_shared_to_generic(stage_s));
-  const A* w = static_cast<const A*>(__cvta_shared_to_generic(w_s));
   A wr[KH][KW];
-#pragma unroll
-  for (int k = 0; k < KH; ++k)
-#pragma unroll
-    for (int c = 0; c < KW; ++c) wr[k][c] = w[k * g.kw_pad + c];
+  fixed_weights<KH, KW>(w_s, g, wr);
   const TileHeader t = *reinterpret_cast<const TileHeader*>(stage);
   const int shift = *reinterpret_cast<const int*>(stage + sizeof(TileHeader));
   const char* rows = stage + g.hdr_bytes + shift - M * esz;  // V-aligned
@@ -161,12 +167,8 @@ __device__ __noinline__ void consume_stepped_box_fixed(uint32_t stage_s, uint32_
   static_assert(V == 16, "items of one 16-byte vector");
   static_assert(TH % SR == 0, "runs of whole rows");
   const char* stage = static_cast<const char*>(__cvta_shared_to_generic(stage_s));
-  const A* w = static_cast<const A*>(__cvta_shared_to_generic(w_s));
   A wr[KH][KW];
-#pragma unroll
-  for (int k = 0; k < KH; ++k)
-#pragma unroll
-    for (int c = 0; c < KW; ++c) wr[k][c] = w[k * g.kw_pad + c];
+  fixed_weights<KH, KW>(w_s, g, wr);
   const TileHeader t = *reinterpret_cast<const TileHeader*>(stage);
   const int* shifts = reinterpret_cast<const int*>(stage + sizeof(TileHeader));
   T* oplane = out + t.b * g.ny * g.nx;

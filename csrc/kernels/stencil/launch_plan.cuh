@@ -269,7 +269,6 @@ inline bool family_fits(StencilFamily f, const StencilGeom& g) {
                          (g.fixed >= StencilFixed::Col3 && g.fixed <= StencilFixed::Col9);
   switch (f) {
     case StencilFamily::Row:
-      return g.fixed == StencilFixed::None || (g.fixed >= StencilFixed::Row3 && g.fixed <= StencilFixed::Row9);
     case StencilFamily::SteppedRow:
       return g.fixed == StencilFixed::None || (g.fixed >= StencilFixed::Row3 && g.fixed <= StencilFixed::Row9);
     case StencilFamily::SteppedBox: return g.fixed == StencilFixed::None || g.fixed == StencilFixed::Box3x3;
