@@ -43,6 +43,7 @@ HEADERS = {
     "stencil_steps": "kernels/stencil/steps.cuh",
     "reduce_rows": "kernels/reduce/rows.cuh",
     "reduce_cols": "kernels/reduce/columns.cuh",
+    "reduce_cols_direct": "kernels/reduce/columns_direct.cuh",
     "reduce_partials": "kernels/reduce/partials.cuh",
     "reduce_state": "kernels/reduce/stateful.cuh",
 }
@@ -170,6 +171,23 @@ def reduce_wide_instances(mech: str, dtype: str) -> List[Instance]:
                      mech, 0, dtype, "wide_rows" + ("_chunks" if b == "true" else "")) for b in ("false", "true")]
 
 
+# reduce_cols_direct_kernel<U, T> (csrc/kernels/reduce/columns_direct.cuh): the sync mechanism on 16-byte
+# aligned columns, U loads in flight a thread (cols_direct_loads: 4, 8, 16 at 1, 2, 3+ stages; 16
+# falls to 8 where the grid is more than a wave).
+COLS_DIRECT_LOADS = (4, 8, 16)
+
+
+def cols_direct_loads(stages: int) -> int:
+    """cols_direct_loads (csrc/kernels/reduce/launch_plan.cuh)."""
+    return 4 if stages <= 1 else 8 if stages == 2 else 16
+
+
+def reduce_cols_direct_instances(dtype: str, loads: Iterable[int] = COLS_DIRECT_LOADS) -> List[Instance]:
+    ctype = DTYPES[dtype][0]
+    return [Instance("reduce", HEADERS["reduce_cols_direct"], f"reduce_cols_direct_kernel<{u},{ctype}>", "sync", 0,
+                     dtype, f"cols_direct{u}") for u in loads]
+
+
 def reduce_partials_instances() -> List[Instance]:
     """The partials passes, per accumulation type (float, double)."""
     return [Instance("reduce", HEADERS["reduce_partials"], f"{k}<{a}>", "", 0, "", k.replace("_kernel", "") + "_" + a)
@@ -209,6 +227,8 @@ def all_instances() -> List[Instance]:
                 out += reduce_state_instances(mech, s, dt)
         for dt in DTYPES:
             out += reduce_wide_instances(mech, dt)
+    for dt in DTYPES:
+        out += reduce_cols_direct_instances(dt)
     out += reduce_partials_instances() + reduce_state_partials_instances()
     for dt in DTYPES:
         out += wgrad_instances(dt)
@@ -225,8 +245,9 @@ DEFAULT_CHOICES: Dict[str, List[Tuple[str, int]]] = {
     # sm_90), barrier/2 (4- and 8-byte rows), barrier/1 (stepped rows), primitives/1 (wide steps).
     "stencil": [("tma", 2), ("primitives", 2), ("barrier", 2), ("barrier", 1), ("primitives", 1)],
     # rows: tma/1 (sm_90), primitives/1 (4-32 KiB rows), primitives/2 (before sm_90);
-    # columns: tma/1 (rows under 4 KiB), tma/3 (congruent rows), primitives/2.
-    "reduce": [("tma", 1), ("primitives", 1), ("primitives", 2), ("tma", 3)],
+    # columns: sync/3 (16-byte aligned rows on sm_90: the direct kernel), tma/1 (rows under 4 KiB),
+    # tma/3 (congruent rows), primitives/1.
+    "reduce": [("tma", 1), ("primitives", 1), ("primitives", 2), ("tma", 3), ("sync", 3)],
 }
 
 
@@ -270,6 +291,7 @@ def default_instances(arch_list: Optional[str] = None) -> List[Instance]:
         out += reduce_instances("tma", 1, dt) + reduce_instances("primitives", 2, dt, kinds=("rows",))
         out += reduce_instances("primitives", 1, dt)  # rows of 4-32 KiB; columns not in 128-byte rows
         out += reduce_instances("tma", 3, dt, kinds=("cols",))
+        out += reduce_cols_direct_instances(dt, loads=(8, 16))  # sync/3 on aligned columns: 16 loads, or 8
         out += reduce_wide_instances("tma", dt) + reduce_wide_instances("primitives", dt)
         out += wgrad_instances(dt)
     out += reduce_partials_instances()

@@ -70,8 +70,11 @@ def _table_choices():
         for dt, (_, esz) in ks.DTYPES.items():
             for outer, r, inner in [(1, 1 << 20, 1), (64, 2048, 1), (64, 16384, 1), (8, 100, 64), (8, 100, 1024),
                                     (8, 100, 2048), (8, 100, 1000), (4, 3, 100000)]:
-                m, s, _ = _C.resolve_config("reduce", sm, "auto", 0, 0, outer=outer, r=r, inner=inner, esz=esz)
-                out.add(("reduce", dt, m, s, "cols" if inner > 1 else "rows"))
+                for rows16 in (False, True):
+                    m, s, _ = _C.resolve_config("reduce", sm, "auto", 0, 0, outer=outer, r=r, inner=inner, esz=esz,
+                                                rows16=rows16 and inner * esz % 16 == 0)
+                    kind = "rows" if inner == 1 else f"cols_direct{ks.cols_direct_loads(s)}" if m == "sync" else "cols"
+                    out.add(("reduce", dt, m, s, kind))
             for ry in range(0, 5):
                 for rx in range(0, 5):
                     for rows16 in (False, True):
@@ -443,14 +446,21 @@ def test_first_use_sass_equals_ahead_of_time(cache):
 
 @cuda
 def test_explain_lists_the_kernels_a_call_launches_and_compiles_none():
-    x = torch.randn(64, 100, 1024, device="cuda")
-    e = cupipe.explain("reduce", x, "sum", 1)   # columns of 4 KiB: tma/3 (the table), built in
-    assert e.kernels[0] == ("reduce_cols_kernel<engine::Mechanism::Tma,3,float>", "built ahead of time")
-    # with each launch: a grid, the reduce kernels' 256 threads, their stages in shared memory
+    x = torch.randn(64, 100, 1023, device="cuda")
+    e = cupipe.explain("reduce", x, "sum", 1)   # columns of 4092 bytes: tma/1 (the table), built in
+    assert e.kernels[0] == ("reduce_cols_kernel<engine::Mechanism::Tma,1,float>", "built ahead of time")
+    # with each launch: a grid, the reduce kernels' 256 threads, their stage in shared memory
     assert len(e.launches) == len(e.kernels)
     blocks, threads, smem = e.launches[0]
-    assert blocks > 0 and threads == 256 and smem >= 3 * 4096
+    assert blocks > 0 and threads == 256 and smem >= 4096
     assert f"launch: {blocks} blocks of 256 threads" in str(e)
+    # 16-byte aligned columns: the direct kernel (sync/3 on sm_90), no shared-memory stages; 512 or
+    # more narrowed chunks, over a wave of the 16-load kernel, take 8 loads in flight
+    e = cupipe.explain("reduce", torch.randn(64, 100, 1024, device="cuda"), "sum", 1)
+    if e.mechanism == "sync":
+        assert e.kernels[0] == ("reduce_cols_direct_kernel<8,float>", "built ahead of time")
+        blocks, threads, smem = e.launches[0]
+        assert blocks >= 512 and threads == 256 and smem == 0
     kid = "stream_copy_kernel<engine::Mechanism::Specialized,8,4>"
     before = _C._kernel_origin(kid)
     (got, origin), = cupipe.explain("stream_copy", x, mechanism="specialized", stages=8, vec_bytes=4).kernels

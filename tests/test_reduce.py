@@ -326,6 +326,46 @@ def test_reduce_short_rows(device, dtype):
                                      what=f"a repeat of {op} rows of {r}")
 
 
+# (outer, r, inner) of the direct column kernel (sync on 16-byte aligned columns; the table's choice
+# on sm_90): one-vector rows (a warp's shuffles), chunks narrowed for few outer slices, chunks that
+# are not a power of two (25 vectors), rows wider than a block (750 vectors: three chunks), r below
+# a batch of loads and of 1, r split into parts, many outer slices.
+DIRECT_COLUMNS = [(3, 1000, 4), (1, 5003, 64), (7, 999, 100), (2, 333, 3000), (64, 3, 256), (5, 1, 64),
+                  (1, 100_003, 16), (1500, 37, 32)]
+
+
+@pytest.mark.parametrize("dtype", FLOAT_DTYPES, ids=lambda d: DTYPE_IDS[d])
+def test_reduce_direct_columns(device, dtype):
+    """The direct column kernel through every stage count of sync (4, 8, 16 loads in flight) and
+    auto, every op, against torch: a NaN and an inf in some columns, outputs poisoned first,
+    bit-identical repeats; and the tma ring on the same input agreeing."""
+    from conftest import poison_allocator
+    esz = torch.empty((), dtype=dtype).element_size()
+    for i, (outer, r, inner) in enumerate(DIRECT_COLUMNS):
+        inner = inner * 4 // esz  # the same bytes a row for every dtype (16-byte multiples)
+        base = make_input((outer, r, inner), dtype, "cpu", seed=90 + i)
+        base[0, r // 2, 1] = float("nan")
+        base[outer - 1, r - 1, inner - 1] = float("inf")
+        x = base.to(device)
+        for stages in (0, 1, 2, 3):
+            mech = "auto" if stages == 0 else "sync"
+            for op in REDUCE_OPS:
+                poison_allocator(outer * inner * 8, device)
+                y = cupipe.reduce(x, op, 1, mechanism=mech, stages=stages)
+                ref = reduce_ref(x, op, 1)
+                atol, rtol = _tolerance(op, y.dtype, r)
+                what = f"{mech} stages={stages} {op} {(outer, r, inner)} {dtype}"
+                assert torch.equal(torch.isnan(y), torch.isnan(ref)), f"{what}: NaN columns differ"
+                assert_close(y, ref, atol=atol, rtol=rtol, equal_nan=True, what=what)
+                assert torch.equal(y.nan_to_num(), cupipe.reduce(x, op, 1, mechanism=mech, stages=stages).nan_to_num()), \
+                    f"not deterministic: {what}"
+        if device == "cuda" and tma_supported():
+            ring = cupipe.reduce(x, "sum", 1, mechanism="tma", stages=1)
+            atol, rtol = _tolerance("sum", ring.dtype, r)
+            assert_close(cupipe.reduce(x, "sum", 1), ring, atol=2 * atol, rtol=2 * rtol, equal_nan=True,
+                         what=f"direct against the ring {(outer, r, inner)} {dtype}")
+
+
 @pytest.mark.parametrize("shape", [(40, 300, 301), (16, 1000, 301), (4, 1000, 1024), (1500, 301), (40000, 160)],
                          ids=lambda s: "x".join(map(str, s)))
 def test_reduce_column_partials_slices(device, shape):

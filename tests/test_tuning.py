@@ -430,7 +430,8 @@ def test_stencil_table_depends_on_the_radii_and_dtype(fake_gpu, monkeypatch):
 def test_reduce_table_depends_on_the_reduced_view(fake_gpu, monkeypatch):
     """Reductions along the innermost dim resolve to tma/1 on sm_90 (primitives/2 before it), rows
     of 4-32 KiB to primitives/1, columns to primitives/1, on sm_90 columns under 4 KiB to tma/1
-    and of 4 KiB or more (a multiple of 128 bytes) to tma/3 (measured); explicit arguments win;
+    and of 4 KiB or more (a multiple of 128 bytes) to tma/3, 16-byte aligned columns (rows16) to sync/3,
+    the direct kernel (measured); explicit arguments win;
     explain derives the (outer, r, inner) view and the element size like the op does."""
     rc = cupipe._C.resolve_config
     assert rc("reduce", 90, "auto", 0, 0, outer=1, r=1 << 28, inner=1)[:2] == ("tma", 1)
@@ -438,6 +439,12 @@ def test_reduce_table_depends_on_the_reduced_view(fake_gpu, monkeypatch):
     assert rc("reduce", 90, "auto", 0, 0, outer=4194304, r=64, inner=1)[:2] == ("tma", 1)
     assert rc("reduce", 90, "auto", 0, 0, outer=1, r=32768, inner=8192)[:2] == ("tma", 3)
     assert rc("reduce", 80, "auto", 0, 0, outer=1, r=32768, inner=8192)[:2] == ("primitives", 1)
+    # 16-byte aligned columns (rows16): sync/3 on sm_90, the direct kernel; rows and older GPUs as before
+    assert rc("reduce", 90, "auto", 0, 0, outer=1, r=32768, inner=8192, rows16=True)[:2] == ("sync", 3)
+    assert rc("reduce", 90, "auto", 0, 0, outer=1000, r=1000, inner=4, rows16=True)[:2] == ("sync", 3)
+    assert rc("reduce", 80, "auto", 0, 0, outer=1, r=32768, inner=8192, rows16=True)[:2] == ("primitives", 1)
+    assert rc("reduce", 90, "auto", 0, 0, outer=1, r=1 << 28, inner=1, rows16=True)[:2] == ("tma", 1)
+    assert rc("reduce", 90, "tma", 0, 0, outer=1, r=32768, inner=8192, rows16=True)[:2] == ("tma", 3)
     assert rc("reduce", 90, "auto", 0, 0, outer=1, r=32768, inner=1000)[:2] == ("tma", 1)  # 4000 B rows: narrow
     assert rc("reduce", 90, "auto", 0, 0, outer=1000, r=1000, inner=3)[:2] == ("tma", 1)
     assert rc("reduce", 80, "auto", 0, 0, outer=1000, r=1000, inner=3)[:2] == ("primitives", 1)
@@ -458,15 +465,15 @@ def test_reduce_table_depends_on_the_reduced_view(fake_gpu, monkeypatch):
 
     shape = cupipe._C.table_shape  # the first step of the op's layout plan (csrc/ops/layout.cpp)
     x = torch.empty(4, 5, 6)
-    assert shape("reduce", x, dim=None) == {"outer": 1, "r": 120, "inner": 1, "esz": 4}
-    assert shape("reduce", x, dim=[]) == {"outer": 1, "r": 120, "inner": 1, "esz": 4}
-    assert shape("reduce", x, dim=1) == {"outer": 4, "r": 5, "inner": 6, "esz": 4}
-    assert shape("reduce", x, dim=[-1, -2]) == {"outer": 4, "r": 30, "inner": 1, "esz": 4}
-    assert shape("reduce", x, dim=(0, 2)) == {"outer": 20, "r": 6, "inner": 1, "esz": 4}  # dim 2, then 0
-    assert shape("reduce", x.permute(2, 0, 1), dim=0) == {"outer": 20, "r": 6, "inner": 1, "esz": 4}
-    assert shape("reduce", x.transpose(0, 2), dim=(1, 2)) == {"outer": 1, "r": 20, "inner": 6, "esz": 4}
-    assert shape("reduce", torch.empty(4, 0, 6), dim=[0, 2]) == {"outer": 0, "r": 24, "inner": 1, "esz": 4}
-    assert shape("reduce", torch.empty(()), dim=None) == {"outer": 1, "r": 1, "inner": 1, "esz": 4}
+    assert shape("reduce", x, dim=None) == {"outer": 1, "r": 120, "inner": 1, "esz": 4, "rows16": False}
+    assert shape("reduce", x, dim=[]) == {"outer": 1, "r": 120, "inner": 1, "esz": 4, "rows16": False}
+    assert shape("reduce", x, dim=1) == {"outer": 4, "r": 5, "inner": 6, "esz": 4, "rows16": False}
+    assert shape("reduce", x, dim=[-1, -2]) == {"outer": 4, "r": 30, "inner": 1, "esz": 4, "rows16": False}
+    assert shape("reduce", x, dim=(0, 2)) == {"outer": 20, "r": 6, "inner": 1, "esz": 4, "rows16": False}  # dim 2, then 0
+    assert shape("reduce", x.permute(2, 0, 1), dim=0) == {"outer": 20, "r": 6, "inner": 1, "esz": 4, "rows16": False}
+    assert shape("reduce", x.transpose(0, 2), dim=(1, 2)) == {"outer": 1, "r": 20, "inner": 6, "esz": 4, "rows16": False}
+    assert shape("reduce", torch.empty(4, 0, 6), dim=[0, 2]) == {"outer": 0, "r": 24, "inner": 1, "esz": 4, "rows16": False}
+    assert shape("reduce", torch.empty(()), dim=None) == {"outer": 1, "r": 1, "inner": 1, "esz": 4, "rows16": False}
     assert shape("reduce", x.half(), dim=1, dtype=torch.float64)["esz"] == 8
     assert shape("reduce", x.half(), dim=1, dtype=None)["esz"] == 2
     assert shape("reduce", x.double(), dim=1)["esz"] == 8
@@ -480,11 +487,16 @@ def test_reduce_table_depends_on_the_reduced_view(fake_gpu, monkeypatch):
     e = cupipe.explain("reduce", torch.empty(1 << 20, device="cuda"), "sum")
     assert (e.mechanism, e.stages) == ("tma", 1) and "innermost dim on sm_90" in e.reason
     assert "one 32 KiB stage" in e.reason
-    e = cupipe.explain("reduce", torch.empty(64, 512, device="cuda"), "sum", 0)  # rows of 2 KiB
+    e = cupipe.explain("reduce", torch.empty(64, 511, device="cuda"), "sum", 0)  # rows of 2044 bytes
     assert (e.mechanism, e.stages) == ("tma", 1) and "columns" in e.reason and "under 4 KiB" in e.reason
     e = cupipe.explain("reduce", torch.empty(64, 1030, device="cuda"), "sum", 0)  # 4120-byte rows
     assert (e.mechanism, e.stages) == ("primitives", 1) and "columns" in e.reason
-    e = cupipe.explain("reduce", torch.empty(64, 1024, device="cuda"), "sum", 0)  # rows of 4 KiB
+    e = cupipe.explain("reduce", torch.empty(64, 1024, device="cuda"), "sum", 0)  # rows of 4 KiB, aligned
+    assert (e.mechanism, e.stages) == ("sync", 3) and "16-byte boundaries" in e.reason
+    assert shape("reduce", torch.empty(64, 1024), dim=0)["rows16"]
+    off = torch.empty(64 * 1024 + 1, device="cuda")[1:].view(64, 1024)  # 4 bytes past the allocation
+    assert not shape("reduce", off, dim=0)["rows16"]
+    e = cupipe.explain("reduce", off, "sum", 0)  # rows of 4 KiB, x not 16-byte aligned
     assert (e.mechanism, e.stages) == ("tma", 3) and "columns" in e.reason
     assert "multiple of 128 bytes" in e.reason and "three 32 KiB stages" in e.reason
     e = cupipe.explain("reduce", torch.empty(64, 4096, device="cuda"), "sum", -1)

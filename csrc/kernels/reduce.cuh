@@ -1,7 +1,8 @@
 // Pipelined reductions of a contiguous (outer, r, inner) view over r, on the engine, by job:
 //   reduce/combine.cuh      the ops' combines, the folds of vectors and spans, the team combine
 //   reduce/rows.cuh         RowsPlan, reduce_rows_kernel (packed, split) and reduce_wide_rows_kernel
-//   reduce/columns.cuh      ColsPlan and reduce_cols_kernel
+//   reduce/columns.cuh      ColsPlan and reduce_cols_kernel (the ring)
+//   reduce/columns_direct.cuh ColsDirectPlan and reduce_cols_direct_kernel (sync: plain loads)
 //   reduce/partials.cuh     the partials pass: split reductions' partials combined in order
 //   reduce/states.h         var/std, argmax/argmin, logsumexp, norm as states (host and device)
 //   reduce/stateful.cuh     StatePlan, reduce_state_kernel (every layout) and its partials pass

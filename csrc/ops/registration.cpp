@@ -127,6 +127,7 @@ pybind11::dict table_shape(const std::string& op, const at::Tensor& x, const std
     d["r"] = s.r;
     d["inner"] = s.inner;
     d["esz"] = s.esz;
+    d["rows16"] = s.rows16;
   } else if (op != "stream_copy") {
     d["ry"] = s.ry;
     d["rx"] = s.rx;

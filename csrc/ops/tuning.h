@@ -32,8 +32,9 @@ CopyConfig resolve_stencil(const DeviceInfo& dev, MechanismArg mech, int64_t sta
 CopyConfig resolve_stencil3d(const DeviceInfo& dev, MechanismArg mech, int64_t stages);
 // steps=k of stencil1d/stencil2d where the fused kernel runs (stencil_steps_per_pass > 1).
 CopyConfig resolve_stencil_steps(const DeviceInfo& dev, MechanismArg mech, int64_t stages);
+// rows16: x 16-byte aligned and its (outer, r, inner) view's rows whole 16-byte multiples.
 CopyConfig resolve_reduce(const DeviceInfo& dev, MechanismArg mech, int64_t stages, int64_t outer,
-                          int64_t r, int64_t inner, int esz, ReduceOp op = ReduceOp::Sum);
+                          int64_t r, int64_t inner, int esz, ReduceOp op = ReduceOp::Sum, bool rows16 = false);
 
 // The ops whose knobs the table resolves, by their public names.
 std::vector<std::string> tuned_op_names();

@@ -15,6 +15,7 @@
 #include "kernels/launch_utils.cuh"
 #include "kernels/numeric.cuh"
 #include "kernels/reduce/columns.cuh"
+#include "kernels/reduce/columns_direct.cuh"
 #include "kernels/reduce/combine.cuh"
 #include "kernels/reduce/partials.cuh"
 #include "kernels/reduce/rows.cuh"
@@ -257,6 +258,47 @@ inline ColsPlan make_cols_plan(const ReduceParams& p, const DeviceInfo& dev, int
   return pl;
 }
 
+// The sync mechanism on columns whose rows all start on a 16-byte boundary reads them straight
+// into registers (reduce_cols_direct_kernel); its stage count sets the loads each thread keeps in
+// flight: 4, 8, then 16 from three stages. Other columns under sync stream through the ring.
+inline bool cols_direct(const ReduceParams& p, int esz) {
+  return p.mechanism == engine::Mechanism::Sync && p.inner > 1 && (reinterpret_cast<uintptr_t>(p.x) & 15u) == 0 &&
+         (p.inner * esz) % 16 == 0;
+}
+inline int cols_direct_loads(int stages) { return stages <= 1 ? 4 : stages == 2 ? 8 : 16; }
+
+// Chunks of at most a block's threads in vectors, split in whole 128-byte lines. Rows of whole lines
+// narrow their chunks (halving, down to a line) while the items leave resident blocks idle: more
+// row groups a block cost no second pass, where chunks that split lines between blocks read slower
+// than the parts below. Only then is r split into parts, no finer than a batch of loads a thread.
+inline ColsDirectPlan make_cols_direct_plan(const ReduceParams& p, int esz, int loads, int64_t target_blocks) {
+  ColsDirectPlan pl{};
+  pl.outer = p.outer;
+  pl.r = p.r;
+  pl.inner = p.inner;
+  constexpr int kLineVecs = 8;
+  const int64_t row_vecs = p.inner * esz / 16;
+  pl.chunks = ceil_div(row_vecs, kReduceThreads);
+  pl.chunk_vecs = static_cast<int>(pl.chunks == 1 ? row_vecs : ceil_div(ceil_div(row_vecs, pl.chunks), kLineVecs) * kLineVecs);
+  pl.chunks = ceil_div(row_vecs, pl.chunk_vecs);
+  if (row_vecs % kLineVecs == 0) {
+    while (p.outer * pl.chunks < target_blocks && pl.chunk_vecs % (2 * kLineVecs) == 0) {
+      pl.chunk_vecs /= 2;
+      pl.chunks = ceil_div(row_vecs, pl.chunk_vecs);
+    }
+  }
+  pl.groups = kReduceThreads / pl.chunk_vecs;
+  const int64_t items = p.outer * pl.chunks;
+  int64_t parts = std::max<int64_t>(1, target_blocks / std::max<int64_t>(items, 1));
+  parts = std::min(parts, std::max<int64_t>(1, ceil_div(p.r, static_cast<int64_t>(pl.groups) * loads)));
+  pl.part_rows = std::max<int64_t>(1, ceil_div(p.r, parts));
+  pl.parts = std::max<int64_t>(1, ceil_div(p.r, pl.part_rows));
+  pl.grid = items * pl.parts;
+  pl.parts_div = FastDiv(static_cast<uint32_t>(std::min<int64_t>(pl.parts, 0x7fffffff)));
+  pl.chunks_div = FastDiv(static_cast<uint32_t>(std::clamp<int64_t>(pl.chunks, 1, 0x7fffffff)));
+  return pl;
+}
+
 inline int acc_size(const ReduceParams& p) { return p.in_dtype == DType::F64 ? 8 : 4; }
 
 inline int64_t max_target_blocks(const ReduceParams& p, const DeviceInfo& dev) {
@@ -265,11 +307,26 @@ inline int64_t max_target_blocks(const ReduceParams& p, const DeviceInfo& dev) {
 // The blocks a plan aims at: one wave of resident blocks unless the caller asks otherwise.
 inline int64_t target_blocks(const ReduceParams& p, int64_t resident) { return p.blocks > 0 ? p.blocks : resident; }
 
+// The loads in flight for p: its stage count's, but 8 instead of 16 where the grid is more than
+// one wave of the 16-load kernel (two blocks an SM by its registers, which the estimate assumes):
+// there four blocks an SM of the 8-load kernel keep as many loads in flight, and an SM's other
+// blocks stream while one combines its groups and exits (the layout sweep's many short items).
+inline int cols_direct_loads(const ReduceParams& p, const DeviceInfo& dev, int esz) {
+  const int u = cols_direct_loads(p.stages);
+  if (u < 16) return u;
+  const int64_t wave = static_cast<int64_t>(dev.num_sms) * 2;
+  return make_cols_direct_plan(p, esz, u, target_blocks(p, wave)).grid > wave ? u / 2 : u;
+}
+
 inline int64_t partial_count(const ReduceParams& p, const DeviceInfo& dev) {
   const int esz = dtype_size(p.in_dtype);
   if (p.inner == 1) {
     const RowsPlan pl = make_rows_plan(p, esz, rows_tile_bytes(p, dev), max_target_blocks(p, dev));
     return pl.parts > 1 ? p.outer * pl.parts : 0;  // split or chunked
+  }
+  if (cols_direct(p, esz)) {
+    const ColsDirectPlan pl = make_cols_direct_plan(p, esz, cols_direct_loads(p, dev, esz), max_target_blocks(p, dev));
+    return pl.parts > 1 ? pl.parts * p.outer * p.inner : 0;
   }
   const ColsPlan pl = make_cols_plan(p, dev, esz, max_target_blocks(p, dev));
   return pl.parts > 1 ? pl.parts * p.outer * p.inner : 0;
@@ -279,6 +336,7 @@ inline int64_t partial_count(const ReduceParams& p, const DeviceInfo& dev) {
 constexpr const char* kReduceRowsHeader = "kernels/reduce/rows.cuh";
 constexpr const char* kReduceColsHeader = "kernels/reduce/columns.cuh";
 constexpr const char* kReducePartialsHeader = "kernels/reduce/partials.cuh";
+constexpr const char* kReduceColsDirectHeader = "kernels/reduce/columns_direct.cuh";
 
 // The mechanism and stage count are p's (run-time values here: only the kernels are compiled per
 // mechanism and stage count).
@@ -322,6 +380,16 @@ void launch_reduce_typed(const ReduceParams& p) {
                     stream, false, static_cast<const T*>(p.x), p.out, p.out_dtype, partials, pl, p.op);
     }
     parts = pl.parts; stride_out = pl.parts; stride_part = 1;  // (parts == 1: no partials)
+  } else if (cols_direct(p, esz)) {
+    const int U = cols_direct_loads(p, dev, esz);
+    const auto kernel = kernel_ref<const T*, void*, DType, A*, ColsDirectPlan, ReduceOp>(
+        kReduceColsDirectHeader, kernel_id("reduce_cols_direct_kernel", U, type_c<T>{}), stream);
+    const int64_t resident = static_cast<int64_t>(dev.num_sms) * blocks_per_sm(kernel, kReduceThreads, 0);
+    const ColsDirectPlan pl = make_cols_direct_plan(p, esz, U, target_blocks(p, resident));
+    if (pl.grid > 0x7fffffff) throw std::runtime_error("reduce: too many column blocks for one launch");
+    launch_kernel(kernel, dim3(static_cast<unsigned>(pl.grid)), dim3(kReduceThreads), 0, stream, false,
+                  static_cast<const T*>(p.x), p.out, p.out_dtype, partials, pl, p.op);
+    parts = pl.parts; stride_out = 1; stride_part = nout;
   } else {
     const auto kernel = kernel_ref<const T*, void*, DType, A*, ColsPlan, ReduceOp>(
         kReduceColsHeader, kernel_id("reduce_cols_kernel", M, S, type_c<T>{}), stream);

@@ -1,0 +1,149 @@
+// Column reductions read straight into registers: reduce_cols_direct_kernel, what the sync
+// mechanism runs on 16-byte aligned columns (x and every row start on a 16-byte boundary). The
+// ring of reduce_cols_kernel would only stage in shared memory what each thread folds alone: here
+// a thread keeps U plain 16-byte loads in flight (its registers are the stages) and the block
+// holds no ring, so more blocks fit an SM and each costs fewer instructions per element.
+#pragma once
+
+#include <cstdint>
+
+#include "kernels/dependent_launch.cuh"
+#include "kernels/fast_div.cuh"
+#include "kernels/reduce/combine.cuh"
+
+namespace cupipe {
+namespace kernels {
+
+// A block per (outer slice, column chunk, part of r). A chunk is up to kReduceThreads 16-byte
+// column vectors (wider rows split into equal chunks); thread t owns the chunk's vector
+// t % chunk_vecs of the rows t / chunk_vecs, + groups, ... of its part. r is split only where the
+// items (outer x chunks) leave resident blocks idle; the parts' partials go to the workspace,
+// [part][out], for the columns' partials pass.
+struct ColsDirectPlan {
+  int64_t outer, r, inner;
+  int64_t chunks;     // column chunks per outer slice
+  int chunk_vecs;     // 16-byte vectors per chunk, 1..kReduceThreads
+  int groups;         // row groups: kReduceThreads / chunk_vecs (threads past them idle)
+  int64_t parts;      // parts of r
+  int64_t part_rows;  // rows per part (the last may have fewer)
+  int64_t grid;       // outer * chunks * parts
+  FastDiv parts_div, chunks_div;  // blockIdx.x -> (item, part); item -> (outer, chunk)
+};
+
+// A 16-byte load that bypasses L1 (each byte is read once): ld.global.nc with no L1 allocation.
+__device__ __forceinline__ uint4 load_once16(const void* p) {
+  uint4 v;
+  asm("ld.global.nc.L1::no_allocate.v4.u32 {%0, %1, %2, %3}, [%4];"
+      : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
+      : "l"(p));
+  return v;
+}
+
+template <int U, typename T>
+__global__ void __launch_bounds__(kReduceThreads)
+    reduce_cols_direct_kernel(const T* __restrict__ x, void* out, DType od, acc_t<T>* partials,
+                              ColsDirectPlan pl, ReduceOp op) {
+  using A = acc_t<T>;
+  constexpr int VE = 16 / sizeof(T);
+  __shared__ A scratch[kReduceThreads * VE];  // [group][chunk vector][element]
+  const Combine<A> comb{op};
+  allow_dependent_launch();  // the partials pass, when there is one, may start waiting
+
+  uint32_t item, part, o, chunk;
+  pl.parts_div.divmod(blockIdx.x, item, part);
+  pl.chunks_div.divmod(item, o, chunk);
+  const int t = static_cast<int>(threadIdx.x);
+  const int vec = t % pl.chunk_vecs, grp = t / pl.chunk_vecs;
+  const int64_t col = (static_cast<int64_t>(chunk) * pl.chunk_vecs + vec) * VE;  // the vector's first column
+  const bool active = grp < pl.groups && col < pl.inner;
+  const int64_t r0 = static_cast<int64_t>(part) * pl.part_rows;
+  const int64_t r1 = min(pl.r, r0 + pl.part_rows);
+
+  A acc[VE];
+#pragma unroll
+  for (int j = 0; j < VE; ++j) acc[j] = comb.init();
+  if (active) {
+    with_static_combine<A>(op, [&](auto sc) {
+      const int64_t step = static_cast<int64_t>(pl.groups) * pl.inner;  // elements between the thread's rows
+      const T* p = x + (static_cast<int64_t>(o) * pl.r + r0 + grp) * pl.inner + col;
+      int64_t i = r0 + grp;
+      // Whole batches of U rows: every load issued before the first is folded.
+      for (; i + (U - 1) * static_cast<int64_t>(pl.groups) < r1; i += U * static_cast<int64_t>(pl.groups)) {
+        uint4 v[U];
+#pragma unroll
+        for (int k = 0; k < U; ++k) v[k] = load_once16(p + k * step);
+#pragma unroll
+        for (int k = 0; k < U; ++k) {
+          A e[VE];
+          unpack16<T>(v[k], e);
+#pragma unroll
+          for (int j = 0; j < VE; ++j) acc[j] = sc(acc[j], e[j]);
+        }
+        p += U * step;
+      }
+      // The last, partial batch: its loads in flight together too, the rows past r1 not read.
+      if (i < r1) {
+        uint4 v[U];
+#pragma unroll
+        for (int k = 0; k < U; ++k)
+          if (i + k * static_cast<int64_t>(pl.groups) < r1) v[k] = load_once16(p + k * step);
+#pragma unroll
+        for (int k = 0; k < U; ++k) {
+          if (i + k * static_cast<int64_t>(pl.groups) >= r1) break;
+          A e[VE];
+          unpack16<T>(v[k], e);
+#pragma unroll
+          for (int j = 0; j < VE; ++j) acc[j] = sc(acc[j], e[j]);
+        }
+      }
+    });
+  }
+
+  // The groups' totals combine in a fixed order: where chunk_vecs is a power of two under a warp,
+  // a warp's lanes of the same vector first (shuffles), then the totals as a tree in shared memory.
+  int g = grp, ng = pl.groups;
+  if (ng > 1 && pl.chunk_vecs < 32 && (pl.chunk_vecs & (pl.chunk_vecs - 1)) == 0) {
+#pragma unroll
+    for (int j = 0; j < VE; ++j)
+      for (int off = pl.chunk_vecs; off < 32; off <<= 1) acc[j] = comb(acc[j], __shfl_xor_sync(0xffffffffu, acc[j], off));
+    g = (t & 31) < pl.chunk_vecs ? t >> 5 : kReduceThreads;  // lanes past the first vector row: no total
+    ng = kReduceThreads / 32;
+  }
+  const bool holder = active && g < ng;
+  if (ng > 1) {
+    A* mine = scratch + (static_cast<int64_t>(g) * pl.chunk_vecs + vec) * VE;
+    if (holder) {
+#pragma unroll
+      for (int j = 0; j < VE; ++j) mine[j] = acc[j];
+    }
+    __syncthreads();
+    int span = 1;
+    while (span < ng) span <<= 1;
+    for (int s = span >> 1; s > 0; s >>= 1) {
+      if (holder && g < s && g + s < ng) {
+#pragma unroll
+        for (int j = 0; j < VE; ++j) mine[j] = comb(mine[j], mine[s * pl.chunk_vecs * VE + j]);
+      }
+      __syncthreads();
+    }
+    if (holder && g == 0) {
+#pragma unroll
+      for (int j = 0; j < VE; ++j) acc[j] = mine[j];
+    }
+  }
+  if (!holder || g != 0) return;
+  const int64_t oi = static_cast<int64_t>(o) * pl.inner + col;
+  if (pl.parts == 1) {
+    A v[VE];
+#pragma unroll
+    for (int j = 0; j < VE; ++j) v[j] = finalize(op, acc[j], pl.r);
+    store_outs<VE>(out, od, oi, VE, v);  // (inner is a multiple of VE: whole vectors)
+  } else {
+    A* dst = partials + static_cast<int64_t>(part) * pl.outer * pl.inner + oi;
+#pragma unroll
+    for (int j = 0; j < VE; ++j) dst[j] = acc[j];
+  }
+}
+
+}  // namespace kernels
+}  // namespace cupipe
