@@ -16,6 +16,9 @@ the run and still writes what was measured (exit status 130).
     python -m cupipe.bench --suite steps --out DIR   # steps=k: updates/s against k, DIR/steps.png
     python -m cupipe.bench --out DIR --markdown DIR/bench.md --markdown-brief
                                                # a BENCHMARKS.md section: the tables as markdown
+    python -m cupipe.bench --merge A B --out DIR --markdown DIR/bench.md --markdown-brief
+                                               # runs A and B (their results.json) as one: the layout
+                                               # sweep's fp32 and bf16 halves, summarised and plotted
 """
 from __future__ import annotations
 
@@ -1050,6 +1053,49 @@ def markdown_section(res: Results, meta: dict, brief: bool = False) -> str:
     return "\n".join(lines) + "\n"
 
 
+def _write_outputs(args, res: Results, meta: dict):
+    """--out (results.json, results.csv, plots) and --markdown."""
+    if args.out:
+        for p in _write_out(args.out, res, meta):
+            print(f"wrote {p}")
+    if args.markdown:
+        md_dir = os.path.dirname(os.path.abspath(args.markdown))
+        os.makedirs(md_dir, exist_ok=True)
+        with open(args.markdown, "w", encoding="utf-8") as f:
+            f.write(markdown_section(res, meta, brief=args.markdown_brief))
+        print(f"wrote {args.markdown}")
+
+
+def merge_runs(dirs: List[str]) -> "tuple[Results, dict]":
+    """The rows of several runs' results.json as one run: their layout summaries dropped and made
+    again over all the sweep's rows; the meta of the first run, with every run's command, copy_
+    figure and dtype. Reads files only (no GPU, no torch.compile)."""
+    res, metas = Results(), []
+    for d in dirs:
+        path = os.path.join(d, "results.json") if os.path.isdir(d) else d
+        with open(path, encoding="utf-8") as f:
+            data = json.load(f)
+        metas.append(data["meta"])
+        res.rows += [r for r in data["rows"] if not str(r.get("table", "")).startswith("layout: summary")]
+        res.notes += [n for n in data["meta"].get("notes", []) if n not in res.notes]
+        res.failures += data["meta"].get("failures", [])
+    if len({(m.get("device"), m.get("cpu")) for m in metas}) > 1:
+        raise ValueError("--merge: the runs come from different devices: " +
+                         ", ".join(sorted({str(m.get("device")) for m in metas})))
+    meta = dict(metas[0])
+    meta["command"] = " and ".join(f"`{m.get('command', '?')}`" for m in metas).strip("`")
+    meta["copy_GBps"] = sum(m.get("copy_GBps", float("nan")) for m in metas) / len(metas)
+    meta["dtype"] = ", ".join(str(m.get("dtype")) for m in metas)
+    meta["date"] = " / ".join(sorted({str(m.get("date")) for m in metas}))
+    res.notes.insert(0, f"{len(metas)} runs merged (--merge), one after the other; y.copy_(x) " +
+                     " / ".join(f"{m.get('copy_GBps', float('nan')):.0f}" for m in metas) +
+                     " GB/s, their mean in the header")
+    tag = " [CPU]" if meta.get("cpu") else ""
+    if any(str(r.get("table", "")).startswith("layout:") for r in res.rows):
+        layout_summary(res, f"layout: summary{tag}")
+    return res, meta
+
+
 def main(argv: Optional[List[str]] = None) -> int:
     ap = argparse.ArgumentParser(prog="cupipe-bench", description=__doc__.splitlines()[0],
                                  formatter_class=argparse.RawDescriptionHelpFormatter,
@@ -1080,6 +1126,10 @@ def main(argv: Optional[List[str]] = None) -> int:
     ap.add_argument("--markdown", metavar="FILE", default=None,
                     help="also write the run as a markdown section for BENCHMARKS.md: device, "
                          "date, versions, the command, every printed table")
+    ap.add_argument("--merge", nargs="+", metavar="RUN", default=None,
+                    help="measure nothing: read these runs' results.json (or their --out directories) "
+                         "and write them as one run (--out, --markdown), the layout summary made again "
+                         "over all their rows")
     ap.add_argument("--markdown-brief", action="store_true",
                     help="with --markdown: leave out the detail tables (stream_copy copy width, "
                          "the latency-bound study, sweeps)")
@@ -1087,6 +1137,15 @@ def main(argv: Optional[List[str]] = None) -> int:
     argv_given = list(sys.argv[1:] if argv is None else argv)
     if args.markdown_brief and not args.markdown:
         ap.error("--markdown-brief needs --markdown FILE")
+    if args.merge:
+        try:
+            res, meta = merge_runs(args.merge)
+        except (OSError, ValueError, KeyError) as e:
+            ap.error(f"--merge: {e}")
+        for title in res.tables():
+            res.print_table(title)
+        _write_outputs(args, res, meta)
+        return 0
     ops = [o.strip() for o in args.ops.split(",") if o.strip()]
     bad = [o for o in ops if o not in OPS]
     if bad or not ops:
@@ -1163,15 +1222,7 @@ def main(argv: Optional[List[str]] = None) -> int:
             "dtype": args.dtype or "suite default", "ops": ops, "argv": argv_given,
             "command": ("python -m cupipe.bench " + shlex.join(argv_given)).rstrip(),
             "path_note": path_note}
-    if args.out:
-        for p in _write_out(args.out, res, meta):
-            print(f"wrote {p}")
-    if args.markdown:
-        md_dir = os.path.dirname(os.path.abspath(args.markdown))
-        os.makedirs(md_dir, exist_ok=True)
-        with open(args.markdown, "w", encoding="utf-8") as f:
-            f.write(markdown_section(res, meta, brief=args.markdown_brief))
-        print(f"wrote {args.markdown}")
+    _write_outputs(args, res, meta)
     if interrupted:
         print(f"\ninterrupted after {done} of {len(tasks)} measurements", file=sys.stderr)
         return 130

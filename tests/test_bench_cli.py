@@ -317,6 +317,40 @@ def test_layout_sweep_runs_checks_and_plots(tmp_path):
         assert not (out / "cupipe_vs_pytorch.png").exists()  # the sweep keeps out of the headline plot
 
 
+def test_merge_makes_one_run_of_the_sweeps_halves(tmp_path, capsys):
+    """--merge: two runs' results.json (the layout sweep's fp32 and bf16 halves) written as one,
+    their summaries dropped and made again over every row, each run's command and copy_ figure
+    kept; runs of different devices refused."""
+    def run(name, dtype, copy, speedups, device="NVIDIA H200"):
+        rows = [dict(table="layout: reduce", op="reduce", cls="reduce middle dim, inner 1024",
+                     workload=f"sum {i} {dtype}", ms=1.0, speedup_vs_best=v, vs_copy=0.9) for i, v in enumerate(speedups)]
+        rows.append(dict(table="layout: summary", workload="reduce: all", rows=99))  # stale: dropped
+        meta = dict(device=device, cpu=False, torch="2.11", cuda="13.0", cupipe="0.1.0", date="2026-11-29",
+                    timer="median of 30 CUDA-event-timed reps", copy_GBps=copy, copy_what="2^28 fp32, read+write",
+                    dtype=dtype, command=f"python -m cupipe.bench --suite layout --dtype {dtype}", notes=[], failures=[])
+        d = tmp_path / name
+        d.mkdir()
+        (d / "results.json").write_text(json.dumps(dict(meta=meta, rows=rows)))
+        return str(d)
+
+    a = run("a", "float32", 4200.0, [1.0, 0.5])
+    b = run("b", "bfloat16", 4300.0, [2.0])
+    out, md = tmp_path / "merged", tmp_path / "merged.md"
+    assert bench.main(["--merge", a, b + "/results.json", "--out", str(out), "--markdown", str(md)]) == 0
+    rows = json.loads((out / "results.json").read_text())["rows"]
+    summary = {r["workload"]: r for r in rows if r["table"] == "layout: summary"}
+    assert summary["reduce: all"]["rows"] == 3 and summary["reduce: all"]["below_0_95"] == 1
+    assert summary["reduce: all"]["min"] == 0.5 and summary["reduce: all"]["max"] == 2.0
+    assert abs(summary["reduce: all"]["geomean"] - 1.0) < 1e-12
+    text = md.read_text()
+    assert "--dtype float32` and `python -m cupipe.bench --suite layout --dtype bfloat16`" in text
+    assert "y.copy_(x) 4250 GB/s" in text and "4200 / 4300 GB/s" in text
+    other = run("c", "float32", 3000.0, [1.0], device="NVIDIA H100 80GB HBM3")
+    with pytest.raises(SystemExit):
+        bench.main(["--merge", a, other])
+    assert "different devices" in capsys.readouterr().err
+
+
 def test_steps_suite_checks_against_k_calls_and_plots(tmp_path, monkeypatch):
     """--suite steps on the CPU: each stencil's steps=k row checked against k separate calls, rates
     that agree with the times (k cells a step over ms; R1 from the copy bandwidth), its own plot;
