@@ -206,8 +206,9 @@ CopyConfig resolve_stencil(const DeviceInfo& dev, MechanismArg mech, int64_t sta
   return apply_explicit(best, mech, stages, 0);
 }
 
-// Columns: primitives/1; on sm_90 tma/1 for rows under 4 KiB, tma/3 for congruent rows of 4 KiB or more; innermost rows of
-// 4-32 KiB one stage; other innermost reductions tma/1 on sm_90, primitives/2 before it.
+// Columns: primitives/1; on sm_90 sync/3 (the direct kernel) from a 16-byte aligned x in rows of 16-byte multiples, else
+// tma/1 for rows under 4 KiB, tma/3 for congruent rows of 4 KiB or more; innermost rows of 4-32 KiB one stage; other
+// innermost reductions tma/1 on sm_90, primitives/2 before it.
 CopyConfig resolve_reduce(const DeviceInfo& dev, MechanismArg mech, int64_t stages, int64_t /*outer*/,
                           int64_t r, int64_t inner, int esz, ReduceOp op, bool rows16) {
   CopyConfig best;
