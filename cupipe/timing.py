@@ -63,7 +63,8 @@ def time_ms(fn: Callable[[], object], reps: int = 30, warmup: int = 3, *, queued
     torch.cuda.synchronize()
     times = []
     if queued:
-        # 2x the call's host time plus 50 us for the two event records, at most 5 ms.
+        # The spin outlasts the host's issue: twice the call's host time plus a margin for the two
+        # event records, capped (the constants below, in ms).
         lead = int(min(2 * host_ms + 0.05, 5.0) * _gpu_cycles_per_ms())
         events = [(torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True))
                   for _ in range(reps)]
