@@ -46,6 +46,7 @@ HEADERS = {
     "reduce_cols_direct": "kernels/reduce/columns_direct.cuh",
     "reduce_partials": "kernels/reduce/partials.cuh",
     "reduce_state": "kernels/reduce/stateful.cuh",
+    "reduce_state_direct": "kernels/reduce/state_direct.cuh",
 }
 # reduce_state_kernel<M, S, T, K> (csrc/kernels/reduce/stateful.cuh): var/std, argmax/argmin,
 # logsumexp, norm.
@@ -201,6 +202,16 @@ def reduce_state_instances(mech: str, stages: int, dtype: str, kinds: Sequence[s
                      mech, stages, dtype, "state_" + k.lower()) for k in kinds]
 
 
+def reduce_state_cols_direct_instances(dtype: str, loads: Iterable[int] = COLS_DIRECT_LOADS,
+                                       kinds: Sequence[str] = STATE_KINDS) -> List[Instance]:
+    """reduce_state_cols_direct_kernel<U, T, K> (csrc/kernels/reduce/state_direct.cuh): the state
+    reductions under sync on aligned columns."""
+    ctype = DTYPES[dtype][0]
+    return [Instance("reduce", HEADERS["reduce_state_direct"],
+                     f"reduce_state_cols_direct_kernel<{u},{ctype},StateKind::{k}>", "sync", 0, dtype,
+                     f"state_cols_direct{u}_{k.lower()}") for u in loads for k in kinds]
+
+
 def reduce_state_partials_instances() -> List[Instance]:
     """The state reductions' partials pass, per accumulation type and kind."""
     return [Instance("reduce", HEADERS["reduce_state"], f"reduce_state_partials_kernel<{a},StateKind::{k}>", "", 0, "",
@@ -228,7 +239,7 @@ def all_instances() -> List[Instance]:
         for dt in DTYPES:
             out += reduce_wide_instances(mech, dt)
     for dt in DTYPES:
-        out += reduce_cols_direct_instances(dt)
+        out += reduce_cols_direct_instances(dt) + reduce_state_cols_direct_instances(dt)
     out += reduce_partials_instances() + reduce_state_partials_instances()
     for dt in DTYPES:
         out += wgrad_instances(dt)
@@ -246,7 +257,7 @@ DEFAULT_CHOICES: Dict[str, List[Tuple[str, int]]] = {
     "stencil": [("tma", 2), ("primitives", 2), ("barrier", 2), ("barrier", 1), ("primitives", 1)],
     # rows: tma/1 (sm_90), primitives/1 (4-32 KiB rows), primitives/2 (before sm_90);
     # columns: sync/3 (16-byte aligned rows on sm_90: the direct kernel), tma/1 (rows under 4 KiB),
-    # tma/3 (congruent rows), primitives/1.
+    # tma/3 (congruent rows), primitives/1. (The state ops' kernels compile on first use.)
     "reduce": [("tma", 1), ("primitives", 1), ("primitives", 2), ("tma", 3), ("sync", 3)],
 }
 

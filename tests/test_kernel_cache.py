@@ -98,6 +98,21 @@ def test_the_default_instances_cover_every_choice_of_the_table():
         assert [i for i in got if kind in (None, i.family)], (op, dt, m, s, kind)
 
 
+def test_every_state_choice_of_the_table_is_an_instance():
+    """The state ops' kernels compile on first use, by the id their launcher composes: whatever the
+    table picks for them (their own choices: reduce_op) is an instance of the list."""
+    every = ks.all_instances()
+    for sm in (80, 90):
+        for dt, (_, esz) in ks.DTYPES.items():
+            for outer, r, inner in [(64, 2048, 1), (8, 100, 64), (8, 100, 1000)]:
+                for rows16 in (False, True):
+                    m, s, _ = _C.resolve_config("reduce", sm, "auto", 0, 0, outer=outer, r=r, inner=inner, esz=esz,
+                                                rows16=rows16 and inner * esz % 16 == 0, reduce_op="var")
+                    fam = f"state_cols_direct{ks.cols_direct_loads(s)}_moments" if m == "sync" else "state_moments"
+                    got = ks.select(every, op="reduce", dtype=dt, mechanism=m, stages=s)
+                    assert [i for i in got if i.family == fam], (sm, dt, m, s, fam)
+
+
 def test_translation_unit_is_the_instance_macro_over_the_header():
     text = ks.translation_unit([CHEAP])
     assert '#include "kernels/instance.h"' in text and f'#include "{CHEAP.header}"' in text
@@ -461,6 +476,13 @@ def test_explain_lists_the_kernels_a_call_launches_and_compiles_none():
         assert e.kernels[0] == ("reduce_cols_direct_kernel<8,float>", "built ahead of time")
         blocks, threads, smem = e.launches[0]
         assert blocks >= 512 and threads == 256 and smem == 0
+    # the state ops there: the direct state kernel (fp32: sync/2, 8 loads in flight), on first use;
+    # explain resolves the op's own choice, not the sum's
+    e = cupipe.explain("reduce", torch.randn(64, 100, 1024, device="cuda"), "var", 1)
+    if e.mechanism == "sync":
+        assert e.stages == 2
+        assert e.kernels[0][0] == "reduce_state_cols_direct_kernel<8,float,StateKind::Moments>"
+        assert e.launches[0][1:] == (256, 0)
     kid = "stream_copy_kernel<engine::Mechanism::Specialized,8,4>"
     before = _C._kernel_origin(kid)
     (got, origin), = cupipe.explain("stream_copy", x, mechanism="specialized", stages=8, vec_bytes=4).kernels

@@ -114,6 +114,34 @@ def test_state_every_mechanism(device, mechanism, dtype, stages):
             check(x, op, dim, mechanism=mechanism, stages=stages, what=f"{mechanism}/{stages}")
 
 
+# (outer, r, inner) of the direct column plan (sync on 16-byte aligned columns): one-vector rows,
+# narrowed chunks, a chunk of 25 vectors, rows wider than a block, r under a batch, r split in parts.
+DIRECT_COLUMNS = [(3, 1000, 4), (1, 5003, 64), (7, 999, 100), (2, 333, 3000), (64, 3, 256), (1, 100_003, 16)]
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float64], ids=lambda d: DTYPE_IDS[d])
+def test_state_direct_columns(device, dtype):
+    """The state ops through the direct column kernel (sync, 4 / 8 / 16 loads in flight): against
+    torch, with data offset from zero (var's shift), ties across row groups and parts (the first
+    index wins), a NaN column; bit-identical repeats."""
+    esz = torch.empty((), dtype=dtype).element_size()
+    for i, (outer, r, inner) in enumerate(DIRECT_COLUMNS):
+        inner = inner * 4 // esz
+        base = make_input((outer, r, inner), dtype, "cpu", seed=40 + i) + 100
+        base[:, r // 3, 0] = 1e3    # a tie of two maxima: rows r // 3 and r - 1 of column 0
+        base[:, r - 1, 0] = 1e3
+        base[0, r // 2, 1 % inner] = float("nan")
+        x = base.to(device)
+        for stages in (1, 2, 3):
+            for op in STATE_OPS:
+                got = check(x, op, 1, mechanism="sync", stages=stages, what=f"direct sync/{stages}")
+                again = cupipe.reduce(x, op, 1, mechanism="sync", stages=stages)
+                assert torch.equal(got.nan_to_num(), again.nan_to_num()), f"not deterministic: {op} {(outer, r, inner)}"
+                if op == "argmax":
+                    assert got[:, 0].tolist() == [r // 3] * outer
+            check(x, "norm", 1, mechanism="sync", stages=stages, ord=math.inf, what=f"direct sync/{stages}")
+
+
 def test_state_noncontiguous_and_expanded(device):
     base = make_input((40, 30, 6), torch.float32, device, seed=3)
     views = [base.transpose(0, 1), base[:, ::2, 1:5], base.permute(2, 0, 1), base[:, :1].expand(40, 7, 6)]

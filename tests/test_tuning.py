@@ -462,21 +462,42 @@ def test_reduce_table_depends_on_the_reduced_view(fake_gpu, monkeypatch):
     assert rc("reduce", 90, "auto", 0, 0, outer=4096, r=16384, inner=1, esz=4)[:2] == ("tma", 1)
     assert rc("reduce", 90, "auto", 0, 0, outer=1, r=4096, inner=64, esz=4)[:2] == ("tma", 1)
     assert rc("reduce", 90, "auto", 2, 0, outer=4096, r=4096, inner=1, esz=4)[:2] == ("primitives", 2)
+    # the state ops: tma/2 along rows, the direct state kernel on aligned columns (sync/1 for 2-byte
+    # types, sync/2 for wider ones), else tma/1; primitives/2 before sm_90
+    cols = dict(outer=64, r=1000, inner=1024)
+    assert rc("reduce", 90, "auto", 0, 0, outer=4096, r=4096, inner=1, esz=4, reduce_op="var")[:2] == ("tma", 2)
+    assert rc("reduce", 90, "auto", 0, 0, **cols, esz=4, rows16=True, reduce_op="var")[:2] == ("sync", 2)
+    assert rc("reduce", 90, "auto", 0, 0, **cols, esz=8, rows16=True, reduce_op="argmax")[:2] == ("sync", 2)
+    assert rc("reduce", 90, "auto", 0, 0, **cols, esz=2, rows16=True, reduce_op="logsumexp")[:2] == ("sync", 1)
+    assert rc("reduce", 90, "auto", 0, 0, **cols, esz=2, rows16=False, reduce_op="norm")[:2] == ("tma", 1)
+    small = dict(outer=1000, r=1000, inner=16, rows16=True, reduce_op="var")  # 2-byte types: from 64 MiB
+    assert rc("reduce", 90, "auto", 0, 0, **small, esz=2)[:2] == ("tma", 1)
+    assert rc("reduce", 90, "auto", 0, 0, **small, esz=4)[:2] == ("sync", 2)
+    assert rc("reduce", 90, "auto", 0, 0, **dict(small, outer=4096), esz=2)[:2] == ("sync", 1)
+    assert rc("reduce", 80, "auto", 0, 0, **cols, esz=4, rows16=True, reduce_op="std")[:2] == ("primitives", 2)
+    assert rc("reduce", 90, "auto", 0, 0, **cols, esz=4, rows16=True, reduce_op="sum")[:2] == ("sync", 3)
+    with pytest.raises(ValueError, match="op"):
+        rc("reduce", 90, "auto", 0, 0, reduce_op="median")
 
     shape = cupipe._C.table_shape  # the first step of the op's layout plan (csrc/ops/layout.cpp)
     x = torch.empty(4, 5, 6)
-    assert shape("reduce", x, dim=None) == {"outer": 1, "r": 120, "inner": 1, "esz": 4, "rows16": False}
-    assert shape("reduce", x, dim=[]) == {"outer": 1, "r": 120, "inner": 1, "esz": 4, "rows16": False}
-    assert shape("reduce", x, dim=1) == {"outer": 4, "r": 5, "inner": 6, "esz": 4, "rows16": False}
-    assert shape("reduce", x, dim=[-1, -2]) == {"outer": 4, "r": 30, "inner": 1, "esz": 4, "rows16": False}
-    assert shape("reduce", x, dim=(0, 2)) == {"outer": 20, "r": 6, "inner": 1, "esz": 4, "rows16": False}  # dim 2, then 0
-    assert shape("reduce", x.permute(2, 0, 1), dim=0) == {"outer": 20, "r": 6, "inner": 1, "esz": 4, "rows16": False}
-    assert shape("reduce", x.transpose(0, 2), dim=(1, 2)) == {"outer": 1, "r": 20, "inner": 6, "esz": 4, "rows16": False}
-    assert shape("reduce", torch.empty(4, 0, 6), dim=[0, 2]) == {"outer": 0, "r": 24, "inner": 1, "esz": 4, "rows16": False}
-    assert shape("reduce", torch.empty(()), dim=None) == {"outer": 1, "r": 1, "inner": 1, "esz": 4, "rows16": False}
+
+    def red(outer, r, inner):
+        return {"outer": outer, "r": r, "inner": inner, "esz": 4, "rows16": False, "reduce_op": "sum"}
+
+    assert shape("reduce", x, dim=None) == red(1, 120, 1)
+    assert shape("reduce", x, dim=[]) == red(1, 120, 1)
+    assert shape("reduce", x, dim=1) == red(4, 5, 6)
+    assert shape("reduce", x, dim=[-1, -2]) == red(4, 30, 1)
+    assert shape("reduce", x, dim=(0, 2)) == red(20, 6, 1)  # dim 2, then 0
+    assert shape("reduce", x.permute(2, 0, 1), dim=0) == red(20, 6, 1)
+    assert shape("reduce", x.transpose(0, 2), dim=(1, 2)) == red(1, 20, 6)
+    assert shape("reduce", torch.empty(4, 0, 6), dim=[0, 2]) == red(0, 24, 1)
+    assert shape("reduce", torch.empty(()), dim=None) == red(1, 1, 1)
     assert shape("reduce", x.half(), dim=1, dtype=torch.float64)["esz"] == 8
     assert shape("reduce", x.half(), dim=1, dtype=None)["esz"] == 2
     assert shape("reduce", x.double(), dim=1)["esz"] == 8
+    assert shape("reduce", x, dim=1, reduce_op="argmax")["reduce_op"] == "argmax"  # the state ops' own choices
     assert shape("stream_copy", x) == {}
     with pytest.raises(IndexError, match="out of range"):
         shape("reduce", x, dim=3)

@@ -76,7 +76,7 @@ using cupipe::ops::TableShape;
 // (tuning.cpp); explicit arguments pass through, validated like the ops validate them.
 CopyConfig resolve(const std::string& op, int sm, const std::string& mechanism, int64_t stages, int64_t vec_bytes,
                    int64_t outer, int64_t r, int64_t inner, int ry, int rx, int esz, bool rows16, int64_t step,
-                   int rz, int64_t steps) {
+                   int rz, int64_t steps, const std::string& reduce_op) {
   using namespace cupipe::ops;
   const MechanismArg mech = parse_mechanism(op.c_str(), mechanism);
   check_stages(op.c_str(), stages);
@@ -85,15 +85,17 @@ CopyConfig resolve(const std::string& op, int sm, const std::string& mechanism, 
   shape.outer = outer; shape.r = r; shape.inner = inner;
   shape.ry = ry; shape.rx = rx; shape.esz = esz; shape.rows16 = rows16; shape.step = step; shape.rz = rz;
   shape.steps = steps;
+  if (op == "reduce") shape.reduce_op = parse_reduce_op("reduce", reduce_op);
   return resolve_op(op, sm, mech, stages, vec_bytes, shape);
 }
 
 // (mechanism, stages, vec_bytes)
 pybind11::tuple resolve_config(const std::string& op, int sm, const std::string& mechanism, int64_t stages,
                                int64_t vec_bytes, int64_t outer, int64_t r, int64_t inner, int ry, int rx,
-                               int esz, bool rows16, int64_t step, int rz, int64_t steps) {
+                               int esz, bool rows16, int64_t step, int rz, int64_t steps,
+                               const std::string& reduce_op) {
   const CopyConfig cfg =
-      resolve(op, sm, mechanism, stages, vec_bytes, outer, r, inner, ry, rx, esz, rows16, step, rz, steps);
+      resolve(op, sm, mechanism, stages, vec_bytes, outer, r, inner, ry, rx, esz, rows16, step, rz, steps, reduce_op);
   return pybind11::make_tuple(std::string(cupipe::engine::mechanism_name(cfg.mechanism)), cfg.stages,
                               cfg.vec_bytes);
 }
@@ -101,9 +103,10 @@ pybind11::tuple resolve_config(const std::string& op, int sm, const std::string&
 // (mechanism, stages, vec_bytes, why): why the table makes its own choice for this case.
 pybind11::tuple explain_config(const std::string& op, int sm, const std::string& mechanism, int64_t stages,
                                int64_t vec_bytes, int64_t outer, int64_t r, int64_t inner, int ry, int rx,
-                               int esz, bool rows16, int64_t step, int rz, int64_t steps) {
+                               int esz, bool rows16, int64_t step, int rz, int64_t steps,
+                               const std::string& reduce_op) {
   const CopyConfig cfg =
-      resolve(op, sm, mechanism, stages, vec_bytes, outer, r, inner, ry, rx, esz, rows16, step, rz, steps);
+      resolve(op, sm, mechanism, stages, vec_bytes, outer, r, inner, ry, rx, esz, rows16, step, rz, steps, reduce_op);
   return pybind11::make_tuple(std::string(cupipe::engine::mechanism_name(cfg.mechanism)), cfg.stages,
                               cfg.vec_bytes, std::string(cfg.why));
 }
@@ -128,6 +131,7 @@ pybind11::dict table_shape(const std::string& op, const at::Tensor& x, const std
     d["inner"] = s.inner;
     d["esz"] = s.esz;
     d["rows16"] = s.rows16;
+    d["reduce_op"] = reduce_op;
   } else if (op != "stream_copy") {
     d["ry"] = s.ry;
     d["rx"] = s.rx;
@@ -193,24 +197,25 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
       "reduce's table depends on its canonical (outer, r, inner) view, the stencils' on the radii (ry "
       "along the rows, rx along the last dim; stencil1d along the last dim is ry = 0), the element size "
       "in bytes, whether x's rows are whole 16-byte multiples from a 16-byte aligned pointer (rows16) and "
-      "the elements between x's taps (step: a batch dim inside the rows, as channels_last's C), and "
+      "the elements between x's taps (step: a batch dim inside the rows, as channels_last's C), reduce's op "
+      "(the state ops have choices of their own), and "
       "stencil3d's depth radius (rz; 0 runs as stencil2d), and stencil1d/stencil2d's steps (steps > 1: the "
       "fused kernel's table where one runs); "
       "table_shape derives them from a call's arguments";
   m.def("resolve_config", &resolve_config,
         ("what auto resolves to: (op, sm, mechanism, stages, vec_bytes[, outer, r, inner, ry, rx, esz, "
-         "rows16, step, rz, steps]) -> (mechanism, stages, vec_bytes); " + shape_doc).c_str(),
+         "rows16, step, rz, steps, reduce_op]) -> (mechanism, stages, vec_bytes); " + shape_doc).c_str(),
         py::arg("op"), py::arg("sm"), py::arg("mechanism"), py::arg("stages"), py::arg("vec_bytes"),
         py::arg("outer") = 1, py::arg("r") = 1, py::arg("inner") = 1, py::arg("ry") = 0, py::arg("rx") = 0,
         py::arg("esz") = 4, py::arg("rows16") = false, py::arg("step") = 1, py::arg("rz") = 0,
-        py::arg("steps") = 1);
+        py::arg("steps") = 1, py::arg("reduce_op") = "sum");
   m.def("explain_config", &explain_config,
         "resolve_config's arguments -> (mechanism, stages, vec_bytes, why): why the table makes its own "
         "choice for this case",
         py::arg("op"), py::arg("sm"), py::arg("mechanism"), py::arg("stages"), py::arg("vec_bytes"),
         py::arg("outer") = 1, py::arg("r") = 1, py::arg("inner") = 1, py::arg("ry") = 0, py::arg("rx") = 0,
         py::arg("esz") = 4, py::arg("rows16") = false, py::arg("step") = 1, py::arg("rz") = 0,
-        py::arg("steps") = 1);
+        py::arg("steps") = 1, py::arg("reduce_op") = "sum");
   m.def("table_shape", &table_shape,
         "the shape keywords of resolve_config for op(x, ...) (checked as the op checks them; reads only "
         "metadata): dim is stencil1d's dim or reduce's dims (None: all), boundary the stencils', reduce_op "

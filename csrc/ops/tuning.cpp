@@ -126,6 +126,17 @@ constexpr const char* kReduceStateRowsTma =
 constexpr const char* kReduceStateTma =
     "var, std, argmax, argmin, logsumexp and norm over columns on sm_90: the state kernel under tma with "
     "one 32 KiB stage and four blocks a SM (measured on an H200 against 2-4 stages and primitives)";
+// sync's loads in flight a thread for the state ops on direct columns: 4 (1 stage) for 2-byte types, whose
+// eight column states a thread leave fewer registers to loads, 8 (2 stages) for wider ones.
+inline int state_columns_direct_stages(int esz) { return esz == 2 ? 1 : 2; }
+// 2-byte types take the direct state kernel from this many bytes of x: below it a thread's eight column
+// states see few rows each, and merging a block's row groups outweighs its reads (docs/design.md §5.1).
+constexpr int64_t kStateColumnsDirectMinBytes16 = int64_t(64) << 20;
+constexpr const char* kReduceStateColumnsDirect =
+    "var, std, argmax, argmin, logsumexp and norm over columns on sm_90 whose rows start on 16-byte boundaries: "
+    "the state kernel that reads them straight into registers (reduce_state_cols_direct_kernel) under sync, one "
+    "stage (4 loads in flight a thread) for 2-byte types of 64 MiB or more and two (8) for wider types, ahead "
+    "of the tma ring (measured on an H200)";
 constexpr const char* kReduceStateBeforeSm90 =
     "var, std, argmax, argmin, logsumexp and norm before sm_90: the state kernel under primitives with 2 "
     "stages (the LDGSTS path; not measured on older GPUs)";
@@ -206,10 +217,12 @@ CopyConfig resolve_stencil(const DeviceInfo& dev, MechanismArg mech, int64_t sta
   return apply_explicit(best, mech, stages, 0);
 }
 
+// State ops on sm_90: tma/2 along the innermost dim, sync/1 or sync/2 (the direct state kernel) on aligned columns
+// (2-byte types from 64 MiB), else tma/1; primitives/2 before sm_90.
 // Columns: primitives/1; on sm_90 sync/3 (the direct kernel) from a 16-byte aligned x in rows of 16-byte multiples, else
 // tma/1 for rows under 4 KiB, tma/3 for congruent rows of 4 KiB or more; innermost rows of 4-32 KiB one stage; other
 // innermost reductions tma/1 on sm_90, primitives/2 before it.
-CopyConfig resolve_reduce(const DeviceInfo& dev, MechanismArg mech, int64_t stages, int64_t /*outer*/,
+CopyConfig resolve_reduce(const DeviceInfo& dev, MechanismArg mech, int64_t stages, int64_t outer,
                           int64_t r, int64_t inner, int esz, ReduceOp op, bool rows16) {
   CopyConfig best;
   const int64_t row_bytes = r * esz;
@@ -217,6 +230,8 @@ CopyConfig resolve_reduce(const DeviceInfo& dev, MechanismArg mech, int64_t stag
   if (is_state_op(op)) {
     best = dev.code_sm < 90 ? choice(Mechanism::Primitives, 2, kReduceStateBeforeSm90)
            : inner == 1     ? choice(Mechanism::Tma, 2, kReduceStateRowsTma)
+           : rows16 && (esz != 2 || outer * r * inner * esz >= kStateColumnsDirectMinBytes16)
+               ? choice(Mechanism::Sync, state_columns_direct_stages(esz), kReduceStateColumnsDirect)
                             : choice(Mechanism::Tma, 1, kReduceStateTma);
   } else if (inner > 1 && dev.code_sm >= 90 && rows16) {
     best = choice(Mechanism::Sync, kReduceColumnsDirectStages, kReduceColumnsDirect);

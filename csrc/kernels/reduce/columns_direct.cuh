@@ -39,6 +39,30 @@ __device__ __forceinline__ uint4 load_once16(const void* p) {
   return v;
 }
 
+// What a thread of a direct column kernel reads: block blockIdx.x's (outer slice o, part of r
+// [r0, r1)), and the thread's 16-byte vector of columns from col (of row group grp).
+struct DirectColumn {
+  int64_t o, part, r0, r1, col;
+  int vec, grp;
+  bool active;  // the thread's group and vector hold columns (threads past them idle)
+};
+template <typename T>
+__device__ __forceinline__ DirectColumn direct_column(const ColsDirectPlan& pl) {
+  constexpr int VE = 16 / sizeof(T);
+  uint32_t item, part, o, chunk;
+  pl.parts_div.divmod(blockIdx.x, item, part);
+  pl.chunks_div.divmod(item, o, chunk);
+  DirectColumn d;
+  const int t = static_cast<int>(threadIdx.x);
+  d.o = o, d.part = part;
+  d.vec = t % pl.chunk_vecs, d.grp = t / pl.chunk_vecs;
+  d.col = (static_cast<int64_t>(chunk) * pl.chunk_vecs + d.vec) * VE;
+  d.active = d.grp < pl.groups && d.col < pl.inner;
+  d.r0 = static_cast<int64_t>(part) * pl.part_rows;
+  d.r1 = min(pl.r, d.r0 + pl.part_rows);
+  return d;
+}
+
 template <int U, typename T>
 __global__ void __launch_bounds__(kReduceThreads)
     reduce_cols_direct_kernel(const T* __restrict__ x, void* out, DType od, acc_t<T>* partials,
@@ -49,15 +73,11 @@ __global__ void __launch_bounds__(kReduceThreads)
   const Combine<A> comb{op};
   allow_dependent_launch();  // the partials pass, when there is one, may start waiting
 
-  uint32_t item, part, o, chunk;
-  pl.parts_div.divmod(blockIdx.x, item, part);
-  pl.chunks_div.divmod(item, o, chunk);
+  const DirectColumn dc = direct_column<T>(pl);
   const int t = static_cast<int>(threadIdx.x);
-  const int vec = t % pl.chunk_vecs, grp = t / pl.chunk_vecs;
-  const int64_t col = (static_cast<int64_t>(chunk) * pl.chunk_vecs + vec) * VE;  // the vector's first column
-  const bool active = grp < pl.groups && col < pl.inner;
-  const int64_t r0 = static_cast<int64_t>(part) * pl.part_rows;
-  const int64_t r1 = min(pl.r, r0 + pl.part_rows);
+  const int vec = dc.vec, grp = dc.grp;
+  const int64_t o = dc.o, part = dc.part, col = dc.col, r0 = dc.r0, r1 = dc.r1;
+  const bool active = dc.active;
 
   A acc[VE];
 #pragma unroll

@@ -1,6 +1,7 @@
 // How a state reduction (reduce/states.h) is launched: its StatePlan (packed rows, split rows or
 // columns; parts of r), the workspace of partial states, and launch_reduce_state_plan, which
-// launches reduce_state_kernel and, when r is split, the partials pass. The stage-size and grid
+// launches reduce_state_kernel (or, under sync on aligned columns, reduce_state_cols_direct_kernel
+// on the direct column plan) and, when r is split, the partials pass. The stage-size and grid
 // helpers are the scalar reductions' (launch_plan.cuh).
 #pragma once
 
@@ -17,6 +18,7 @@ namespace kernels {
 // 32 KiB stages: a row of up to 32 KiB is one packed tile; four blocks a SM keep 128 KiB in flight.
 constexpr int kStateTileBytes = 32768;
 constexpr const char* kReduceStateHeader = "kernels/reduce/stateful.cuh";
+constexpr const char* kReduceStateDirectHeader = "kernels/reduce/state_direct.cuh";
 
 inline const char* state_kind_id(StateKind k) {
   switch (k) {
@@ -126,6 +128,11 @@ inline int state_size(const ReduceParams& p) {
 
 // Workspace bytes: the partial states of the largest grid a launch may choose.
 inline int64_t state_workspace_bytes(const ReduceParams& p, const DeviceInfo& dev) {
+  const int esz = dtype_size(p.in_dtype);
+  if (cols_direct(p, esz)) {  // sync on aligned columns: the direct kernel's plan
+    const ColsDirectPlan pl = make_cols_direct_plan(p, esz, cols_direct_loads(p.stages), max_target_blocks(p, dev));
+    return pl.parts > 1 ? p.outer * p.inner * pl.parts * state_size(p) : 0;
+  }
   const StatePlan pl = make_state_plan(p, dev, max_target_blocks(p, dev));
   return pl.parts > 1 ? p.outer * p.inner * pl.parts * state_size(p) : 0;
 }
@@ -139,6 +146,30 @@ void launch_reduce_state_typed(const ReduceParams& p) {
   const DeviceInfo dev = device_info(current_device());
   const cudaStream_t stream = reinterpret_cast<cudaStream_t>(p.stream);
   St* partials = static_cast<St*>(p.workspace);
+  const int64_t nout = p.outer * p.inner;
+  const auto partials_pass = [&](int64_t parts, bool rows, const StateCtx& ctx) {
+    const int64_t blocks = ceil_div(nout * 32, 256);
+    if (blocks > 0x7fffffff) throw std::runtime_error("reduce: too many outputs for the partials pass");
+    const auto k = kernel_ref<const St*, void*, DType, int64_t, int64_t, int64_t, int64_t, StateCtx>(
+        kReduceStateHeader, kernel_id("reduce_state_partials_kernel", type_c<A>{}, state_kind_id(K)), stream);
+    launch_kernel(k, dim3(static_cast<unsigned>(blocks)), dim3(256), 0, stream, dev.code_sm >= 90,
+                  static_cast<const St*>(partials), p.out, p.out_dtype, nout, parts,
+                  rows ? parts : int64_t(1), rows ? int64_t(1) : nout, ctx);
+  };
+  if (cols_direct(p, sizeof(T))) {
+    const int U = cols_direct_loads(S);
+    const auto kernel = kernel_ref<const T*, void*, DType, St*, ColsDirectPlan, StateCtx>(
+        kReduceStateDirectHeader, kernel_id("reduce_state_cols_direct_kernel", U, type_c<T>{}, state_kind_id(K)),
+        stream);
+    const int64_t resident = static_cast<int64_t>(dev.num_sms) * blocks_per_sm(kernel, kReduceThreads, 0);
+    const ColsDirectPlan pl = make_cols_direct_plan(p, sizeof(T), U, target_blocks(p, resident));
+    if (pl.grid > 0x7fffffff) throw std::runtime_error("reduce: too many column blocks for one launch");
+    const StateCtx ctx = state_ctx(p);
+    launch_kernel(kernel, dim3(static_cast<unsigned>(pl.grid)), dim3(kReduceThreads), 0, stream, false,
+                  static_cast<const T*>(p.x), p.out, p.out_dtype, partials, pl, ctx);
+    if (pl.parts > 1) partials_pass(pl.parts, false, ctx);
+    return;
+  }
   const auto kernel = kernel_ref<const T*, void*, DType, St*, StatePlan>(
       kReduceStateHeader, kernel_id("reduce_state_kernel", M, S, type_c<T>{}, state_kind_id(K)), stream);
   const StatePlan shape = make_state_plan(p, dev, 1);  // the stage size; the split needs `resident`
@@ -151,16 +182,7 @@ void launch_reduce_state_typed(const ReduceParams& p) {
   pl.share = TileShare(pl.items, grid);
   launch_kernel(kernel, dim3(static_cast<unsigned>(grid)), dim3(kStateThreads), smem, stream, false,
                 static_cast<const T*>(p.x), p.out, p.out_dtype, partials, pl);
-  if (pl.parts == 1) return;
-  const int64_t nout = p.outer * p.inner;
-  const int64_t blocks = ceil_div(nout * 32, 256);
-  if (blocks > 0x7fffffff) throw std::runtime_error("reduce: too many outputs for the partials pass");
-  const auto k = kernel_ref<const St*, void*, DType, int64_t, int64_t, int64_t, int64_t, StateCtx>(
-      kReduceStateHeader, kernel_id("reduce_state_partials_kernel", type_c<A>{}, state_kind_id(K)), stream);
-  const bool rows = pl.mode == 1;
-  launch_kernel(k, dim3(static_cast<unsigned>(blocks)), dim3(256), 0, stream, dev.code_sm >= 90,
-                static_cast<const St*>(partials), p.out, p.out_dtype, nout, pl.parts,
-                rows ? pl.parts : int64_t(1), rows ? int64_t(1) : nout, pl.ctx);
+  if (pl.parts > 1) partials_pass(pl.parts, pl.mode == 1, pl.ctx);
 }
 
 inline void launch_reduce_state_plan(const ReduceParams& p) {
