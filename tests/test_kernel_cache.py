@@ -107,8 +107,11 @@ def test_every_state_choice_of_the_table_is_an_instance():
             for outer, r, inner in [(64, 2048, 1), (8, 100, 64), (8, 100, 1000)]:
                 for rows16 in (False, True):
                     m, s, _ = _C.resolve_config("reduce", sm, "auto", 0, 0, outer=outer, r=r, inner=inner, esz=esz,
-                                                rows16=rows16 and inner * esz % 16 == 0, reduce_op="var")
-                    fam = f"state_cols_direct{ks.cols_direct_loads(s)}_moments" if m == "sync" else "state_moments"
+                                                rows16=rows16 and (inner if inner > 1 else r) * esz % 16 == 0,
+                                                reduce_op="var")
+                    fam = "state_moments"
+                    if m == "sync":
+                        fam = f"state_{'cols' if inner > 1 else 'rows'}_direct{ks.cols_direct_loads(s)}_moments"
                     got = ks.select(every, op="reduce", dtype=dt, mechanism=m, stages=s)
                     assert [i for i in got if i.family == fam], (sm, dt, m, s, fam)
 
@@ -483,6 +486,14 @@ def test_explain_lists_the_kernels_a_call_launches_and_compiles_none():
         assert e.stages == 2
         assert e.kernels[0][0] == "reduce_state_cols_direct_kernel<8,float,StateKind::Moments>"
         assert e.launches[0][1:] == (256, 0)
+    # along aligned rows of 16 KiB or more: the direct row kernel (sync/1, 4 loads in flight); 64 rows
+    # of 256 KiB take a block a part of a row, the same parts each
+    e = cupipe.explain("reduce", torch.randn(64, 1 << 16, device="cuda"), "argmax", 1)
+    if e.mechanism == "sync":
+        assert e.stages == 1
+        assert e.kernels[0][0] == "reduce_state_rows_direct_kernel<4,float,StateKind::Arg>"
+        blocks, threads, smem = e.launches[0]
+        assert blocks % 64 == 0 and threads == 256 and smem == 0
     kid = "stream_copy_kernel<engine::Mechanism::Specialized,8,4>"
     before = _C._kernel_origin(kid)
     (got, origin), = cupipe.explain("stream_copy", x, mechanism="specialized", stages=8, vec_bytes=4).kernels

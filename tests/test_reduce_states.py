@@ -142,6 +142,41 @@ def test_state_direct_columns(device, dtype):
             check(x, "norm", 1, mechanism="sync", stages=stages, ord=math.inf, what=f"direct sync/{stages}")
 
 
+# (outer, r) in fp32 elements of the direct row plan (sync along 16-byte aligned rows): one-vector
+# rows (32 a warp item), packed rows of 16, 25 and 250 vectors (groups of 1-32 lanes, several items a
+# warp, a last item past the rows), long rows a block each, in parts with the partials pass; then
+# single rows with a tail past their last whole vector (any element size).
+DIRECT_ROWS = [(1000, 4), (333, 64), (77, 100), (50, 1000), (9, 4096), (3, 300_000)]
+DIRECT_ROW_TAILS = [(1, 3), (1, 1_000_003), (1, 4099)]
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float64], ids=["f32", "bf16", "f64"])
+def test_state_direct_rows(device, dtype):
+    """The state ops through the direct row kernel (sync, 4 / 8 / 16 loads in flight): against torch,
+    with data offset from zero (var's shift), ties across lanes, warps and parts (the first index
+    wins), a NaN row; bit-identical repeats."""
+    esz = torch.empty((), dtype=dtype).element_size()
+    cases = [(outer, r * 4 // esz) for outer, r in DIRECT_ROWS] + DIRECT_ROW_TAILS
+    for i, (outer, r) in enumerate(cases):
+        base = make_input((outer, r), dtype, "cpu", seed=60 + i) + 100
+        base[:, r // 3] = 1e3  # a tie of two maxima: elements r // 3 and r - 1 of every row
+        base[:, r - 1] = 1e3
+        if outer > 1:
+            base[1, r // 2] = float("nan")
+        x = base.to(device)
+        for stages in (1, 2, 3):
+            for op in STATE_OPS:
+                got = check(x, op, 1, mechanism="sync", stages=stages, what=f"direct rows sync/{stages}")
+                again = cupipe.reduce(x, op, 1, mechanism="sync", stages=stages)
+                assert torch.equal(got.nan_to_num(), again.nan_to_num()), f"not deterministic: {op} {(outer, r)}"
+                if op == "argmax":
+                    want = [r // 3] * outer
+                    if outer > 1:
+                        want[1] = r // 2
+                    assert got.tolist() == want
+            check(x, "norm", 1, mechanism="sync", stages=stages, ord=math.inf, what=f"direct rows sync/{stages}")
+
+
 def test_state_noncontiguous_and_expanded(device):
     base = make_input((40, 30, 6), torch.float32, device, seed=3)
     views = [base.transpose(0, 1), base[:, ::2, 1:5], base.permute(2, 0, 1), base[:, :1].expand(40, 7, 6)]

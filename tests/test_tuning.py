@@ -462,10 +462,21 @@ def test_reduce_table_depends_on_the_reduced_view(fake_gpu, monkeypatch):
     assert rc("reduce", 90, "auto", 0, 0, outer=4096, r=16384, inner=1, esz=4)[:2] == ("tma", 1)
     assert rc("reduce", 90, "auto", 0, 0, outer=1, r=4096, inner=64, esz=4)[:2] == ("tma", 1)
     assert rc("reduce", 90, "auto", 2, 0, outer=4096, r=4096, inner=1, esz=4)[:2] == ("primitives", 2)
-    # the state ops: tma/2 along rows, the direct state kernel on aligned columns (sync/1 for 2-byte
-    # types, sync/2 for wider ones), else tma/1; primitives/2 before sm_90
+    # the state ops: the direct state kernel along aligned rows of 16 KiB or more (sync/1), else tma/2;
+    # on aligned columns (sync/1 for 2-byte types, sync/2 for wider ones), else tma/1; primitives/2
+    # before sm_90
     cols = dict(outer=64, r=1000, inner=1024)
     assert rc("reduce", 90, "auto", 0, 0, outer=4096, r=4096, inner=1, esz=4, reduce_op="var")[:2] == ("tma", 2)
+    rows = dict(outer=4096, r=8192, inner=1, rows16=True)  # aligned rows of 32 KiB: the direct row kernel
+    assert rc("reduce", 90, "auto", 0, 0, **rows, esz=4, reduce_op="var")[:2] == ("sync", 1)
+    assert rc("reduce", 90, "auto", 0, 0, **rows, esz=4, reduce_op="argmax")[:2] == ("sync", 1)
+    assert rc("reduce", 90, "auto", 0, 0, **rows, esz=2, reduce_op="argmax")[:2] == ("sync", 1)  # 16 KiB
+    assert rc("reduce", 90, "auto", 0, 0, **dict(rows, r=4096), esz=2, reduce_op="argmax")[:2] == ("tma", 2)
+    assert rc("reduce", 90, "auto", 0, 0, **dict(rows, r=64), esz=4, reduce_op="var")[:2] == ("tma", 2)
+    assert rc("reduce", 90, "auto", 0, 0, **dict(rows, rows16=False), esz=4, reduce_op="norm")[:2] == ("tma", 2)
+    assert rc("reduce", 90, "auto", 0, 0, **dict(rows, outer=1, r=1 << 20), esz=2, reduce_op="logsumexp")[:2] == ("sync", 1)
+    assert rc("reduce", 80, "auto", 0, 0, **rows, esz=4, reduce_op="var")[:2] == ("primitives", 2)
+    assert rc("reduce", 90, "auto", 0, 0, **rows, esz=4, reduce_op="sum")[:2] == ("primitives", 1)  # 32 KiB rows
     assert rc("reduce", 90, "auto", 0, 0, **cols, esz=4, rows16=True, reduce_op="var")[:2] == ("sync", 2)
     assert rc("reduce", 90, "auto", 0, 0, **cols, esz=8, rows16=True, reduce_op="argmax")[:2] == ("sync", 2)
     assert rc("reduce", 90, "auto", 0, 0, **cols, esz=2, rows16=True, reduce_op="logsumexp")[:2] == ("sync", 1)
@@ -482,18 +493,21 @@ def test_reduce_table_depends_on_the_reduced_view(fake_gpu, monkeypatch):
     shape = cupipe._C.table_shape  # the first step of the op's layout plan (csrc/ops/layout.cpp)
     x = torch.empty(4, 5, 6)
 
-    def red(outer, r, inner):
-        return {"outer": outer, "r": r, "inner": inner, "esz": 4, "rows16": False, "reduce_op": "sum"}
+    def red(outer, r, inner, rows16=False):
+        return {"outer": outer, "r": r, "inner": inner, "esz": 4, "rows16": rows16, "reduce_op": "sum"}
 
-    assert shape("reduce", x, dim=None) == red(1, 120, 1)
-    assert shape("reduce", x, dim=[]) == red(1, 120, 1)
+    # rows16: rows (inner 1) of whole 16-byte vectors or a single row; columns of whole vectors
+    assert shape("reduce", x, dim=None) == red(1, 120, 1, True)
+    assert shape("reduce", x, dim=[]) == red(1, 120, 1, True)
     assert shape("reduce", x, dim=1) == red(4, 5, 6)
     assert shape("reduce", x, dim=[-1, -2]) == red(4, 30, 1)
     assert shape("reduce", x, dim=(0, 2)) == red(20, 6, 1)  # dim 2, then 0
     assert shape("reduce", x.permute(2, 0, 1), dim=0) == red(20, 6, 1)
     assert shape("reduce", x.transpose(0, 2), dim=(1, 2)) == red(1, 20, 6)
-    assert shape("reduce", torch.empty(4, 0, 6), dim=[0, 2]) == red(0, 24, 1)
-    assert shape("reduce", torch.empty(()), dim=None) == red(1, 1, 1)
+    assert shape("reduce", torch.empty(4, 0, 6), dim=[0, 2]) == red(0, 24, 1, True)
+    assert shape("reduce", torch.empty(()), dim=None) == red(1, 1, 1, True)
+    assert shape("reduce", torch.empty(3, 8), dim=1)["rows16"]
+    assert not shape("reduce", torch.empty(25)[1:].view(3, 8), dim=1)["rows16"]  # x 4 bytes past a boundary
     assert shape("reduce", x.half(), dim=1, dtype=torch.float64)["esz"] == 8
     assert shape("reduce", x.half(), dim=1, dtype=None)["esz"] == 2
     assert shape("reduce", x.double(), dim=1)["esz"] == 8

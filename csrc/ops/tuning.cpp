@@ -123,6 +123,15 @@ constexpr const char* kReduceStateRowsTma =
     "var, std, argmax, argmin, logsumexp and norm along the innermost dim on sm_90: the state kernel "
     "under tma with two 32 KiB stages, three blocks a SM (measured on an H200 against 1-4 stages and "
     "primitives: docs/design.md)";
+// The state ops' direct row kernel: 4 loads in flight a thread (1 stage), from rows of 16 KiB; shorter rows stream
+// through the tma ring, ahead of it there (docs/design.md §5.1).
+constexpr int kStateRowsDirectStages = 1;
+constexpr int64_t kStateRowsDirectMinBytes = 16384;
+constexpr const char* kReduceStateRowsDirect =
+    "var, std, argmax, argmin, logsumexp and norm along the innermost dim on sm_90, rows of 16 KiB or more that start "
+    "on 16-byte boundaries: the state kernel that reads them straight into registers "
+    "(reduce_state_rows_direct_kernel) under sync, 4 loads in flight a thread and no ring (measured on an H200 "
+    "against the tma ring and 8 or 16 loads)";
 constexpr const char* kReduceStateTma =
     "var, std, argmax, argmin, logsumexp and norm over columns on sm_90: the state kernel under tma with "
     "one 32 KiB stage and four blocks a SM (measured on an H200 against 2-4 stages and primitives)";
@@ -217,7 +226,8 @@ CopyConfig resolve_stencil(const DeviceInfo& dev, MechanismArg mech, int64_t sta
   return apply_explicit(best, mech, stages, 0);
 }
 
-// State ops on sm_90: tma/2 along the innermost dim, sync/1 or sync/2 (the direct state kernel) on aligned columns
+// State ops on sm_90: sync/1 (the direct state kernel) along aligned rows of 16 KiB or more, else tma/2 along the
+// innermost dim; sync/1 or sync/2 (the direct state kernel) on aligned columns
 // (2-byte types from 64 MiB), else tma/1; primitives/2 before sm_90.
 // Columns: primitives/1; on sm_90 sync/3 (the direct kernel) from a 16-byte aligned x in rows of 16-byte multiples, else
 // tma/1 for rows under 4 KiB, tma/3 for congruent rows of 4 KiB or more; innermost rows of 4-32 KiB one stage; other
@@ -229,6 +239,8 @@ CopyConfig resolve_reduce(const DeviceInfo& dev, MechanismArg mech, int64_t stag
   const int64_t col_row_bytes = inner * esz;
   if (is_state_op(op)) {
     best = dev.code_sm < 90 ? choice(Mechanism::Primitives, 2, kReduceStateBeforeSm90)
+           : inner == 1 && rows16 && r * esz >= kStateRowsDirectMinBytes
+               ? choice(Mechanism::Sync, kStateRowsDirectStages, kReduceStateRowsDirect)
            : inner == 1     ? choice(Mechanism::Tma, 2, kReduceStateRowsTma)
            : rows16 && (esz != 2 || outer * r * inner * esz >= kStateColumnsDirectMinBytes16)
                ? choice(Mechanism::Sync, state_columns_direct_stages(esz), kReduceStateColumnsDirect)
@@ -311,8 +323,9 @@ TableShape table_shape(const std::string& op, const at::Tensor& x, const std::op
     s.esz = reduce_kernel_esz(x, plan);
     s.reduce_op = plan.op;
     // The first step reads x in place (its offset decides the alignment) or a fresh copy.
-    s.rows16 = s.inner * s.esz % 16 == 0 &&
-               (x.numel() == 0 || s.esz != static_cast<int>(x.element_size()) || x.storage_offset() * s.esz % 16 == 0);
+    s.rows16 = reduce_rows16(s.outer, s.r, s.inner, s.esz,
+                             x.numel() == 0 || s.esz != static_cast<int>(x.element_size()) ||
+                                 x.storage_offset() * s.esz % 16 == 0);
   } else if (op == "stream_copy") {
     s.layout = x.is_contiguous() ? "the kernels copy x's bytes in place"
                                  : "x is not contiguous: the kernels copy x.contiguous()";

@@ -32,7 +32,12 @@ CopyConfig resolve_stencil(const DeviceInfo& dev, MechanismArg mech, int64_t sta
 CopyConfig resolve_stencil3d(const DeviceInfo& dev, MechanismArg mech, int64_t stages);
 // steps=k of stencil1d/stencil2d where the fused kernel runs (stencil_steps_per_pass > 1).
 CopyConfig resolve_stencil_steps(const DeviceInfo& dev, MechanismArg mech, int64_t stages);
-// rows16: x 16-byte aligned and its (outer, r, inner) view's rows whole 16-byte multiples.
+// Whether an (outer, r, inner) view's reduced rows (inner 1) or columns start on 16-byte boundaries: x
+// aligned (`aligned`) and whole 16-byte vectors a row (columns: inner's; rows: r's, or one row).
+inline bool reduce_rows16(int64_t outer, int64_t r, int64_t inner, int esz, bool aligned) {
+  return aligned && (inner > 1 ? inner * esz % 16 == 0 : outer == 1 || r * esz % 16 == 0);
+}
+// rows16: reduce_rows16 of the view.
 CopyConfig resolve_reduce(const DeviceInfo& dev, MechanismArg mech, int64_t stages, int64_t outer,
                           int64_t r, int64_t inner, int esz, ReduceOp op = ReduceOp::Sum, bool rows16 = false);
 

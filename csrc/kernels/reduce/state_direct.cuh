@@ -1,8 +1,9 @@
-// The state reductions (reduce/states.h) over 16-byte aligned columns read straight into
-// registers: reduce_state_cols_direct_kernel, what the sync mechanism runs there, on the direct
-// column kernel's plan (columns_direct.cuh). A thread holds the states of its vector's columns (4
-// fp32, 8 of a 2-byte type, 2 fp64) and keeps U rows of loads in flight, each column's rows added
-// four at a time (add_block) in ascending index order, as Arg's add assumes.
+// The state reductions (reduce/states.h) read straight into registers, where the sync mechanism
+// runs them: reduce_state_cols_direct_kernel over 16-byte aligned columns, on the direct column
+// kernel's plan (columns_direct.cuh): a thread holds the states of its vector's columns (4 fp32, 8
+// of a 2-byte type, 2 fp64) and keeps U rows of loads in flight, each column's rows added four at a
+// time (add_block) in ascending index order, as Arg's add assumes; and
+// reduce_state_rows_direct_kernel along 16-byte aligned rows (RowsDirectPlan, below).
 #pragma once
 
 #include <cstdint>
@@ -12,6 +13,24 @@
 
 namespace cupipe {
 namespace kernels {
+
+// Rows (inner == 1) of whole 16-byte vectors from a 16-byte aligned x (or one row, whose elements
+// past its last whole vector are its tail), read with U loads a thread in flight and no ring.
+// Packed (group > 0): `group` lanes a row (a power of two up to a warp, enough that a lane's vectors
+// are one batch of loads where that fits), so a warp item is 32 / group adjacent rows; a block's warps take adjacent items,
+// items_per_warp each, and merge by shuffles alone. Long rows (group == 0): a block per (row, part
+// of part_vecs vectors), its threads striding the part a vector apart, the warps' states merged
+// in warp order through shared memory; the parts' partials ([out][part]) go to the partials pass.
+struct RowsDirectPlan {
+  int64_t outer, r;
+  int64_t row_vecs;  // whole vectors a row
+  int group, group_log2;
+  int64_t items;     // packed: warp items (ceil(outer / (32 / group)))
+  int items_per_warp;
+  int64_t parts, part_vecs;
+  int64_t grid;
+  FastDiv parts_div;  // long rows: blockIdx.x -> (row, part)
+};
 
 template <int U, typename T, StateKind K>
 __global__ void __launch_bounds__(kReduceThreads)
@@ -124,6 +143,93 @@ __global__ void __launch_bounds__(kReduceThreads)
     if (pl.parts == 1) store_state(out, od, oi + j, acc[j], c);
     else partials[dc.part * pl.outer * pl.inner + oi + j] = acc[j];
   }
+}
+
+// Each thread adds its vectors of a row in ascending index order, U loads in flight, then the tail
+// (lane 0 of the row's group, or thread 0 of its last part). Moments add x - x0, x0 the row's first
+// element (states.h), so that the parts of a row merge.
+template <int U, typename T, StateKind K>
+__global__ void __launch_bounds__(kReduceThreads)
+    reduce_state_rows_direct_kernel(const T* __restrict__ x, void* out, DType od, State<acc_t<T>, K>* partials,
+                                    RowsDirectPlan pl, StateCtx c) {
+  using A = acc_t<T>;
+  using St = State<A, K>;
+  constexpr int VE = 16 / sizeof(T);
+  constexpr int kWarps = kReduceThreads / 32;
+  __shared__ St scratch[kWarps];
+  allow_dependent_launch();  // the partials pass, when there is one, may start waiting
+  const int t = static_cast<int>(threadIdx.x), lane = t & 31, warp = t >> 5;
+
+  // Vectors v, v + stride, ... below v1 of `row`, then the row's tail where `tail`.
+  auto fold = [&](St& s, const T* row, int64_t v, int64_t v1, int64_t stride, bool tail) {
+    A x0 = A(0);
+    if constexpr (K == StateKind::Moments) x0 = to_acc<A>(row[0]);
+    const uint4* u = reinterpret_cast<const uint4*>(row);
+    auto add_vec = [&](const uint4& q, int64_t vi) {
+      A e[VE];
+      unpack16<T>(q, e);
+      if constexpr (K == StateKind::Moments) {
+#pragma unroll
+        for (int j = 0; j < VE; ++j) e[j] -= x0;
+      }
+      s.add_block(e, vi * VE, 1, c);
+    };
+    for (; v + (U - 1) * stride < v1; v += U * stride) {
+      uint4 b[U];
+#pragma unroll
+      for (int k = 0; k < U; ++k) b[k] = load_once16(u + v + k * stride);
+#pragma unroll
+      for (int k = 0; k < U; ++k) add_vec(b[k], v + k * stride);
+    }
+    if (v < v1) {  // the last, partial batch: its loads in flight together
+      uint4 b[U];
+#pragma unroll
+      for (int k = 0; k < U; ++k)
+        if (v + k * stride < v1) b[k] = load_once16(u + v + k * stride);
+#pragma unroll
+      for (int k = 0; k < U; ++k) {
+        if (v + k * stride >= v1) break;
+        add_vec(b[k], v + k * stride);
+      }
+    }
+    if (tail)
+      for (int64_t e = pl.row_vecs * VE; e < pl.r; ++e) s.add(to_acc<A>(row[e]) - x0, e, c);  // (x0 = 0: exact)
+  };
+
+  if (pl.group > 0) {
+    const int G = pl.group, sub = lane >> pl.group_log2, gl = lane & (G - 1);
+    const int64_t first = static_cast<int64_t>(blockIdx.x) * pl.items_per_warp * kWarps + warp;
+    for (int j = 0; j < pl.items_per_warp; ++j) {
+      const int64_t item = first + static_cast<int64_t>(j) * kWarps;
+      if (item >= pl.items) break;  // (warp-uniform)
+      const int64_t row = (item << (5 - pl.group_log2)) + sub;
+      St s = St::init(c);
+      if (row < pl.outer) fold(s, x + row * pl.r, gl, pl.row_vecs, G, gl == 0);
+      for (int o = 1; o < G; o <<= 1) {  // a fixed tree: lane 0 of the group ends with the row's state
+        const St o_s = shfl_state(s, o, G);
+        if ((gl & o) == 0) s.merge(o_s, c);
+      }
+      if (gl == 0 && row < pl.outer) store_state(out, od, row, s, c);
+    }
+    return;
+  }
+
+  uint32_t row_u, part_u;
+  pl.parts_div.divmod(blockIdx.x, row_u, part_u);
+  const int64_t row = row_u, part = part_u;
+  const int64_t v0 = part * pl.part_vecs, v1 = min(pl.row_vecs, v0 + pl.part_vecs);
+  St s = St::init(c);
+  fold(s, x + row * pl.r, v0 + t, v1, kReduceThreads, t == 0 && part + 1 == pl.parts);
+  for (int o = 1; o < 32; o <<= 1) {
+    const St o_s = shfl_state(s, o, 32);
+    if ((lane & o) == 0) s.merge(o_s, c);
+  }
+  if (lane == 0) scratch[warp] = s;
+  __syncthreads();
+  if (t != 0) return;
+  for (int w = 1; w < kWarps; ++w) s.merge(scratch[w], c);
+  if (pl.parts == 1) store_state(out, od, row, s, c);
+  else partials[row * pl.parts + part] = s;
 }
 
 }  // namespace kernels

@@ -1,8 +1,9 @@
 // How a state reduction (reduce/states.h) is launched: its StatePlan (packed rows, split rows or
 // columns; parts of r), the workspace of partial states, and launch_reduce_state_plan, which
 // launches reduce_state_kernel (or, under sync on aligned columns, reduce_state_cols_direct_kernel
-// on the direct column plan) and, when r is split, the partials pass. The stage-size and grid
-// helpers are the scalar reductions' (launch_plan.cuh).
+// on the direct column plan, and on aligned rows reduce_state_rows_direct_kernel on its
+// RowsDirectPlan) and, when r is split, the partials pass. The stage-size and grid helpers are the
+// scalar reductions' (launch_plan.cuh).
 #pragma once
 
 #include <algorithm>
@@ -10,6 +11,7 @@
 #include <stdexcept>
 
 #include "kernels/reduce/launch_plan.cuh"
+#include "kernels/reduce/state_direct.cuh"
 #include "kernels/reduce/stateful.cuh"
 
 namespace cupipe {
@@ -113,6 +115,50 @@ inline StatePlan make_state_plan(const ReduceParams& p, const DeviceInfo& dev, i
   return pl;
 }
 
+// The sync mechanism along rows that start on 16-byte boundaries (x aligned and rows of whole
+// vectors, or one row) reads them straight into registers (reduce_state_rows_direct_kernel), its
+// stage count setting the loads a thread keeps in flight as on columns (cols_direct_loads).
+inline bool state_rows_direct(const ReduceParams& p, int esz) {
+  return p.mechanism == engine::Mechanism::Sync && p.inner == 1 && (reinterpret_cast<uintptr_t>(p.x) & 15u) == 0 &&
+         (p.outer == 1 || (p.r * esz) % 16 == 0);
+}
+
+// Rows of at most kRowsDirectWarpBatches batches of `loads` vectors a lane are packed, the fewest
+// lanes a row (a power of two, up to a warp) that read it in one batch each where that fits, and a
+// warp takes items of 8 KiB or more while the grid stays over two waves of `resident` blocks. Longer
+// rows take a block each, split into parts where the rows leave two waves of blocks unfilled (no
+// part under a batch of the block's loads).
+constexpr int kRowsDirectWarpBatches = 16;
+inline RowsDirectPlan make_rows_direct_plan(const ReduceParams& p, int esz, int loads, int64_t resident) {
+  constexpr int kWarps = kReduceThreads / 32;
+  RowsDirectPlan pl{};
+  pl.outer = p.outer;
+  pl.r = p.r;
+  pl.row_vecs = p.r * esz / 16;
+  const int64_t lanes = ceil_div(std::max<int64_t>(pl.row_vecs, 1), loads);
+  const int64_t two_waves = 2 * std::max<int64_t>(resident, 1);
+  if (lanes <= 32 * kRowsDirectWarpBatches) {
+    pl.group = 1;
+    while (pl.group < std::min<int64_t>(lanes, 32)) pl.group *= 2, ++pl.group_log2;
+    const int64_t rows_per_item = 32 / pl.group;
+    pl.items = ceil_div(p.outer, rows_per_item);
+    const int64_t item_bytes = std::max<int64_t>(rows_per_item * p.r * esz, 1);
+    pl.items_per_warp = static_cast<int>(std::clamp<int64_t>(8192 / item_bytes, 1, 16));
+    while (pl.items_per_warp > 1 && ceil_div(pl.items, int64_t(kWarps) * pl.items_per_warp) < two_waves)
+      pl.items_per_warp /= 2;
+    pl.parts = 1;
+    pl.grid = ceil_div(pl.items, int64_t(kWarps) * pl.items_per_warp);
+  } else {
+    const int64_t max_parts = std::max<int64_t>(1, pl.row_vecs / (int64_t(kReduceThreads) * loads));
+    const int64_t parts = std::clamp<int64_t>(ceil_div(two_waves, p.outer), 1, max_parts);
+    pl.part_vecs = ceil_div(ceil_div(pl.row_vecs, parts), 32) * 32;  // whole 512-byte runs a warp
+    pl.parts = ceil_div(pl.row_vecs, pl.part_vecs);
+    pl.grid = p.outer * pl.parts;
+  }
+  pl.parts_div = FastDiv(static_cast<uint32_t>(std::clamp<int64_t>(pl.parts, 1, 0x7fffffff)));
+  return pl;
+}
+
 inline int64_t state_grid(const StatePlan& pl, int64_t target_blocks) {
   return pl.parts > 1 ? pl.items * pl.parts : std::clamp<int64_t>(pl.items, 1, std::max<int64_t>(target_blocks, 1));
 }
@@ -132,6 +178,10 @@ inline int64_t state_workspace_bytes(const ReduceParams& p, const DeviceInfo& de
   if (cols_direct(p, esz)) {  // sync on aligned columns: the direct kernel's plan
     const ColsDirectPlan pl = make_cols_direct_plan(p, esz, cols_direct_loads(p.stages), max_target_blocks(p, dev));
     return pl.parts > 1 ? p.outer * p.inner * pl.parts * state_size(p) : 0;
+  }
+  if (state_rows_direct(p, esz)) {  // parts grow with the resident blocks: the most a device may have
+    const RowsDirectPlan pl = make_rows_direct_plan(p, esz, cols_direct_loads(p.stages), max_target_blocks(p, dev));
+    return pl.parts > 1 ? p.outer * pl.parts * state_size(p) : 0;
   }
   const StatePlan pl = make_state_plan(p, dev, max_target_blocks(p, dev));
   return pl.parts > 1 ? p.outer * p.inner * pl.parts * state_size(p) : 0;
@@ -168,6 +218,20 @@ void launch_reduce_state_typed(const ReduceParams& p) {
     launch_kernel(kernel, dim3(static_cast<unsigned>(pl.grid)), dim3(kReduceThreads), 0, stream, false,
                   static_cast<const T*>(p.x), p.out, p.out_dtype, partials, pl, ctx);
     if (pl.parts > 1) partials_pass(pl.parts, false, ctx);
+    return;
+  }
+  if (state_rows_direct(p, sizeof(T))) {
+    const int U = cols_direct_loads(S);
+    const auto kernel = kernel_ref<const T*, void*, DType, St*, RowsDirectPlan, StateCtx>(
+        kReduceStateDirectHeader, kernel_id("reduce_state_rows_direct_kernel", U, type_c<T>{}, state_kind_id(K)),
+        stream);
+    const int64_t resident = static_cast<int64_t>(dev.num_sms) * blocks_per_sm(kernel, kReduceThreads, 0);
+    const RowsDirectPlan pl = make_rows_direct_plan(p, sizeof(T), U, target_blocks(p, resident));
+    if (pl.grid > 0x7fffffff) throw std::runtime_error("reduce: too many row blocks for one launch");
+    const StateCtx ctx = state_ctx(p);
+    launch_kernel(kernel, dim3(static_cast<unsigned>(pl.grid)), dim3(kReduceThreads), 0, stream, false,
+                  static_cast<const T*>(p.x), p.out, p.out_dtype, partials, pl, ctx);
+    if (pl.parts > 1) partials_pass(pl.parts, true, ctx);
     return;
   }
   const auto kernel = kernel_ref<const T*, void*, DType, St*, StatePlan>(

@@ -206,7 +206,7 @@ struct State<A, StateKind::Arg> {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
     if constexpr (std::is_same<A, float>::value) {
       // The NaN-propagating max (min) is one instruction an element, where beats' selects form a
-      // chain; then the first index holding it, by compares that do not depend on each other.
+      // chain.
       float m = x[0];
       if (max) {
 #pragma unroll
@@ -215,12 +215,15 @@ struct State<A, StateKind::Arg> {
 #pragma unroll
         for (int j = 1; j < N; ++j) asm("min.NaN.f32 %0, %0, %1;" : "+f"(m) : "f"(x[j]));
       }
+      // Only a block that beats the state needs the first index holding its best (after a state's
+      // first blocks, seldom): compares that do not depend on each other.
+      if (i >= 0 && !beats(m, v, max)) return;
       const bool nan = m != m;
       int bj = N - 1;
 #pragma unroll
       for (int j = N - 2; j >= 0; --j)
         if (nan ? x[j] != x[j] : x[j] == m) bj = j;
-      add(m, idx + bj * step, c);
+      v = m, i = idx + bj * step;
       return;
     }
 #endif
