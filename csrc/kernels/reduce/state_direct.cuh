@@ -17,10 +17,11 @@ namespace kernels {
 // Rows (inner == 1) of whole 16-byte vectors from a 16-byte aligned x (or one row, whose elements
 // past its last whole vector are its tail), read with U loads a thread in flight and no ring.
 // Packed (group > 0): `group` lanes a row (a power of two up to a warp, enough that a lane's vectors
-// are one batch of loads where that fits), so a warp item is 32 / group adjacent rows; a block's warps take adjacent items,
-// items_per_warp each, and merge by shuffles alone. Long rows (group == 0): a block per (row, part
-// of part_vecs vectors), its threads striding the part a vector apart, the warps' states merged
-// in warp order through shared memory; the parts' partials ([out][part]) go to the partials pass.
+// are one batch of loads where that fits), so a warp item is 32 / group adjacent rows; a block's
+// warps take adjacent items, items_per_warp each, and merge by shuffles alone. Long rows (group ==
+// 0): a block per (row, part of part_vecs vectors), its threads striding the part a vector apart,
+// the warps' states merged in warp order through shared memory; the parts' partials ([out][part])
+// go to the partials pass.
 struct RowsDirectPlan {
   int64_t outer, r;
   int64_t row_vecs;  // whole vectors a row
@@ -193,7 +194,7 @@ __global__ void __launch_bounds__(kReduceThreads)
       }
     }
     if (tail)
-      for (int64_t e = pl.row_vecs * VE; e < pl.r; ++e) s.add(to_acc<A>(row[e]) - x0, e, c);  // (x0 = 0: exact)
+      for (int64_t e = pl.row_vecs * VE; e < pl.r; ++e) s.add(to_acc<A>(row[e]) - x0, e, c);  // (x0: 0 but for Moments)
   };
 
   if (pl.group > 0) {
