@@ -202,24 +202,16 @@ def reduce_state_instances(mech: str, stages: int, dtype: str, kinds: Sequence[s
                      mech, stages, dtype, "state_" + k.lower()) for k in kinds]
 
 
-def reduce_state_cols_direct_instances(dtype: str, loads: Iterable[int] = COLS_DIRECT_LOADS,
-                                       kinds: Sequence[str] = STATE_KINDS) -> List[Instance]:
-    """reduce_state_cols_direct_kernel<U, T, K> (csrc/kernels/reduce/state_direct.cuh): the state
-    reductions under sync on aligned columns."""
+def reduce_state_direct_instances(dtype: str, loads: Iterable[int] = COLS_DIRECT_LOADS,
+                                  kinds: Sequence[str] = STATE_KINDS) -> List[Instance]:
+    """reduce_state_cols_direct_kernel<U, T, K> and reduce_state_rows_direct_kernel<U, T, K>
+    (csrc/kernels/reduce/state_direct.cuh): the state reductions under sync on aligned columns and
+    along aligned rows."""
     ctype = DTYPES[dtype][0]
     return [Instance("reduce", HEADERS["reduce_state_direct"],
-                     f"reduce_state_cols_direct_kernel<{u},{ctype},StateKind::{k}>", "sync", 0, dtype,
-                     f"state_cols_direct{u}_{k.lower()}") for u in loads for k in kinds]
-
-
-def reduce_state_rows_direct_instances(dtype: str, loads: Iterable[int] = COLS_DIRECT_LOADS,
-                                       kinds: Sequence[str] = STATE_KINDS) -> List[Instance]:
-    """reduce_state_rows_direct_kernel<U, T, K> (csrc/kernels/reduce/state_direct.cuh): the state
-    reductions under sync along aligned rows."""
-    ctype = DTYPES[dtype][0]
-    return [Instance("reduce", HEADERS["reduce_state_direct"],
-                     f"reduce_state_rows_direct_kernel<{u},{ctype},StateKind::{k}>", "sync", 0, dtype,
-                     f"state_rows_direct{u}_{k.lower()}") for u in loads for k in kinds]
+                     f"reduce_state_{layout}_direct_kernel<{u},{ctype},StateKind::{k}>", "sync", 0, dtype,
+                     f"state_{layout}_direct{u}_{k.lower()}")
+            for layout in ("cols", "rows") for u in loads for k in kinds]
 
 
 def reduce_state_partials_instances() -> List[Instance]:
@@ -249,8 +241,7 @@ def all_instances() -> List[Instance]:
         for dt in DTYPES:
             out += reduce_wide_instances(mech, dt)
     for dt in DTYPES:
-        out += reduce_cols_direct_instances(dt) + reduce_state_cols_direct_instances(dt)
-        out += reduce_state_rows_direct_instances(dt)
+        out += reduce_cols_direct_instances(dt) + reduce_state_direct_instances(dt)
     out += reduce_partials_instances() + reduce_state_partials_instances()
     for dt in DTYPES:
         out += wgrad_instances(dt)

@@ -135,8 +135,8 @@ void launch_star_pair(bool pair, K star, K general, int64_t grid, const std::fun
   launch(general, flags);
 }
 
-// The L2 promotion of the stencils' tensor maps, by the DRAM's peak rate: 128 bytes from the H200's
-// class of DRAM up, 256 below it (H100). The same kernels prefer opposite settings on the two.
+// The L2 promotion of the stencils' tensor maps, by the DRAM's peak rate: 128 bytes on the faster
+// (HBM3e) parts, 256 on the slower ones; the same kernels prefer opposite settings (docs/design.md).
 inline CUtensorMapL2promotion stencil_l2_promotion(const DeviceInfo& dev) {
   return dev.dram_peak_gbps >= 4000.0 ? CU_TENSOR_MAP_L2_PROMOTION_L2_128B : CU_TENSOR_MAP_L2_PROMOTION_L2_256B;
 }
