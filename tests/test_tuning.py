@@ -462,7 +462,7 @@ def test_reduce_table_depends_on_the_reduced_view(fake_gpu, monkeypatch):
     assert rc("reduce", 90, "auto", 0, 0, outer=4096, r=16384, inner=1, esz=4)[:2] == ("tma", 1)
     assert rc("reduce", 90, "auto", 0, 0, outer=1, r=4096, inner=64, esz=4)[:2] == ("tma", 1)
     assert rc("reduce", 90, "auto", 2, 0, outer=4096, r=4096, inner=1, esz=4)[:2] == ("primitives", 2)
-    # the state ops: the direct state kernel along aligned rows of 16 KiB or more (sync/1), else tma/2;
+    # the state ops: the direct state kernel along aligned rows of 64 bytes or more (sync/1), else tma/2;
     # on aligned columns (sync/1 for 2-byte types, sync/2 for wider ones), else tma/1; primitives/2
     # before sm_90
     cols = dict(outer=64, r=1000, inner=1024)
@@ -471,8 +471,11 @@ def test_reduce_table_depends_on_the_reduced_view(fake_gpu, monkeypatch):
     assert rc("reduce", 90, "auto", 0, 0, **rows, esz=4, reduce_op="var")[:2] == ("sync", 1)
     assert rc("reduce", 90, "auto", 0, 0, **rows, esz=4, reduce_op="argmax")[:2] == ("sync", 1)
     assert rc("reduce", 90, "auto", 0, 0, **rows, esz=2, reduce_op="argmax")[:2] == ("sync", 1)  # 16 KiB
-    assert rc("reduce", 90, "auto", 0, 0, **dict(rows, r=4096), esz=2, reduce_op="argmax")[:2] == ("tma", 2)
-    assert rc("reduce", 90, "auto", 0, 0, **dict(rows, r=64), esz=4, reduce_op="var")[:2] == ("tma", 2)
+    assert rc("reduce", 90, "auto", 0, 0, **dict(rows, r=64), esz=4, reduce_op="var")[:2] == ("sync", 1)
+    assert rc("reduce", 90, "auto", 0, 0, **dict(rows, r=16), esz=4, reduce_op="argmax")[:2] == ("sync", 1)  # 64 B
+    assert rc("reduce", 90, "auto", 0, 0, **dict(rows, r=8), esz=4, reduce_op="argmax")[:2] == ("tma", 2)
+    assert rc("reduce", 90, "auto", 0, 0, **dict(rows, r=16), esz=2, reduce_op="norm")[:2] == ("tma", 2)
+    assert rc("reduce", 90, "auto", 0, 0, **dict(rows, r=32), esz=2, reduce_op="norm")[:2] == ("sync", 1)
     assert rc("reduce", 90, "auto", 0, 0, **dict(rows, rows16=False), esz=4, reduce_op="norm")[:2] == ("tma", 2)
     assert rc("reduce", 90, "auto", 0, 0, **dict(rows, outer=1, r=1 << 20), esz=2, reduce_op="logsumexp")[:2] == ("sync", 1)
     assert rc("reduce", 80, "auto", 0, 0, **rows, esz=4, reduce_op="var")[:2] == ("primitives", 2)

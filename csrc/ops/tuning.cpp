@@ -120,15 +120,15 @@ constexpr const char* kReduceRowsTma =
     "stage, ahead of primitives with 2 (measured on an H200): one bulk copy per tile, issued by one "
     "thread, leaves the block's threads to the fold";
 constexpr const char* kReduceStateRowsTma =
-    "var, std, argmax, argmin, logsumexp and norm along the innermost dim on sm_90: the state kernel "
-    "under tma with two 32 KiB stages, three blocks a SM (measured on an H200 against 1-4 stages and "
+    "var, std, argmax, argmin, logsumexp and norm along the innermost dim on sm_90, rows under 64 bytes or not "
+    "on 16-byte boundaries: the state kernel under tma with two 32 KiB stages, three blocks a SM (measured on an H200 against 1-4 stages and "
     "primitives: docs/design.md)";
-// The state ops' direct row kernel: 4 loads in flight a thread (1 stage), from rows of 16 KiB; shorter rows stream
-// through the tma ring, ahead of it there (docs/design.md §5.1).
+// The state ops' direct row kernel: 4 loads in flight a thread (1 stage), from rows of 64 bytes; rows of one or two
+// vectors stream through the tma ring, ahead of it there (docs/design.md §5.1).
 constexpr int kStateRowsDirectStages = 1;
-constexpr int64_t kStateRowsDirectMinBytes = 16384;
+constexpr int64_t kStateRowsDirectMinBytes = 64;
 constexpr const char* kReduceStateRowsDirect =
-    "var, std, argmax, argmin, logsumexp and norm along the innermost dim on sm_90, rows of 16 KiB or more that start "
+    "var, std, argmax, argmin, logsumexp and norm along the innermost dim on sm_90, rows of 64 bytes or more that start "
     "on 16-byte boundaries: the state kernel that reads them straight into registers "
     "(reduce_state_rows_direct_kernel) under sync, 4 loads in flight a thread and no ring (measured on an H200 "
     "against the tma ring and 8 or 16 loads)";
@@ -226,7 +226,7 @@ CopyConfig resolve_stencil(const DeviceInfo& dev, MechanismArg mech, int64_t sta
   return apply_explicit(best, mech, stages, 0);
 }
 
-// State ops on sm_90: sync/1 (the direct state kernel) along aligned rows of 16 KiB or more, else tma/2 along the
+// State ops on sm_90: sync/1 (the direct state kernel) along aligned rows of 64 bytes or more, else tma/2 along the
 // innermost dim; sync/1 or sync/2 (the direct state kernel) on aligned columns
 // (2-byte types from 64 MiB), else tma/1; primitives/2 before sm_90.
 // Columns: primitives/1; on sm_90 sync/3 (the direct kernel) from a 16-byte aligned x in rows of 16-byte multiples, else

@@ -37,7 +37,6 @@ template <int U, typename T, StateKind K>
 __global__ void __launch_bounds__(kReduceThreads)
     reduce_state_cols_direct_kernel(const T* __restrict__ x, void* out, DType od, State<acc_t<T>, K>* partials,
                                     ColsDirectPlan pl, StateCtx c) {
-  static_assert(U % 4 == 0, "rows are added four at a time");
   using A = acc_t<T>;
   using St = State<A, K>;
   constexpr int VE = 16 / sizeof(T);
@@ -64,18 +63,15 @@ __global__ void __launch_bounds__(kReduceThreads)
 #pragma unroll
       for (int k = 0; k < U; ++k) v[k] = load_once16(p + k * step);
 #pragma unroll
-      for (int j = 0; j < VE; ++j) {
+      for (int j = 0; j < VE; ++j) {  // a column's U rows as one block: every load in flight before the first add
+        A b[U];
 #pragma unroll
-        for (int q = 0; q < U; q += 4) {
-          A b[4];
-#pragma unroll
-          for (int m = 0; m < 4; ++m) {
-            A e[VE];
-            unpack16<T>(v[q + m], e);  // (only element j is kept)
-            b[m] = e[j] - k0[j];
-          }
-          acc[j].add_block(b, i + q * gstep, gstep, c);
+        for (int m = 0; m < U; ++m) {
+          A e[VE];
+          unpack16<T>(v[m], e);  // (only element j is kept)
+          b[m] = e[j] - k0[j];
         }
+        acc[j].add_block(b, i, gstep, c);
       }
     }
     // The last, partial batch: its loads in flight together, each row added alone.
@@ -179,8 +175,21 @@ __global__ void __launch_bounds__(kReduceThreads)
       uint4 b[U];
 #pragma unroll
       for (int k = 0; k < U; ++k) b[k] = load_once16(u + v + k * stride);
+      if constexpr (K == StateKind::Arg) {  // the index of each vector's best
 #pragma unroll
-      for (int k = 0; k < U; ++k) add_vec(b[k], v + k * stride);
+        for (int k = 0; k < U; ++k) add_vec(b[k], v + k * stride);
+      } else {
+        // The kinds that need no index add the batch as one block: one merge a batch, and its loads
+        // stay in flight together (ptxas had issued a vector add's load after the previous add).
+        A e[U * VE];
+#pragma unroll
+        for (int k = 0; k < U; ++k) unpack16<T>(b[k], e + k * VE);
+        if constexpr (K == StateKind::Moments) {
+#pragma unroll
+          for (int j = 0; j < U * VE; ++j) e[j] -= x0;
+        }
+        s.add_block(e, 0, 0, c);
+      }
     }
     if (v < v1) {  // the last, partial batch: its loads in flight together
       uint4 b[U];

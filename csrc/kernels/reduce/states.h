@@ -22,6 +22,12 @@
 #else
 #define CUPIPE_ST_HD inline
 #endif
+// Block loops unrolled on the device: a block indexed in a loop would live in local memory.
+#ifdef __CUDA_ARCH__
+#define CUPIPE_ST_UNROLL _Pragma("unroll")
+#else
+#define CUPIPE_ST_UNROLL
+#endif
 
 namespace cupipe {
 namespace kernels {
@@ -311,15 +317,19 @@ struct State<A, StateKind::Norm> {
   CUPIPE_ST_HD void add_block(const A (&x)[N], int64_t, int64_t, const StateCtx& c) {
     switch (c.ord) {
       case NormOrd::One:
+        CUPIPE_ST_UNROLL
         for (int j = 0; j < N; ++j) v += st_abs(x[j]);
         break;
       case NormOrd::Two:
+        CUPIPE_ST_UNROLL
         for (int j = 0; j < N; ++j) v += x[j] * x[j];
         break;
       case NormOrd::Inf:
+        CUPIPE_ST_UNROLL
         for (int j = 0; j < N; ++j) v = nan_max(v, st_abs(x[j]));
         break;
       default:
+        CUPIPE_ST_UNROLL
         for (int j = 0; j < N; ++j) add(x[j], 0, c);
     }
   }
