@@ -172,19 +172,15 @@ inline int state_size(const ReduceParams& p) {
   return size;
 }
 
-// Workspace bytes: the partial states of the largest grid a launch may choose.
+// Workspace bytes: the partial states of the largest grid a launch may choose (the direct row plan's parts grow
+// with the resident blocks: the most a device may have).
 inline int64_t state_workspace_bytes(const ReduceParams& p, const DeviceInfo& dev) {
   const int esz = dtype_size(p.in_dtype);
-  if (cols_direct(p, esz)) {  // sync on aligned columns: the direct kernel's plan
-    const ColsDirectPlan pl = make_cols_direct_plan(p, esz, cols_direct_loads(p.stages), max_target_blocks(p, dev));
-    return pl.parts > 1 ? p.outer * p.inner * pl.parts * state_size(p) : 0;
-  }
-  if (state_rows_direct(p, esz)) {  // parts grow with the resident blocks: the most a device may have
-    const RowsDirectPlan pl = make_rows_direct_plan(p, esz, cols_direct_loads(p.stages), max_target_blocks(p, dev));
-    return pl.parts > 1 ? p.outer * pl.parts * state_size(p) : 0;
-  }
-  const StatePlan pl = make_state_plan(p, dev, max_target_blocks(p, dev));
-  return pl.parts > 1 ? p.outer * p.inner * pl.parts * state_size(p) : 0;
+  const int64_t target = max_target_blocks(p, dev);
+  const auto bytes = [&](int64_t parts) { return parts > 1 ? p.outer * p.inner * parts * state_size(p) : 0; };
+  if (cols_direct(p, esz)) return bytes(make_cols_direct_plan(p, esz, cols_direct_loads(p.stages), target).parts);
+  if (state_rows_direct(p, esz)) return bytes(make_rows_direct_plan(p, esz, cols_direct_loads(p.stages), target).parts);
+  return bytes(make_state_plan(p, dev, target).parts);
 }
 
 template <typename T, StateKind K>
@@ -206,34 +202,26 @@ void launch_reduce_state_typed(const ReduceParams& p) {
                   static_cast<const St*>(partials), p.out, p.out_dtype, nout, parts,
                   rows ? parts : int64_t(1), rows ? int64_t(1) : nout, ctx);
   };
-  if (cols_direct(p, sizeof(T))) {
+  // The direct kernels (sync on aligned columns or rows): U loads in flight a thread, their own plan.
+  const auto direct = [&](const char* name, auto make_plan, bool rows) {
+    using Plan = decltype(make_plan(0, int64_t(0)));
     const int U = cols_direct_loads(S);
-    const auto kernel = kernel_ref<const T*, void*, DType, St*, ColsDirectPlan, StateCtx>(
-        kReduceStateDirectHeader, kernel_id("reduce_state_cols_direct_kernel", U, type_c<T>{}, state_kind_id(K)),
-        stream);
+    const auto kernel = kernel_ref<const T*, void*, DType, St*, Plan, StateCtx>(
+        kReduceStateDirectHeader, kernel_id(name, U, type_c<T>{}, state_kind_id(K)), stream);
     const int64_t resident = static_cast<int64_t>(dev.num_sms) * blocks_per_sm(kernel, kReduceThreads, 0);
-    const ColsDirectPlan pl = make_cols_direct_plan(p, sizeof(T), U, target_blocks(p, resident));
-    if (pl.grid > 0x7fffffff) throw std::runtime_error("reduce: too many column blocks for one launch");
+    const Plan pl = make_plan(U, target_blocks(p, resident));
+    if (pl.grid > 0x7fffffff) throw std::runtime_error("reduce: too many blocks for one launch");
     const StateCtx ctx = state_ctx(p);
     launch_kernel(kernel, dim3(static_cast<unsigned>(pl.grid)), dim3(kReduceThreads), 0, stream, false,
                   static_cast<const T*>(p.x), p.out, p.out_dtype, partials, pl, ctx);
-    if (pl.parts > 1) partials_pass(pl.parts, false, ctx);
-    return;
-  }
-  if (state_rows_direct(p, sizeof(T))) {
-    const int U = cols_direct_loads(S);
-    const auto kernel = kernel_ref<const T*, void*, DType, St*, RowsDirectPlan, StateCtx>(
-        kReduceStateDirectHeader, kernel_id("reduce_state_rows_direct_kernel", U, type_c<T>{}, state_kind_id(K)),
-        stream);
-    const int64_t resident = static_cast<int64_t>(dev.num_sms) * blocks_per_sm(kernel, kReduceThreads, 0);
-    const RowsDirectPlan pl = make_rows_direct_plan(p, sizeof(T), U, target_blocks(p, resident));
-    if (pl.grid > 0x7fffffff) throw std::runtime_error("reduce: too many row blocks for one launch");
-    const StateCtx ctx = state_ctx(p);
-    launch_kernel(kernel, dim3(static_cast<unsigned>(pl.grid)), dim3(kReduceThreads), 0, stream, false,
-                  static_cast<const T*>(p.x), p.out, p.out_dtype, partials, pl, ctx);
-    if (pl.parts > 1) partials_pass(pl.parts, true, ctx);
-    return;
-  }
+    if (pl.parts > 1) partials_pass(pl.parts, rows, ctx);
+  };
+  if (cols_direct(p, sizeof(T)))
+    return direct("reduce_state_cols_direct_kernel",
+                  [&](int U, int64_t target) { return make_cols_direct_plan(p, sizeof(T), U, target); }, false);
+  if (state_rows_direct(p, sizeof(T)))
+    return direct("reduce_state_rows_direct_kernel",
+                  [&](int U, int64_t target) { return make_rows_direct_plan(p, sizeof(T), U, target); }, true);
   const auto kernel = kernel_ref<const T*, void*, DType, St*, StatePlan>(
       kReduceStateHeader, kernel_id("reduce_state_kernel", M, S, type_c<T>{}, state_kind_id(K)), stream);
   const StatePlan shape = make_state_plan(p, dev, 1);  // the stage size; the split needs `resident`
