@@ -91,7 +91,7 @@ __all__ = ["stencil1d", "stencil2d", "reduce", "heat_steps", "heat_kernel", "spl
 _ops = torch.ops.cupipe
 # SMs the interior stencil leaves free under overlap=True (a module setting; read at each call).
 # With fewer free SMs NCCL's point-to-point kernel does not get the blocks it launches; 8 leaves
-# it room at a small cost to the interior (measured on two H200s; figures in docs/design.md).
+# it room at a small cost to the interior (measured: docs/design.md §8).
 OVERLAP_FREE_SMS = 8
 # overlap="auto": OVERLAP_TRIALS timed blocks of each variant, each block OVERLAP_BLOCK calls back
 # to back (the steady state of a loop: one synchronized call also times the ranks' launch skew,

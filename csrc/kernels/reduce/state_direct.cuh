@@ -1,8 +1,8 @@
 // The state reductions (reduce/states.h) read straight into registers, where the sync mechanism
 // runs them: reduce_state_cols_direct_kernel over 16-byte aligned columns, on the direct column
 // kernel's plan (columns_direct.cuh): a thread holds the states of its vector's columns (4 fp32, 8
-// of a 2-byte type, 2 fp64) and keeps U rows of loads in flight, each column's rows added four at a
-// time (add_block) in ascending index order, as Arg's add assumes; and
+// of a 2-byte type, 2 fp64) and keeps U rows of loads in flight, each column's U rows added as one
+// block (add_block) in ascending index order, as Arg's add assumes; and
 // reduce_state_rows_direct_kernel along 16-byte aligned rows (RowsDirectPlan, below).
 #pragma once
 
