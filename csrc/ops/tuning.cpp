@@ -120,16 +120,16 @@ constexpr const char* kReduceRowsTma =
     "stage, ahead of primitives with 2 (measured on an H200): one bulk copy per tile, issued by one "
     "thread, leaves the block's threads to the fold";
 constexpr const char* kReduceStateRowsTma =
-    "var, std, argmax, argmin, logsumexp and norm along the innermost dim on sm_90, rows under 64 bytes or not "
-    "on 16-byte boundaries: the state kernel under tma with two 32 KiB stages, three blocks a SM (measured on an H200 against 1-4 stages and "
-    "primitives: docs/design.md)";
+    "var, std, argmax, argmin, logsumexp and norm along the innermost dim on sm_90, rows under 64 bytes or "
+    "not on 16-byte boundaries: the state kernel under tma with two 32 KiB stages, three blocks a SM "
+    "(measured on an H200 against 1-4 stages and primitives: docs/design.md)";
 // The state ops' direct row kernel: 4 loads in flight a thread (1 stage), from rows of 64 bytes; rows of one or two
 // vectors stream through the tma ring, ahead of it there (docs/design.md §5.1).
 constexpr int kStateRowsDirectStages = 1;
 constexpr int64_t kStateRowsDirectMinBytes = 64;
 constexpr const char* kReduceStateRowsDirect =
-    "var, std, argmax, argmin, logsumexp and norm along the innermost dim on sm_90, rows of 64 bytes or more that start "
-    "on 16-byte boundaries: the state kernel that reads them straight into registers "
+    "var, std, argmax, argmin, logsumexp and norm along the innermost dim on sm_90, rows of 64 bytes or more "
+    "that start on 16-byte boundaries: the state kernel that reads them straight into registers "
     "(reduce_state_rows_direct_kernel) under sync, 4 loads in flight a thread and no ring (measured on an H200 "
     "against the tma ring and 8 or 16 loads)";
 constexpr const char* kReduceStateTma =
@@ -226,9 +226,9 @@ CopyConfig resolve_stencil(const DeviceInfo& dev, MechanismArg mech, int64_t sta
   return apply_explicit(best, mech, stages, 0);
 }
 
-// State ops on sm_90: sync/1 (the direct state kernel) along aligned rows of 64 bytes or more, else tma/2 along the
-// innermost dim; sync/1 or sync/2 (the direct state kernel) on aligned columns
-// (2-byte types from 64 MiB), else tma/1; primitives/2 before sm_90.
+// State ops on sm_90: sync/1 (the direct state kernel) along aligned rows of 64 bytes or more, else tma/2 along
+// the innermost dim; sync/1 or sync/2 (the direct state kernel) on aligned columns (2-byte types from 64 MiB),
+// else tma/1; primitives/2 before sm_90.
 // Columns: primitives/1; on sm_90 sync/3 (the direct kernel) from a 16-byte aligned x in rows of 16-byte multiples, else
 // tma/1 for rows under 4 KiB, tma/3 for congruent rows of 4 KiB or more; innermost rows of 4-32 KiB one stage; other
 // innermost reductions tma/1 on sm_90, primitives/2 before it.
@@ -241,10 +241,10 @@ CopyConfig resolve_reduce(const DeviceInfo& dev, MechanismArg mech, int64_t stag
     best = dev.code_sm < 90 ? choice(Mechanism::Primitives, 2, kReduceStateBeforeSm90)
            : inner == 1 && rows16 && r * esz >= kStateRowsDirectMinBytes
                ? choice(Mechanism::Sync, kStateRowsDirectStages, kReduceStateRowsDirect)
-           : inner == 1     ? choice(Mechanism::Tma, 2, kReduceStateRowsTma)
+           : inner == 1 ? choice(Mechanism::Tma, 2, kReduceStateRowsTma)
            : rows16 && (esz != 2 || outer * r * inner * esz >= kStateColumnsDirectMinBytes16)
                ? choice(Mechanism::Sync, state_columns_direct_stages(esz), kReduceStateColumnsDirect)
-                            : choice(Mechanism::Tma, 1, kReduceStateTma);
+               : choice(Mechanism::Tma, 1, kReduceStateTma);
   } else if (inner > 1 && dev.code_sm >= 90 && rows16) {
     best = choice(Mechanism::Sync, kReduceColumnsDirectStages, kReduceColumnsDirect);
   } else if (inner > 1) {
