@@ -329,9 +329,10 @@ def test_reduce_short_rows(device, dtype):
 # (outer, r, inner) of the direct column kernel (sync on 16-byte aligned columns; the table's choice
 # on sm_90): one-vector rows (a warp's shuffles), chunks narrowed for few outer slices, chunks that
 # are not a power of two (25 vectors), rows wider than a block (750 vectors: three chunks), r below
-# a batch of loads and of 1, r split into parts, many outer slices.
+# a batch of loads and of 1, r split into parts, many outer slices (several a block, the last block's
+# partly past outer).
 DIRECT_COLUMNS = [(3, 1000, 4), (1, 5003, 64), (7, 999, 100), (2, 333, 3000), (64, 3, 256), (5, 1, 64),
-                  (1, 100_003, 16), (1500, 37, 32)]
+                  (1, 100_003, 16), (1500, 37, 32), (3001, 41, 4)]
 
 
 @pytest.mark.parametrize("dtype", FLOAT_DTYPES, ids=lambda d: DTYPE_IDS[d])

@@ -14,19 +14,22 @@
 namespace cupipe {
 namespace kernels {
 
-// A block per (outer slice, column chunk, part of r). A chunk is up to kReduceThreads 16-byte
-// column vectors (wider rows split into equal chunks); thread t owns the chunk's vector
+// A block per (slices outer slices, column chunk, part of r). A chunk is up to kReduceThreads
+// 16-byte column vectors (wider rows split into equal chunks); a block's threads split into
+// `slices` equal runs of whole warps, one outer slice each (slices > 1 only for one chunk of a
+// power-of-two vector count up to a warp), and thread t of a run owns the chunk's vector
 // t % chunk_vecs of the rows t / chunk_vecs, + groups, ... of its part. r is split only where the
-// items (outer x chunks) leave resident blocks idle; the parts' partials go to the workspace,
-// [part][out], for the columns' partials pass.
+// items (outer / slices x chunks) leave resident blocks idle; the parts' partials go to the
+// workspace, [part][out], for the columns' partials pass.
 struct ColsDirectPlan {
   int64_t outer, r, inner;
   int64_t chunks;     // column chunks per outer slice
   int chunk_vecs;     // 16-byte vectors per chunk, 1..kReduceThreads
-  int groups;         // row groups: kReduceThreads / chunk_vecs (threads past them idle)
+  int slices;         // outer slices a block (a power of two)
+  int groups;         // row groups a slice: kReduceThreads / slices / chunk_vecs (threads past them idle)
   int64_t parts;      // parts of r
   int64_t part_rows;  // rows per part (the last may have fewer)
-  int64_t grid;       // outer * chunks * parts
+  int64_t grid;       // ceil(outer / slices) * chunks * parts
   FastDiv parts_div, chunks_div;  // blockIdx.x -> (item, part); item -> (outer, chunk)
 };
 
@@ -44,20 +47,21 @@ __device__ __forceinline__ uint4 load_once16(const void* p) {
 struct DirectColumn {
   int64_t o, part, r0, r1, col;
   int vec, grp;
-  bool active;  // the thread's group and vector hold columns (threads past them idle)
+  bool active;  // the thread's slice, group and vector hold columns (threads past them idle)
 };
 template <typename T>
 __device__ __forceinline__ DirectColumn direct_column(const ColsDirectPlan& pl) {
   constexpr int VE = 16 / sizeof(T);
-  uint32_t item, part, o, chunk;
+  uint32_t item, part, ob, chunk;
   pl.parts_div.divmod(blockIdx.x, item, part);
-  pl.chunks_div.divmod(item, o, chunk);
+  pl.chunks_div.divmod(item, ob, chunk);
   DirectColumn d;
   const int t = static_cast<int>(threadIdx.x);
-  d.o = o, d.part = part;
-  d.vec = t % pl.chunk_vecs, d.grp = t / pl.chunk_vecs;
+  const int slice = t / (kReduceThreads / pl.slices), lane = t % (kReduceThreads / pl.slices);
+  d.o = static_cast<int64_t>(ob) * pl.slices + slice, d.part = part;
+  d.vec = lane % pl.chunk_vecs, d.grp = lane / pl.chunk_vecs;
   d.col = (static_cast<int64_t>(chunk) * pl.chunk_vecs + d.vec) * VE;
-  d.active = d.grp < pl.groups && d.col < pl.inner;
+  d.active = d.grp < pl.groups && d.col < pl.inner && d.o < pl.outer;
   d.r0 = static_cast<int64_t>(part) * pl.part_rows;
   d.r1 = min(pl.r, d.r0 + pl.part_rows);
   return d;
@@ -119,19 +123,22 @@ __global__ void __launch_bounds__(kReduceThreads)
     });
   }
 
-  // The groups' totals combine in a fixed order: where chunk_vecs is a power of two under a warp,
-  // a warp's lanes of the same vector first (shuffles), then the totals as a tree in shared memory.
+  // A slice's group totals combine in a fixed order: where chunk_vecs is a power of two under a
+  // warp, a warp's lanes of the same vector first (shuffles), then the totals as a tree in shared
+  // memory (each slice its own part of it).
   int g = grp, ng = pl.groups;
   if (ng > 1 && pl.chunk_vecs < 32 && (pl.chunk_vecs & (pl.chunk_vecs - 1)) == 0) {
 #pragma unroll
     for (int j = 0; j < VE; ++j)
       for (int off = pl.chunk_vecs; off < 32; off <<= 1) acc[j] = comb(acc[j], __shfl_xor_sync(0xffffffffu, acc[j], off));
-    g = (t & 31) < pl.chunk_vecs ? t >> 5 : kReduceThreads;  // lanes past the first vector row: no total
-    ng = kReduceThreads / 32;
+    // the warp's index in its slice; lanes past the first vector row hold no total
+    g = (t & 31) < pl.chunk_vecs ? (t % (kReduceThreads / pl.slices)) >> 5 : kReduceThreads;
+    ng = kReduceThreads / pl.slices / 32;
   }
   const bool holder = active && g < ng;
   if (ng > 1) {
-    A* mine = scratch + (static_cast<int64_t>(g) * pl.chunk_vecs + vec) * VE;
+    const int slice = t / (kReduceThreads / pl.slices);
+    A* mine = scratch + ((slice * ng + g) * pl.chunk_vecs + vec) * VE;
     if (holder) {
 #pragma unroll
       for (int j = 0; j < VE; ++j) mine[j] = acc[j];

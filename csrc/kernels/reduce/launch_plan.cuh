@@ -287,8 +287,15 @@ inline ColsDirectPlan make_cols_direct_plan(const ReduceParams& p, int esz, int 
       pl.chunks = ceil_div(row_vecs, pl.chunk_vecs);
     }
   }
-  pl.groups = kReduceThreads / pl.chunk_vecs;
-  const int64_t items = p.outer * pl.chunks;
+  // Short rows (one chunk of a power-of-two count of vectors up to a warp) put several outer slices
+  // in a block, whole warps each, while the blocks still fill the target: fewer row groups to merge
+  // a slice, more rows a thread (docs/design.md §5).
+  pl.slices = 1;
+  if (pl.chunks == 1 && pl.chunk_vecs <= 32 && (pl.chunk_vecs & (pl.chunk_vecs - 1)) == 0)
+    while (pl.slices < kReduceThreads / 32 && ceil_div(p.outer, 2 * int64_t(pl.slices)) >= target_blocks)
+      pl.slices *= 2;
+  pl.groups = kReduceThreads / pl.slices / pl.chunk_vecs;
+  const int64_t items = ceil_div(p.outer, int64_t(pl.slices)) * pl.chunks;
   int64_t parts = std::max<int64_t>(1, target_blocks / std::max<int64_t>(items, 1));
   parts = std::min(parts, std::max<int64_t>(1, ceil_div(p.r, static_cast<int64_t>(pl.groups) * loads)));
   pl.part_rows = std::max<int64_t>(1, ceil_div(p.r, parts));

@@ -91,25 +91,27 @@ __global__ void __launch_bounds__(kReduceThreads)
     }
   }
 
-  // The groups' states merge in a fixed order: where chunk_vecs is a power of two under a warp, a
-  // warp's lanes of the same vector first (shuffles), then the totals as a tree through shared
-  // memory, as many columns a pass as it holds; group 0 ends with them and stores the result or
-  // the part's partial ([part][out]).
+  // A slice's group states merge in a fixed order: where chunk_vecs is a power of two under a warp,
+  // a warp's lanes of the same vector first (shuffles), then the totals as a tree through shared
+  // memory (each slice its own part), as many columns a pass as it holds; a slice's group 0 ends
+  // with them and stores the result or the part's partial ([part][out]).
   int g = dc.grp, ng = pl.groups;
   if (ng > 1 && pl.chunk_vecs < 32 && (pl.chunk_vecs & (pl.chunk_vecs - 1)) == 0) {
 #pragma unroll
     for (int j = 0; j < VE; ++j)
       for (int off = pl.chunk_vecs; off < 32; off <<= 1) acc[j].merge(shfl_state(acc[j], off, 32), c);
-    g = (t & 31) < pl.chunk_vecs ? t >> 5 : kReduceThreads;  // lanes past the first vector row: no total
-    ng = kReduceThreads / 32;
+    // the warp's index in its slice; lanes past the first vector row hold no total
+    g = (t & 31) < pl.chunk_vecs ? (t % (kReduceThreads / pl.slices)) >> 5 : kReduceThreads;
+    ng = kReduceThreads / pl.slices / 32;
   }
   const bool holder = dc.active && g < ng;
   if (ng > 1) {
-    const int slots = ng * pl.chunk_vecs;            // a column's states
-    const int per = max(1, kReduceThreads / slots);  // columns a pass
+    const int slots = pl.slices * ng * pl.chunk_vecs;  // a column's states, every slice's
+    const int per = max(1, kReduceThreads / slots);    // columns a pass
     int span = 1;
     while (span < ng) span <<= 1;
-    St* mine = scratch + g * pl.chunk_vecs + dc.vec;  // (only holders touch it)
+    const int slice = t / (kReduceThreads / pl.slices);
+    St* mine = scratch + (slice * ng + g) * pl.chunk_vecs + dc.vec;  // (only holders touch it)
     for (int j0 = 0; j0 < VE; j0 += per) {
       if (holder) {
 #pragma unroll
