@@ -486,8 +486,13 @@ def test_explain_lists_the_kernels_a_call_launches_and_compiles_none():
         assert e.stages == 2
         assert e.kernels[0][0] == "reduce_state_cols_direct_kernel<8,float,StateKind::Moments>"
         assert e.launches[0][1:] == (256, 0)
-    # along aligned rows of 16 KiB or more: the direct row kernel (sync/1, 4 loads in flight); 64 rows
-    # of 256 KiB take a block a part of a row, the same parts each
+    # 4000 short outer slices (rows of four vectors): several a block while the blocks fill the GPU
+    e = cupipe.explain("reduce", torch.randn(4000, 250, 16, device="cuda"), "var", 1)
+    if e.mechanism == "sync":
+        assert e.kernels[0][0] == "reduce_state_cols_direct_kernel<8,float,StateKind::Moments>"
+        assert e.launches[0][0] <= 2000
+    # along aligned rows of 64 bytes or more: the direct row kernel (sync/1, 4 loads in flight); 64
+    # rows of 256 KiB take a block a part of a row, the same parts each
     e = cupipe.explain("reduce", torch.randn(64, 1 << 16, device="cuda"), "argmax", 1)
     if e.mechanism == "sync":
         assert e.stages == 1

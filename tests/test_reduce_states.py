@@ -151,10 +151,11 @@ def test_state_direct_columns(device, dtype):
 
 
 # (outer, r) in fp32 elements of the direct row plan (sync along 16-byte aligned rows): one-vector
-# rows (32 a warp item), packed rows of 16, 25 and 250 vectors (groups of 1-32 lanes, several items a
-# warp, a last item past the rows), long rows a block each, in parts with the partials pass; then
-# single rows with a tail past their last whole vector (any element size).
-DIRECT_ROWS = [(1000, 4), (333, 64), (77, 100), (50, 1000), (9, 4096), (3, 300_000)]
+# rows (32 a warp item), packed rows of 16, 25 and 250 vectors (groups of 1-32 lanes, a last item
+# past the rows), enough rows of 16 vectors for several items a warp (the next item's loads issued
+# before this one's adds), long rows a block each, in parts with the partials pass; then single rows
+# with a tail past their last whole vector (any element size).
+DIRECT_ROWS = [(1000, 4), (333, 64), (77, 100), (50, 1000), (140_001, 64), (9, 4096), (3, 300_000)]
 DIRECT_ROW_TAILS = [(1, 3), (1, 1_000_003), (1, 4099)]
 
 

@@ -159,11 +159,9 @@ __global__ void __launch_bounds__(kReduceThreads)
   allow_dependent_launch();  // the partials pass, when there is one, may start waiting
   const int t = static_cast<int>(threadIdx.x), lane = t & 31, warp = t >> 5;
 
-  // Vectors v, v + stride, ... below v1 of `row`, then the row's tail where `tail`.
-  auto fold = [&](St& s, const T* row, int64_t v, int64_t v1, int64_t stride, bool tail) {
-    A x0 = A(0);
-    if constexpr (K == StateKind::Moments) x0 = to_acc<A>(row[0]);
-    const uint4* u = reinterpret_cast<const uint4*>(row);
+  // A batch of U vectors at v, v + stride, ... (those below v1; all of them where `full`) added to s
+  // in index order; Moments shifted by x0.
+  auto add_batch = [&](St& s, const uint4 (&b)[U], int64_t v, int64_t v1, int64_t stride, A x0, bool full) {
     auto add_vec = [&](const uint4& q, int64_t vi) {
       A e[VE];
       unpack16<T>(q, e);
@@ -173,36 +171,52 @@ __global__ void __launch_bounds__(kReduceThreads)
       }
       s.add_block(e, vi * VE, 1, c);
     };
+    const auto each = [&] {
+#pragma unroll
+      for (int k = 0; k < U; ++k) {
+        if (!full && v + k * stride >= v1) break;
+        add_vec(b[k], v + k * stride);
+      }
+    };
+    if constexpr (K == StateKind::Arg) {
+      each();  // the index of each vector's best
+    } else if (!full && v + (U - 1) * stride >= v1) {
+      each();
+    } else {
+      // The kinds that need no index add a whole batch as one block: one merge a batch, and its
+      // loads stay in flight together (ptxas had issued a vector add's load after the previous add).
+      A e[U * VE];
+#pragma unroll
+      for (int k = 0; k < U; ++k) unpack16<T>(b[k], e + k * VE);
+      if constexpr (K == StateKind::Moments) {
+#pragma unroll
+        for (int j = 0; j < U * VE; ++j) e[j] -= x0;
+      }
+      s.add_block(e, 0, 0, c);
+    }
+  };
+  // Loads the vectors v, v + stride, ... below v1 of u: a batch in flight together.
+  auto load_batch = [&](uint4 (&b)[U], const uint4* u, int64_t v, int64_t v1, int64_t stride) {
+#pragma unroll
+    for (int k = 0; k < U; ++k)
+      if (v + k * stride < v1) b[k] = load_once16(u + v + k * stride);
+  };
+
+  // Vectors v, v + stride, ... below v1 of `row`, then the row's tail where `tail`.
+  auto fold = [&](St& s, const T* row, int64_t v, int64_t v1, int64_t stride, bool tail) {
+    A x0 = A(0);
+    if constexpr (K == StateKind::Moments) x0 = to_acc<A>(row[0]);
+    const uint4* u = reinterpret_cast<const uint4*>(row);
     for (; v + (U - 1) * stride < v1; v += U * stride) {
       uint4 b[U];
 #pragma unroll
       for (int k = 0; k < U; ++k) b[k] = load_once16(u + v + k * stride);
-      if constexpr (K == StateKind::Arg) {  // the index of each vector's best
-#pragma unroll
-        for (int k = 0; k < U; ++k) add_vec(b[k], v + k * stride);
-      } else {
-        // The kinds that need no index add the batch as one block: one merge a batch, and its loads
-        // stay in flight together (ptxas had issued a vector add's load after the previous add).
-        A e[U * VE];
-#pragma unroll
-        for (int k = 0; k < U; ++k) unpack16<T>(b[k], e + k * VE);
-        if constexpr (K == StateKind::Moments) {
-#pragma unroll
-          for (int j = 0; j < U * VE; ++j) e[j] -= x0;
-        }
-        s.add_block(e, 0, 0, c);
-      }
+      add_batch(s, b, v, v1, stride, x0, true);
     }
     if (v < v1) {  // the last, partial batch: its loads in flight together
       uint4 b[U];
-#pragma unroll
-      for (int k = 0; k < U; ++k)
-        if (v + k * stride < v1) b[k] = load_once16(u + v + k * stride);
-#pragma unroll
-      for (int k = 0; k < U; ++k) {
-        if (v + k * stride >= v1) break;
-        add_vec(b[k], v + k * stride);
-      }
+      load_batch(b, u, v, v1, stride);
+      add_batch(s, b, v, v1, stride, x0, false);
     }
     if (tail)
       for (int64_t e = pl.row_vecs * VE; e < pl.r; ++e) s.add(to_acc<A>(row[e]) - x0, e, c);  // (x0: 0 but for Moments)
@@ -211,6 +225,45 @@ __global__ void __launch_bounds__(kReduceThreads)
   if (pl.group > 0) {
     const int G = pl.group, sub = lane >> pl.group_log2, gl = lane & (G - 1);
     const int64_t first = static_cast<int64_t>(blockIdx.x) * pl.items_per_warp * kWarps + warp;
+    // Rows a lane reads in one batch, no tail (the packed plan's usual case), at 4 loads a thread (the
+    // table's; a second batch of 8 or 16 costs too many registers): the next item's batch is loaded
+    // before this one's is added and merged, so a warp's loads stay in flight through its merges and
+    // stores; Moments' shift, the row's first element, comes from the group's lane 0. Norm, one
+    // accumulator and no merge work to hide, keeps the plain loop (it lost with the prefetch).
+    if (K != StateKind::Norm && U <= 4 && pl.row_vecs <= static_cast<int64_t>(G) * U && pl.row_vecs * VE == pl.r) {
+      const auto row_of = [&](int j) {
+        return ((first + static_cast<int64_t>(j) * kWarps) << (5 - pl.group_log2)) + sub;
+      };
+      const auto fetch = [&](uint4 (&b)[U], int j) {
+        const int64_t row = row_of(j);
+        if (first + static_cast<int64_t>(j) * kWarps < pl.items && row < pl.outer)
+          load_batch(b, reinterpret_cast<const uint4*>(x + row * pl.r), gl, pl.row_vecs, G);
+      };
+      uint4 next[U] = {};
+      fetch(next, 0);
+      for (int j = 0; j < pl.items_per_warp; ++j) {
+        if (first + static_cast<int64_t>(j) * kWarps >= pl.items) break;  // (warp-uniform)
+        uint4 b[U];
+#pragma unroll
+        for (int k = 0; k < U; ++k) b[k] = next[k];
+        if (j + 1 < pl.items_per_warp) fetch(next, j + 1);
+        const int64_t row = row_of(j);
+        A x0 = A(0);
+        if constexpr (K == StateKind::Moments) {
+          A e[VE];
+          unpack16<T>(b[0], e);
+          x0 = __shfl_sync(0xffffffffu, e[0], lane & ~(G - 1));
+        }
+        St s = St::init(c);
+        if (row < pl.outer) add_batch(s, b, gl, pl.row_vecs, G, x0, false);
+        for (int o = 1; o < G; o <<= 1) {  // a fixed tree: lane 0 of the group ends with the row's state
+          const St o_s = shfl_state(s, o, G);
+          if ((gl & o) == 0) s.merge(o_s, c);
+        }
+        if (gl == 0 && row < pl.outer) store_state(out, od, row, s, c);
+      }
+      return;
+    }
     for (int j = 0; j < pl.items_per_warp; ++j) {
       const int64_t item = first + static_cast<int64_t>(j) * kWarps;
       if (item >= pl.items) break;  // (warp-uniform)
