@@ -225,11 +225,11 @@ __global__ void __launch_bounds__(kReduceThreads)
   if (pl.group > 0) {
     const int G = pl.group, sub = lane >> pl.group_log2, gl = lane & (G - 1);
     const int64_t first = static_cast<int64_t>(blockIdx.x) * pl.items_per_warp * kWarps + warp;
-    // Rows a lane reads in one batch, no tail (the packed plan's usual case), at 4 loads a thread (the
-    // table's; a second batch of 8 or 16 costs too many registers): the next item's batch is loaded
-    // before this one's is added and merged, so a warp's loads stay in flight through its merges and
-    // stores; Moments' shift, the row's first element, comes from the group's lane 0. Norm, one
-    // accumulator and no merge work to hide, keeps the plain loop (it lost with the prefetch).
+    // Rows a lane reads in one batch, no tail (the packed plan's usual case), at 4 loads a thread (a
+    // second batch of 8 or 16 costs too many registers): the next item's batch is loaded before this
+    // one's is added and merged, so a warp's loads stay in flight through its merges and stores;
+    // Moments' shift, the row's first element, comes from the group's lane 0. Norm, one accumulator
+    // and no merge to hide, keeps the plain loop (design.md §5.1).
     if (K != StateKind::Norm && U <= 4 && pl.row_vecs <= static_cast<int64_t>(G) * U && pl.row_vecs * VE == pl.r) {
       const auto row_of = [&](int j) {
         return ((first + static_cast<int64_t>(j) * kWarps) << (5 - pl.group_log2)) + sub;
