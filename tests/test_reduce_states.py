@@ -153,9 +153,11 @@ def test_state_direct_columns(device, dtype):
 # (outer, r) in fp32 elements of the direct row plan (sync along 16-byte aligned rows): one-vector
 # rows (32 a warp item), packed rows of 16, 25 and 250 vectors (groups of 1-32 lanes, a last item
 # past the rows), enough rows of 16 vectors for several items a warp (the next item's loads issued
-# before this one's adds), long rows a block each, in parts with the partials pass; then single rows
-# with a tail past their last whole vector (any element size).
-DIRECT_ROWS = [(1000, 4), (333, 64), (77, 100), (50, 1000), (140_001, 64), (9, 4096), (3, 300_000)]
+# before this one's adds), rows of 4 and 8 vectors (read interleaved, a lane's loads from 4 rows; a
+# last item partly past the rows, several items a warp), long rows a block each, in parts with the
+# partials pass; then single rows with a tail past their last whole vector (any element size).
+DIRECT_ROWS = [(1000, 4), (333, 64), (77, 100), (50, 1000), (140_001, 64), (1001, 16), (300_001, 32), (9, 4096),
+               (3, 300_000)]
 DIRECT_ROW_TAILS = [(1, 3), (1, 1_000_003), (1, 4099)]
 
 
@@ -219,6 +221,29 @@ def test_logsumexp_and_norm_infinities(device):
         check(x, "norm", 1, ord=o)
     check(x, "var", 1)
     check(x, "std", 1)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+def test_interleaved_rows_special_values(device, dtype):
+    """Rows of 4 and 8 vectors (read interleaved by sync/1 for var, std, logsumexp and norms)
+    holding infinities, NaN, all -inf rows, huge magnitudes and a large offset, against torch for
+    every state op."""
+    inf, nan = math.inf, math.nan
+    for vecs in (4, 8):
+        r = vecs * 16 // dtype.itemsize
+        x = make_input((67, r), dtype, "cpu", seed=r)
+        x[3] = -inf
+        x[10] = inf
+        x[11, 5] = inf
+        x[20, 7] = nan
+        x[30, : r // 2] = -inf
+        x[40, ::2], x[40, 1::2] = 1e18, -1e18
+        x[50:60] += 1e6
+        x = x.to(device)
+        for op in STATE_OPS:
+            check(x, op, 1, mechanism="sync", stages=1, what=f"interleaved rows of {r}")
+        for o in (1, 2, inf, -inf, 0):
+            check(x, "norm", 1, mechanism="sync", stages=1, ord=o, what=f"interleaved rows of {r}")
 
 
 def test_var_is_stable_on_large_offsets(device):

@@ -18,7 +18,8 @@ namespace kernels {
 // past its last whole vector are its tail), read with U loads a thread in flight and no ring.
 // Packed (group > 0): `group` lanes a row (a power of two up to a warp, enough that a lane's vectors
 // are one batch of loads where that fits), so a warp item is 32 / group adjacent rows; a block's
-// warps take adjacent items, items_per_warp each, and merge by shuffles alone. Long rows (group ==
+// warps take adjacent items, items_per_warp each, and merge by shuffles alone; rows shorter than a
+// line in that layout's loads are read interleaved (rows_a_lane, below). Long rows (group ==
 // 0): a block per (row, part of part_vecs vectors), its threads striding the part a vector apart,
 // the warps' states merged in warp order through shared memory; the parts' partials ([out][part])
 // go to the partials pass.
@@ -26,12 +27,20 @@ struct RowsDirectPlan {
   int64_t outer, r;
   int64_t row_vecs;  // whole vectors a row
   int group, group_log2;
-  int64_t items;     // packed: warp items (ceil(outer / (32 / group)))
+  int rows_a_lane;   // packed: 1, or U: a lane reads one vector of each of U rows (rows of `group` vectors)
+  int64_t items;     // packed: warp items (ceil(outer / (rows_a_lane * 32 / group)))
   int items_per_warp;
   int64_t parts, part_vecs;
   int64_t grid;
   FastDiv parts_div;  // long rows: blockIdx.x -> (row, part)
 };
+
+// The kinds read interleaved (rows_a_lane == U): var / std, the norms, and logsumexp of 4- and
+// 8-byte elements. Argmax / argmin (the index pass) and 2-byte logsumexp (its exponentials) ran
+// slower interleaved than with G lanes a row (design.md §5.1).
+constexpr bool state_rows_interleave(StateKind k, int esz) {
+  return k == StateKind::Moments || k == StateKind::Norm || (k == StateKind::Lse && esz >= 4);
+}
 
 template <int U, typename T, StateKind K>
 __global__ void __launch_bounds__(kReduceThreads)
@@ -144,9 +153,41 @@ __global__ void __launch_bounds__(kReduceThreads)
   }
 }
 
+// Interleaved rows: a lane holds one value of each of U rows; the G lanes of a lane group (G a power
+// of two, at least U) hold the same U rows. Reduces each row's values with op in a fixed order, the
+// lower lanes' first: a reduce-scatter (at offset G / 2, G / 4, ... a lane keeps half its rows and
+// combines its partner's copy of them), then a butterfly over the G / U lanes left. Returns the
+// result of row gl / (G / U); with Gather, v[k] is then row k's result in every lane.
+template <int U, bool Gather, typename V, class Op>
+__device__ __forceinline__ V interleaved_rows_reduce(V (&v)[U], int G, int gl, int lane, Op op) {
+  const int spread = G / U;
+#pragma unroll
+  for (int h = U / 2; h >= 1; h /= 2) {
+    const int o = spread * h;
+    const bool hi = (gl & o) != 0;
+#pragma unroll
+    for (int i = 0; i < h; ++i) {
+      const V give = hi ? v[i] : v[i + h], keep = hi ? v[i + h] : v[i];
+      const V got = __shfl_xor_sync(0xffffffffu, give, o, G);
+      v[i] = hi ? op(got, keep) : op(keep, got);
+    }
+  }
+  for (int o = 1; o < spread; o <<= 1) {
+    const V got = __shfl_xor_sync(0xffffffffu, v[0], o, G);
+    v[0] = (gl & o) ? op(got, v[0]) : op(v[0], got);
+  }
+  const V mine = v[0];
+  if constexpr (Gather) {
+#pragma unroll
+    for (int k = 0; k < U; ++k) v[k] = __shfl_sync(0xffffffffu, mine, (lane & ~(G - 1)) + k * spread);
+  }
+  return mine;
+}
+
 // Each thread adds its vectors of a row in ascending index order, U loads in flight, then the tail
 // (lane 0 of the row's group, or thread 0 of its last part). Moments add x - x0, x0 the row's first
-// element (states.h), so that the parts of a row merge.
+// element (states.h), so that the parts of a row merge; interleaved rows make a row's state in two
+// passes instead (below).
 template <int U, typename T, StateKind K>
 __global__ void __launch_bounds__(kReduceThreads)
     reduce_state_rows_direct_kernel(const T* __restrict__ x, void* out, DType od, State<acc_t<T>, K>* partials,
@@ -230,7 +271,7 @@ __global__ void __launch_bounds__(kReduceThreads)
     // one's is added and merged, so a warp's loads stay in flight through its merges and stores;
     // Moments' shift, the row's first element, comes from the group's lane 0. Norm, one accumulator
     // and no merge to hide, keeps the plain loop (design.md §5.1).
-    if (K != StateKind::Norm && U <= 4 && pl.row_vecs <= static_cast<int64_t>(G) * U && pl.row_vecs * VE == pl.r) {
+    if (K != StateKind::Norm && U <= 4 && pl.rows_a_lane == 1 && pl.row_vecs <= static_cast<int64_t>(G) * U && pl.row_vecs * VE == pl.r) {
       const auto row_of = [&](int j) {
         return ((first + static_cast<int64_t>(j) * kWarps) << (5 - pl.group_log2)) + sub;
       };
@@ -263,6 +304,100 @@ __global__ void __launch_bounds__(kReduceThreads)
         if (gl == 0 && row < pl.outer) store_state(out, od, row, s, c);
       }
       return;
+    }
+    // Interleaved rows (rows_a_lane == U, rows of G vectors): load k of a warp reads 32 / G whole
+    // rows, 512 contiguous bytes (with G lanes a row reading a batch each, a row under 64 bytes a load
+    // took a 128-byte line 4-8 L2 requests). A lane holds a vector of each of U rows, so a row's
+    // state is made in two passes over registers, each one scalar a row reduced across the row's
+    // lanes (interleaved_rows_reduce), where merging U states a lane had cost more than the layout
+    // gained: var the sum of the shifted elements (then the mean) and the squares about the mean,
+    // logsumexp the largest element and the sum of exponentials, norms one pass. The next item's
+    // loads go out before this one's passes.
+    if constexpr (U == 4 && state_rows_interleave(K, sizeof(T))) {
+      if (pl.rows_a_lane == U) {
+        const int per_load = 32 >> pl.group_log2, spread = G / U;  // rows a load; lanes a row at the end
+        const auto row_of = [&](int j, int k) {
+          return (first + static_cast<int64_t>(j) * kWarps) * (U * per_load) + k * per_load + sub;
+        };
+        const auto fetch = [&](uint4 (&b)[U], int j) {
+          if (first + static_cast<int64_t>(j) * kWarps >= pl.items) return;
+#pragma unroll
+          for (int k = 0; k < U; ++k) {
+            const int64_t row = row_of(j, k);
+            if (row < pl.outer) b[k] = load_once16(reinterpret_cast<const uint4*>(x + row * pl.r) + gl);
+          }
+        };
+        uint4 next[U] = {};
+        fetch(next, 0);
+        for (int j = 0; j < pl.items_per_warp; ++j) {
+          if (first + static_cast<int64_t>(j) * kWarps >= pl.items) break;  // (warp-uniform)
+          A e[U][VE];
+#pragma unroll
+          for (int k = 0; k < U; ++k) unpack16<T>(next[k], e[k]);
+          if (j + 1 < pl.items_per_warp) fetch(next, j + 1);
+          A v[U], w[U];
+          St st;
+          const auto sum = [](A a, A b) { return a + b; };
+          if constexpr (K == StateKind::Moments) {
+#pragma unroll
+            for (int k = 0; k < U; ++k) {  // shifted by the row's first element, as the other layouts
+              const A x0 = __shfl_sync(0xffffffffu, e[k][0], lane & ~(G - 1));
+#pragma unroll
+              for (int i = 0; i < VE; ++i) e[k][i] -= x0;
+              v[k] = e[k][0];
+#pragma unroll
+              for (int i = 1; i < VE; ++i) v[k] += e[k][i];
+            }
+            const A inv_n = A(1) / static_cast<A>(pl.r);
+            st.mean = interleaved_rows_reduce<U, true>(v, G, gl, lane, sum) * inv_n;
+#pragma unroll
+            for (int k = 0; k < U; ++k) {
+              v[k] *= inv_n;  // the row's mean
+              w[k] = A(0);
+#pragma unroll
+              for (int i = 0; i < VE; ++i) w[k] += (e[k][i] - v[k]) * (e[k][i] - v[k]);
+            }
+            st.m2 = interleaved_rows_reduce<U, false>(w, G, gl, lane, sum);
+            st.n = pl.r;
+          } else if constexpr (K == StateKind::Lse) {
+            const auto top = [](A a, A b) { return b > a || a != a ? b : a; };  // NaN never wins but alone
+#pragma unroll
+            for (int k = 0; k < U; ++k) {
+              v[k] = e[k][0];
+#pragma unroll
+              for (int i = 1; i < VE; ++i) v[k] = top(v[k], e[k][i]);
+            }
+            st.m = interleaved_rows_reduce<U, true>(v, G, gl, lane, top);
+#pragma unroll
+            for (int k = 0; k < U; ++k) {
+              const A m = v[k];
+              w[k] = A(0);
+              if (m - m == A(0)) {  // finite: an element equal to m adds exp(0) = 1
+#pragma unroll
+                for (int i = 0; i < VE; ++i) w[k] += st_exp(e[k][i] - m);
+              } else {  // (as State::add: exp(inf - inf) would be NaN)
+#pragma unroll
+                for (int i = 0; i < VE; ++i) w[k] += e[k][i] == m ? A(1) : st_exp(e[k][i] - m);
+              }
+            }
+            st.s = interleaved_rows_reduce<U, false>(w, G, gl, lane, sum);
+          } else {
+            const auto fold = [&](A a, A b) {
+              return c.ord == NormOrd::Inf ? nan_max(a, b) : c.ord == NormOrd::NegInf ? nan_min(a, b) : a + b;
+            };
+#pragma unroll
+            for (int k = 0; k < U; ++k) {
+              St t = St::init(c);
+              t.add_block(e[k], 0, 0, c);
+              v[k] = t.v;
+            }
+            st.v = interleaved_rows_reduce<U, false>(v, G, gl, lane, fold);
+          }
+          const int64_t row = row_of(j, gl / spread);
+          if ((gl & (spread - 1)) == 0 && row < pl.outer) store_state(out, od, row, st, c);
+        }
+        return;
+      }
     }
     for (int j = 0; j < pl.items_per_warp; ++j) {
       const int64_t item = first + static_cast<int64_t>(j) * kWarps;

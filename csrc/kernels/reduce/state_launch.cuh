@@ -140,7 +140,17 @@ inline RowsDirectPlan make_rows_direct_plan(const ReduceParams& p, int esz, int 
   if (lanes <= 32 * kRowsDirectWarpBatches) {
     pl.group = 1;
     while (pl.group < std::min<int64_t>(lanes, 32)) pl.group *= 2, ++pl.group_log2;
-    const int64_t rows_per_item = 32 / pl.group;
+    pl.rows_a_lane = 1;
+    // Rows of 4 or 8 vectors at 4 loads: their lanes would read under 64 bytes of a row a load; read
+    // interleaved instead, a lane's 4 loads from 4 rows, a row's vectors one a lane (the kinds that
+    // gain, state_rows_interleave).
+    if (loads == 4 && p.outer > 1 && (pl.row_vecs == 4 || pl.row_vecs == 8) && pl.row_vecs * 16 == p.r * esz &&
+        state_rows_interleave(state_kind(p.op), esz)) {
+      pl.rows_a_lane = loads;
+      pl.group = static_cast<int>(pl.row_vecs);
+      pl.group_log2 = pl.row_vecs == 4 ? 2 : 3;
+    }
+    const int64_t rows_per_item = pl.rows_a_lane * 32 / pl.group;
     pl.items = ceil_div(p.outer, rows_per_item);
     const int64_t item_bytes = std::max<int64_t>(rows_per_item * p.r * esz, 1);
     pl.items_per_warp = static_cast<int>(std::clamp<int64_t>(8192 / item_bytes, 1, 16));
