@@ -68,7 +68,7 @@ inline int rows_tile_bytes(const ReduceParams& p, const DeviceInfo& dev) {
 }
 // Columns: a tile row is a chunk plus 32 bytes of pitch slack (chunks are 512 bytes or wider).
 // One stage takes 64 KiB (three blocks an SM), deeper rings 32 KiB a stage (two blocks an SM at
-// three stages): a block alone on its SM streamed the layout sweep's columns 10-40% slower.
+// three stages): a block alone on its SM streamed the layout sweep's columns slower (docs/design.md).
 inline int cols_tile_bytes(const ReduceParams& p, const DeviceInfo& dev) {
   const int t = p.stages == 1 ? kReduceColsTileBytes : kReduceColsTileBytes / 2;
   return p.tile_bytes > 0 ? p.tile_bytes : fitted_tile_bytes(p, dev, t, t / 16);

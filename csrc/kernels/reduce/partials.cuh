@@ -15,7 +15,7 @@ namespace kernels {
 // Folds src[p * stride] for p = first, first + step, ... below n into acc in that order, issuing
 // kBatch loads before folding them: the partials sit in L2, a few hundred cycles away, and a loop
 // that waits on each load in turn (what the compiler made of a plain unrolled loop with a
-// run-time op) made the partials pass about three times slower (docs/design.md).
+// run-time op) made the partials pass several times slower (docs/design.md).
 template <int kBatch, typename A, class SC>
 __device__ __forceinline__ void fold_strided(const A* __restrict__ src, int64_t stride, int64_t first, int64_t step,
                                              int64_t n, A& acc, SC sc) {
