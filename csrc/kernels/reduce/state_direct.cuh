@@ -271,7 +271,8 @@ __global__ void __launch_bounds__(kReduceThreads)
     // one's is added and merged, so a warp's loads stay in flight through its merges and stores;
     // Moments' shift, the row's first element, comes from the group's lane 0. Norm, one accumulator
     // and no merge to hide, keeps the plain loop (design.md §5.1).
-    if (K != StateKind::Norm && U <= 4 && pl.rows_a_lane == 1 && pl.row_vecs <= static_cast<int64_t>(G) * U && pl.row_vecs * VE == pl.r) {
+    if (K != StateKind::Norm && U <= 4 && pl.rows_a_lane == 1 && pl.row_vecs <= static_cast<int64_t>(G) * U &&
+        pl.row_vecs * VE == pl.r) {
       const auto row_of = [&](int j) {
         return ((first + static_cast<int64_t>(j) * kWarps) << (5 - pl.group_log2)) + sub;
       };
