@@ -132,8 +132,8 @@ __device__ __noinline__ void consume_stepped_rows_fixed(uint32_t stage_s, uint32
     if (oy >= g.ny || ox >= g.nx) continue;  // past the plane: nothing to compute
     const char* item = stage + g.hdr_bytes + o0 * g.pitch + shifts[o0] + j0 * esz;  // V-aligned
     A acc[TW] = {};
-    // Taps two at a time, each weight a broadcast load: fully unrolled, the kernel took 72-80
-    // registers (from 57), a block an SM fewer for the general stepped consumer beside it.
+    // Taps two at a time, each weight a broadcast load: fully unrolled, the kernel's registers cost
+    // a block an SM for the general stepped consumer beside it (docs/design.md §4.2).
 #pragma unroll 2
     for (int c = 0; c < KW; ++c) {
       const A wc = w[c];
