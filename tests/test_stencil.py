@@ -292,6 +292,38 @@ def test_stencil_fixed_consumers(device, boundary, dtype, offset):
                          what=f"offset={offset} dim=-2")
 
 
+# Crops 8 bytes past a 16-byte boundary (2-byte types 4 elements in, fp32 2, fp64 1): tma maps them
+# from the 8 bytes before x, here the crop's margin of NaN. The zero boundary's left-edge tiles zero
+# those columns (a leak is a NaN in the output); other boundaries keep edge tiles off the maps. Small
+# planes (every tile an edge tile) and wide ones (interior tiles, stages reused); auto takes the
+# maps for the 2-byte types under the zero boundary.
+@pytest.mark.parametrize("dtype", FLOAT_DTYPES, ids=lambda d: DTYPE_IDS[d])
+def test_stencil_crop_lead_maps(device, dtype):
+    lead = 8 // dtype.itemsize
+    runs = [("auto", 0)] + ([("tma", 2)] if device == "cuda" and tma_supported() else [])
+    for planes, (h, w) in ((5, (32, 32)), (1, (70, 520))):
+        parent = torch.full((planes, h + 2 * lead, w + 2 * lead), float("nan"), dtype=dtype, device=device)
+        x = parent[:, lead:-lead, lead:-lead]
+        x.copy_(make_input((planes, h, w), dtype, device, seed=31))
+        assert x.data_ptr() % 16 == 8
+        for wshape in ((3, 3), (5, 5), (7, 7), (3, 9)):
+            wt = make_weights(wshape, dtype, device, seed=32)
+            atol, rtol = tol(dtype, wt.numel())
+            for boundary in BOUNDARIES:
+                ref = _ref2d(x, wt, boundary)
+                for m, st in runs:
+                    if device == "cuda":
+                        poison_allocator(x.numel() * x.element_size())
+                    y = cupipe.stencil2d(x, wt, boundary=boundary, mechanism=m, stages=st)
+                    assert_close(y, ref, atol=atol, rtol=rtol,
+                                 what=f"crop {lead} in {(planes, h, w)} w={wshape} {boundary} {m}/{st} {dtype}")
+        w5 = make_weights((5,), dtype, device, seed=33)
+        atol, rtol = tol(dtype, 5)
+        for m, st in runs:  # along the strided dim (the columns)
+            y = cupipe.stencil1d(x, w5, dim=-2, mechanism=m, stages=st)
+            assert_close(y, _ref1d(x, w5, -2, "zero"), atol=atol, rtol=rtol, what=f"crop {lead} in, dim -2, {m}/{st}")
+
+
 @pytest.mark.parametrize("dtype", FLOAT_DTYPES, ids=lambda d: DTYPE_IDS[d])
 @pytest.mark.parametrize("boundary", BOUNDARIES)
 def test_stencil1d_long_signal(device, boundary, dtype):

@@ -394,6 +394,14 @@ def test_stencil_table_depends_on_the_radii_and_dtype(fake_gpu, monkeypatch):
     # a crop is read in place: its rows and their 64-byte pitch both whole 16-byte multiples
     assert shape("stencil2d", img[:, 1:-1, 4:12], weights=torch.empty(3, 3))["rows16"]
     assert not shape("stencil2d", img[:, 1:-1, 4:11], weights=torch.empty(3, 3))["rows16"]
+    # 2-byte crops 8 bytes off a boundary: tensor maps from 8 bytes before x under the zero boundary
+    # (its own storage), not under the others (their edge tiles, all of a small plane's, leave the maps)
+    crop = torch.empty(3, 40, 40, dtype=torch.bfloat16)[:, 4:-4, 4:-4]
+    assert shape("stencil2d", crop, weights=torch.empty(3, 3))["rows16"]
+    assert not shape("stencil2d", crop, weights=torch.empty(3, 3), boundary="reflect")["rows16"]
+    assert not shape("stencil2d", torch.empty(3, 40, 40, dtype=torch.bfloat16)[:, 4:-4, 2:-6],
+                     weights=torch.empty(3, 3))["rows16"]  # 4 bytes off
+    assert not shape("stencil2d", img[:, 1:-1, 2:10], weights=torch.empty(3, 3))["rows16"]  # fp32: measured aligned only
     # channels_last: C is a step within the rows (W * C elements), read in place
     cl = torch.empty(2, 16, 10, 12).contiguous(memory_format=torch.channels_last)
     assert shape("stencil2d", cl, weights=torch.empty(3, 3)) == {"ry": 1, "rx": 1, "esz": 4, "rows16": True,

@@ -74,6 +74,9 @@ struct StencilParams {
   // (channels_last's C), whose values are filtered apart; the boundary maps whole points of
   // x_step values (nx a multiple of it). out has the same rows.
   int64_t x_step = 1;
+  // Bytes of x's own storage just before x (its offset in it, up to 16): tma's tensor maps need a
+  // 16-byte aligned base, so an x 8 bytes off 16 (a crop) is mapped from 8 bytes before it.
+  int64_t x_lead = 0;
   int ry = 0, rx = 0;
   Boundary boundary = Boundary::Zero;
   engine::Mechanism mechanism = engine::Mechanism::Sync;

@@ -40,17 +40,18 @@ inline CUtensorMapDataType tensor_map_dtype(DType t) {
   return CU_TENSOR_MAP_DATA_TYPE_FLOAT32;
 }
 
-// The map of `batch` planes of ny x nx elements at `base` (16-byte aligned, nx * esz a multiple
-// of 16), read in boxes of box_bytes x box_h x 1 (box_bytes a multiple of 16, at most 256 units
-// of tensor_map_unit(esz); box_h at most 256). Elements of a box outside the tensor are delivered
-// as zeros. Box coordinates along x count units, not elements. `promotion`: how much the L2 fetches
-// from DRAM around a missed sector of a box (the caller's measured choice: stencil_l2_promotion).
+// The map of `batch` planes of ny x nx elements `lead` bytes (0 or 8) after `base` (16-byte
+// aligned, nx * esz a multiple of 16; its rows begin with those lead bytes), read in boxes of
+// box_bytes x box_h x 1 (box_bytes a multiple of 16, at most 256 units of tensor_map_unit(esz);
+// box_h at most 256). Elements of a box outside the map are delivered as zeros. Box coordinates
+// along x count units, not elements. `promotion`: how much the L2 fetches from DRAM around a
+// missed sector of a box (the caller's measured choice: stencil_l2_promotion).
 inline CUtensorMap make_plane_map(const void* base, DType dt, int esz, int64_t batch, int64_t ny, int64_t nx,
                                   int64_t row_stride, int64_t plane_stride, int box_bytes, int box_h,
-                                  CUtensorMapL2promotion promotion) {
+                                  CUtensorMapL2promotion promotion, int lead = 0) {
   CUtensorMap m{};
   const int unit = tensor_map_unit(esz);
-  const cuuint64_t dims[3] = {static_cast<cuuint64_t>(nx * esz / unit), static_cast<cuuint64_t>(ny),
+  const cuuint64_t dims[3] = {static_cast<cuuint64_t>((nx * esz + lead) / unit), static_cast<cuuint64_t>(ny),
                               static_cast<cuuint64_t>(batch)};
   const cuuint64_t strides[2] = {static_cast<cuuint64_t>(row_stride * esz), static_cast<cuuint64_t>(plane_stride * esz)};
   const cuuint32_t box[3] = {static_cast<cuuint32_t>(box_bytes / unit), static_cast<cuuint32_t>(box_h), 1};

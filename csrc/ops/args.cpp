@@ -141,14 +141,21 @@ void check_reflect(const char* op, Boundary b, int64_t size, int64_t r, const ch
 bool strides16(const StencilGeometry& g) {
   return g.nx * g.esz % 16 == 0 && g.xs_row * g.esz % 16 == 0 && g.xs_plane * g.esz % 16 == 0;
 }
+
+// The zero boundary's 2-byte unit-step stacks 8 bytes off 16 count as rows16 where the kernels map
+// them from the 8 bytes of x's storage before them (StencilParams::x_lead; measured in design.md
+// §4.2); other boundaries would take the edge tiles, all of a small plane's, off the maps.
+bool lead_maps(const StencilGeometry& g, Boundary b) { return b == Boundary::Zero && g.esz == 2 && g.step == 1; }
 }  // namespace
 
-bool rows16(const StencilGeometry& g, const void* data) {
-  return strides16(g) && reinterpret_cast<uintptr_t>(data) % 16 == 0;
+bool rows16(const StencilGeometry& g, const void* data, int64_t lead_bytes, Boundary b) {
+  const uintptr_t mis = reinterpret_cast<uintptr_t>(data) % 16;
+  return strides16(g) && (mis == 0 || (mis == 8 && lead_bytes >= 8 && lead_maps(g, b)));
 }
 
-bool rows16_of(const at::Tensor& x, const StencilGeometry& g) {
-  return strides16(g) && (!g.in_place || x.storage_offset() * g.esz % 16 == 0);
+bool rows16_of(const at::Tensor& x, const StencilGeometry& g, Boundary b) {
+  const int64_t mis = g.in_place ? x.storage_offset() * g.esz % 16 : 0;
+  return strides16(g) && (mis == 0 || (mis == 8 && lead_maps(g, b)));
 }
 
 StencilGeometry stencil_memory_geometry(const at::Tensor& x, const StencilGeometry& logical,

@@ -66,8 +66,8 @@ struct StencilGeometry {
   int64_t batch = 1, ny = 1, nx = 1;
   int ry = 0, rx = 0;
   int esz = 4;  // bytes per element of x (the tuning table depends on it)
-  // Rows of whole 16-byte multiples from a 16-byte aligned pointer (as the kernels see x): the
-  // condition of tma's tensor-map tiles, which the table depends on.
+  // Rows of whole 16-byte multiples from a 16-byte aligned pointer (as the kernels see x; or 8 bytes
+  // off one, see rows16 below): the condition of tma's tensor-map tiles, which the table depends on.
   bool rows16 = false;
   bool in_place = false;    // the stack is x's own memory (else x.contiguous())
   int64_t xs_row = 0, xs_plane = 0;  // in place, not dense: x's row and plane strides (layout.h)
@@ -76,11 +76,11 @@ struct StencilGeometry {
 };
 
 // Whether the kernels' tiles of x may be tensor-map boxes (StencilGeometry::rows16), for the stack's
-// data at `data`.
-bool rows16(const StencilGeometry& g, const void* data);
+// data at `data`, with lead_bytes of its storage before it (StencilParams::x_lead), under b.
+bool rows16(const StencilGeometry& g, const void* data, int64_t lead_bytes, Boundary b);
 // The same without a data pointer (explain, fake tensors): a copy made by .contiguous() is a fresh
 // allocation, and storages start 16-byte aligned, so only an in-place x's offset matters.
-bool rows16_of(const at::Tensor& x, const StencilGeometry& g);
+bool rows16_of(const at::Tensor& x, const StencilGeometry& g, Boundary b);
 
 // Validates x/weights/boundary for stencil1d and returns the geometry along `dim`
 // (normalised in place), in logical order.

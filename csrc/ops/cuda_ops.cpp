@@ -115,6 +115,7 @@ StencilCall stencil_call(const char* op, const at::Tensor& x, const at::Tensor& 
   c.w = as_is ? c.t.w.contiguous() : weights_for_kernel(x, c.t.w);
   StencilParams& p = c.p;
   p.x = c.t.x.data_ptr();
+  p.x_lead = std::min<int64_t>(c.t.x.storage_offset() * c.t.x.element_size(), 16);
   p.out = c.t.kout.data_ptr();
   p.weights = c.w.data_ptr();
   p.weights_dtype = to_kernel_dtype(c.w.scalar_type());
@@ -125,7 +126,7 @@ StencilCall stencil_call(const char* op, const at::Tensor& x, const at::Tensor& 
   p.x_step = g.step;
   p.boundary = boundary;
   StencilGeometry tg = g;
-  tg.rows16 = rows16(g, p.x);
+  tg.rows16 = rows16(g, p.x, p.x_lead, boundary);
   const CopyConfig cfg = resolve_stencil(dev, mech, stages, tg);
   check_mechanism_supported(op, cfg.mechanism, dev);
   p.mechanism = cfg.mechanism;

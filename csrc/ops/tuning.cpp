@@ -57,7 +57,8 @@ constexpr const char* kStencilRowTma =
     "ahead of barrier and specialized (measured on an H200)";
 constexpr const char* kStencilBox2Byte =
     "2-D boxes of 2-byte types on sm_90 whose rows are whole 16-byte multiples from an aligned "
-    "pointer: tma with 2 stages moves each tile as one tensor-map box, the copy engine zero-filling "
+    "pointer (or, zero boundary, 8 bytes off it inside x's storage: a map from 8 bytes before x): "
+    "tma with 2 stages moves each tile as one tensor-map box, the copy engine zero-filling "
     "what lies outside the plane (measured on an H200); 3x3 and 5-point boxes take 32 x 256 tiles, "
     "one per block, boxes of 5-9 tap rows the narrow tensor-core kernels";
 constexpr const char* kStencilBoxWideFp32 =
@@ -86,8 +87,8 @@ constexpr const char* kStencilStrided =
     "table's general choice";
 constexpr const char* kStencilStrided2Byte =
     "2-byte stencils along a strided dim on sm_90 whose rows are whole 16-byte multiples from an "
-    "aligned pointer: tma with 2 stages moves each tile as one tensor-map box, ahead of primitives "
-    "(measured on an H200; fp32 runs alike either way and keeps the general choice)";
+    "aligned pointer (or, zero boundary, 8 bytes off it inside x's storage): tma with 2 stages "
+    "moves each tile as one tensor-map box, ahead of primitives (measured on an H200; fp32 runs alike either way and keeps the general choice)";
 constexpr const char* kStencilPoint = "a 1x1 window (no halo): primitives with 2 stages, the table's general choice";
 
 // ----------------------------------------------------------------------------- reduce
@@ -284,7 +285,7 @@ TableShape table_shape(const std::string& op, const at::Tensor& x, const std::op
     s.ry = g.ry;
     s.rx = g.rx;
     s.esz = g.esz;
-    s.rows16 = rows16_of(x, g);
+    s.rows16 = rows16_of(x, g, parse_boundary(op.c_str(), boundary));
     s.step = g.step;
   } else if (op == "stencil3d") {
     TORCH_CHECK_VALUE(weights.has_value(), "cupipe.stencil3d: weights are required");
@@ -296,7 +297,7 @@ TableShape table_shape(const std::string& op, const at::Tensor& x, const std::op
     if (g3.rz == 0) {  // stencil2d over the planes, with its layout plan and table
       StencilGeometry g = check_stencil2d(x, weights->select(0, 0), b);
       if (x.numel() > 0) g = stencil_memory_geometry(x, g, std::nullopt, &s.layout);
-      s.rows16 = rows16_of(x, g);
+      s.rows16 = rows16_of(x, g, b);
       s.step = g.step;
       s.layout = "a depth radius of 0: stencil2d over the (..., D) planes; " + s.layout;
     } else {

@@ -85,6 +85,8 @@ struct StencilGeom {
   bool half_items;         // 2-byte fixed consumers on items of kTW outputs (8-byte vectors), not
                            // kTwoByteTW: x only 8-byte aligned (a crop 4 elements in)
   bool tensor_tiles;       // tma: tiles move as one tensor-map box (see load_stencil_tile)
+  int map_lead;            // tensor tiles: bytes between the map's base and x (0, or 8 for an x 8
+                           // bytes off 16), whose columns the zero boundary's edge tiles zero
   int tile_h, tile_w;      // outputs per tile: (tile_h / TH) x (tile_w / TW) work items
   int x_phase;             // tiles start at columns tx * tile_w - x_phase (Mma; else 0)
   int mma_a;               // Mma: window column -mma_a of every row sits on a 16-byte boundary
@@ -148,6 +150,7 @@ inline StencilGeom make_stencil_geom(const StencilParams& p, int esz, int acc_si
   g.fixed = StencilFixed::None;
   g.half_items = false;
   g.tensor_tiles = false;
+  g.map_lead = 0;
   g.x_phase = 0;
   g.mma_a = 0;
   g.frag_bytes = 0;

@@ -114,6 +114,9 @@ __global__ void __launch_bounds__(StencilFamilyTraits<F, T>::kThreads, StencilFa
 
   const ConsumerGeom cg{g.ny, g.nx, kh, kw, g.kw_pad, g.pitch, g.hdr_bytes, g.items, g.cols_log2, g.step};
   auto consume = [&](const char* stage, int64_t, engine::Team team) {
+    if constexpr (M == engine::Mechanism::Tma) {
+      if (g.map_lead != 0 && boundary == Boundary::Zero) zero_lead_columns<T, true>(const_cast<char*>(stage), g, team);
+    }
     if constexpr (Fam::kMmaRows > 0) {
       const MmaGeom mg{g.ny, g.nx, kh, kw, g.kw_pad, g.pitch, g.hdr_bytes, g.tile_h, g.cols_log2 - 5, g.mma_a};
       const uint32_t ws = static_cast<uint32_t>(__cvta_generic_to_shared(w_s));

@@ -243,11 +243,14 @@ StencilPlan plan_stencil(const StencilParams& p, const DeviceInfo& dev) {
     fit_stepped_blocks(g, p, esz, sizeof(A), S, engine::consumer_threads(M, stencil_family_threads(fam)),
                        StencilFamilyTraits<StencilFamily::SteppedBox, T>::kMinBlocks, smem_budget, align);
   // tma moves a 2-D tile as one tensor-map box when the map can describe the input: rows of
-  // whole 16-byte multiples from a 16-byte aligned pointer, boxes of at most 256 x 256.
+  // whole 16-byte multiples from a 16-byte aligned base, boxes of at most 256 x 256. An x 8 bytes
+  // off 16 (a crop) is mapped from the 8 bytes of its storage before it (map_lead).
   constexpr int64_t kMaxCoord = 0x7fffffff;
+  const uintptr_t mis = reinterpret_cast<uintptr_t>(p.x) % 16;
   g.tensor_tiles = kTma && dev.code_sm >= 90 && g.blocking != StencilBlocking::Row && rows_of_16(g, esz) &&
-                   reinterpret_cast<uintptr_t>(p.x) % 16 == 0 && g.pitch / tensor_map_unit(esz) <= 256 &&
+                   (mis == 0 || (mis == 8 && p.x_lead >= 8)) && g.pitch / tensor_map_unit(esz) <= 256 &&
                    g.win_h <= 256 && p.nx <= kMaxCoord && p.ny <= kMaxCoord && p.batch <= kMaxCoord;
+  g.map_lead = g.tensor_tiles ? static_cast<int>(mis) : 0;
   if constexpr (esz == 2) {
     if (fam == StencilFamily::Box) {
       choose_mma(g, p, dev, S);
@@ -296,8 +299,8 @@ inline void launch_stencil_plan(const StencilParams& p) {
     StencilGeom& g = plan.g;
     CUtensorMap tmap{};
     if (g.tensor_tiles)
-      tmap = make_plane_map(p.x, p.dtype, static_cast<int>(sizeof(T)), p.batch, p.ny, p.nx, g.xs_row, g.xs_plane,
-                            g.pitch, g.win_h, stencil_l2_promotion(dev));
+      tmap = make_plane_map(static_cast<const char*>(p.x) - g.map_lead, p.dtype, static_cast<int>(sizeof(T)), p.batch,
+                            p.ny, p.nx, g.xs_row, g.xs_plane, g.pitch, g.win_h, stencil_l2_promotion(dev), g.map_lead);
     // plan_stencil picks families that have an instance for (S, T) and run its consumer; a plan
     // that does not is a bug here, reported rather than launched.
     const StencilFamily fam = plan.family;

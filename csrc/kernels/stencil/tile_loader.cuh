@@ -8,6 +8,8 @@
 // ring's store team and published with the stage, so consumers never see the boundary.
 #pragma once
 
+#include "engine/common.cuh"
+#include "engine/mbarrier.cuh"
 #include "kernels/numeric.cuh"
 #include "kernels/stencil/geometry.cuh"
 
@@ -154,8 +156,11 @@ __device__ __forceinline__ void load_stencil_window(const W& w, const T* x, cons
                                                     Origin&& origin, const void* tmap) {
   constexpr int64_t esz = sizeof(T);
   // A box's x coordinate: the 16-byte boundary at or before window column xw (row shift `shift`
-  // bytes), in the map's units (tensor_map_unit).
-  auto map_x = [](int64_t xw, int shift) { return static_cast<int>((xw * esz - shift) / tensor_map_unit(esz)); };
+  // bytes), in the map's units (tensor_map_unit) from its base, map_lead bytes before x.
+  const int lead = g.map_lead;
+  auto map_x = [lead](int64_t xw, int shift) {
+    return static_cast<int>((xw * esz - shift + lead) / tensor_map_unit(esz));
+  };
   if constexpr (W::kTensorCopies && OneWarpBox) {
     // The zero boundary's tensor-map tiles (every tile one box): one warp does the whole load
     // (thread 0 the copy, the warp the header and shifts) instead of every warp deriving the
@@ -249,6 +254,27 @@ __device__ __forceinline__ void load_stencil_window(const W& w, const T* x, cons
   }
   const FillGeom fg{g.ny, g.nx, g.xs_row, g.win_h, g.win_w, g.pitch, g.hdr_bytes, g.step, g.rx * g.step, boundary};
   fill_stage<T>(static_cast<uint32_t>(__cvta_generic_to_shared(w.stage)), plane, tw, fg, st.rank, st.size);
+}
+
+// Tensor tiles mapped from before x (map_lead): a window's columns left of the plane that fall in
+// those lead bytes arrive as x's neighbours in memory, not the zero boundary's zeros (columns
+// further left are outside the map, zeros). The consuming team zeroes them in a left-edge tile's
+// stage before it reads it. Tile-uniform; every thread of the team calls it.
+template <typename T, bool AsyncWrites>
+__device__ __forceinline__ void zero_lead_columns(char* stage, const StencilGeom& g, engine::Team team) {
+  constexpr int esz = sizeof(T);
+  const TileHeader t = *reinterpret_cast<const TileHeader*>(stage);
+  const int64_t xw = t.x0 - int64_t(g.rx) * g.step;
+  const int64_t c0 = max(xw, -int64_t(g.map_lead / esz));  // the first such column
+  if (c0 >= 0) return;
+  const int bytes = static_cast<int>(-c0) * esz, first = static_cast<int>(c0 - xw) * esz;
+  const int* shifts = reinterpret_cast<const int*>(stage + sizeof(TileHeader));
+  for (int k = team.rank; k < g.win_h * bytes; k += team.size) {
+    const int i = k / bytes;
+    stage[g.hdr_bytes + static_cast<int64_t>(i) * g.pitch + shifts[i] + first + (k - i * bytes)] = 0;
+  }
+  if constexpr (AsyncWrites) engine::sm90::fence_proxy_async_shared();  // the stage's next fill is a bulk copy
+  engine::team_sync(team);
 }
 
 // The window of tile `tile` of the 2-D stencil's tile grid (tile_origin).
