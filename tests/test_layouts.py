@@ -10,7 +10,7 @@ import torch
 
 import cupipe
 from conftest import (HAS_CUDA, assert_close, make_input, make_weights, poison_allocator, reduce_ref,
-                      stencil1d_ref, stencil2d_ref, tol)
+                      stencil1d_ref, stencil2d_ref, tma_supported, tol)
 
 REDUCE_OPS = ["sum", "mean", "amax", "amin"]
 IN_PLACE = "read x's memory in place"
@@ -298,6 +298,40 @@ def test_stencil1d_narrow_inner_steps(device, boundary, dtype):
                 ref = stencil1d_ref(x.double(), w.double(), d, boundary).to(dtype)
                 atol, rtol = tol(dtype, 2 * r + 1)
                 assert_close(y, ref, atol=atol, rtol=rtol, what=f"stencil1d {name} inner={inner} r={r} {boundary}")
+
+
+# Points of 3 values (RGB channels last, xyz triples) on aligned rows of whole 16-byte multiples
+# (widths of 8 points and more): the stepped fixed rows of up to 5 taps and the 3x3 box compiled for
+# a step of 3, every tap a compile-time element of the row's aligned vectors. 7 taps, the 3x5 box
+# and a width of 7 points (rows not whole vectors) keep the general stepped consumer beside them.
+@pytest.mark.parametrize("boundary", ["zero", "replicate", "circular", "reflect"])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float16, torch.float64],
+                         ids=["f32", "bf16", "f16", "f64"])
+def test_stencil_compiled_step(device, boundary, dtype):
+    runs = [("auto", 0)]
+    if device == "cuda":
+        runs += [("primitives", 2), ("sync", 1)] + ([("tma", 2)] if tma_supported() else [])
+    for width in (8, 40, 200, 7):
+        x = make_input((2, 3, 11, width), dtype, device, seed=70 + width).contiguous(memory_format=torch.channels_last)
+        for kh, kw in ((3, 3), (1, 3), (1, 5), (1, 7), (3, 5)):
+            w = make_weights((kh, kw), torch.float32, device, seed=71 + kw)
+            assert "3 elements apart" in _plan("stencil2d", x, weights=w)
+            ref = stencil2d_ref(x.double(), w.double(), boundary).to(dtype)
+            atol, rtol = tol(dtype, kh * kw)
+            for m, st in runs:
+                _poison(device, x)
+                y = cupipe.stencil2d(x, w, boundary=boundary, mechanism=m, stages=st)
+                assert_close(y, ref, atol=atol, rtol=rtol, what=f"stencil2d C=3 W={width} {(kh, kw)} {boundary} {m}/{st}")
+        v = make_input((5, 4 * width, 3), dtype, device, seed=72 + width)  # xyz triples along dim 1
+        for r in (1, 2, 3):
+            w = make_weights((2 * r + 1,), torch.float32, device, seed=73 + r)
+            assert "3 elements apart" in _plan("stencil1d", v, weights=w, dim=1)
+            ref = stencil1d_ref(v.double(), w.double(), 1, boundary).to(dtype)
+            atol, rtol = tol(dtype, 2 * r + 1)
+            for m, st in runs:
+                _poison(device, v)
+                y = cupipe.stencil1d(v, w, dim=1, boundary=boundary, mechanism=m, stages=st)
+                assert_close(y, ref, atol=atol, rtol=rtol, what=f"stencil1d inner 3 L={4 * width} r={r} {boundary} {m}/{st}")
 
 
 def test_stencil_layout_gradients(device):

@@ -108,12 +108,29 @@ __device__ __forceinline__ ConsumerGeom in_item_tw(ConsumerGeom g) {
   return g;
 }
 
+// The compiled step (SC > 0 in the stepped fixed consumers): points of 3 values (RGB channels
+// last, xyz triples) are steps of 6, 12 or 24 bytes, never whole vectors. With x aligned and rows
+// of 16, an item (TW outputs, one aligned vector of x) starts its first tap's window column
+// kStepPhase bytes past a 16-byte boundary, and the item's every tap sits at a compile-time
+// element of the aligned vectors from there (StepWindow).
+// Rows of up to kCompiledStepTaps taps take it: longer windows would cost the row kernel a block
+// an SM, the whole-vector steps' too.
+constexpr int kCompiledStep = 3, kCompiledStepTaps = 5;
+template <typename T, int KW, int SC>
+struct StepWindow {
+  static constexpr int esz = sizeof(T), R = (KW - 1) / 2;
+  static constexpr int kPhase = ((-R * SC * esz) % 16 + 16) % 16;  // bytes before the item
+  static constexpr int kFirst = kPhase / esz;                      // the item's first tap's element
+  static constexpr int kElems = kFirst + (KW - 1) * SC + 16 / esz; // elements read, whole vectors
+};
+
 // The fixed rows with taps `step` elements apart (a batch dim inside the rows: stencil1d along a
 // middle dim whose inner extent is under 512 bytes), KW taps at compile time. Preconditions
-// (choose_fixed): a step is whole 16-byte vectors and x is aligned, so every row's shift is a
-// multiple of 16 and tap c of an item is the one V-byte vector at window column j0 + c * step.
+// (choose_fixed): x is aligned and its rows are whole 16-byte multiples, and the step is either
+// whole 16-byte vectors (SC = 0: every row's shift is a multiple of 16 and tap c of an item is the
+// one V-byte vector at window column j0 + c * step) or kCompiledStep (SC: StepWindow).
 // Items of TW outputs (kItemTW, counted as in_item_tw).
-template <typename T, int KW, int TW = kItemTW<T>>
+template <typename T, int KW, int SC = 0, int TW = kItemTW<T>>
 __device__ __noinline__ void consume_stepped_rows_fixed(uint32_t stage_s, uint32_t w_s, ConsumerGeom g, T* out,
                                                         int rank, int size) {
   using A = acc_t<T>;
@@ -130,19 +147,31 @@ __device__ __noinline__ void consume_stepped_rows_fixed(uint32_t stage_s, uint32
     const int j0 = (p & ((1 << g.cols_log2) - 1)) * TW, o0 = p >> g.cols_log2;
     const int64_t oy = t.y0 + o0, ox = t.x0 + j0;
     if (oy >= g.ny || ox >= g.nx) continue;  // past the plane: nothing to compute
-    const char* item = stage + g.hdr_bytes + o0 * g.pitch + shifts[o0] + j0 * esz;  // V-aligned
+    const char* item = stage + g.hdr_bytes + o0 * g.pitch + shifts[o0] + j0 * esz;  // V-aligned (SC: kPhase past)
     A acc[TW] = {};
-    // Taps two at a time, each weight a broadcast load: fully unrolled, the kernel's registers cost
-    // a block an SM for the general stepped consumer beside it (docs/design.md §4.2).
-#pragma unroll 2
-    for (int c = 0; c < KW; ++c) {
-      const A wc = w[c];
-      const uint4 u = *reinterpret_cast<const uint4*>(item + c * step_bytes);
-      const uint32_t words[4] = {u.x, u.y, u.z, u.w};
-      A x[TW];
-      unpack<T>(words, x, std::make_integer_sequence<int, TW>{});
+    if constexpr (SC > 0) {  // every tap from one run of aligned vectors
+      using Win = StepWindow<T, KW, SC>;
+      A x[Win::kElems];
+      load_vectors<T, 16>(item - Win::kPhase, x);
 #pragma unroll
-      for (int tt = 0; tt < TW; ++tt) acc[tt] = fma(wc, x[tt], acc[tt]);
+      for (int c = 0; c < KW; ++c) {
+        const A wc = w[c];
+#pragma unroll
+        for (int tt = 0; tt < TW; ++tt) acc[tt] = fma(wc, x[Win::kFirst + c * SC + tt], acc[tt]);
+      }
+    } else {
+      // Taps two at a time, each weight a broadcast load: fully unrolled, the kernel's registers
+      // cost a block an SM for the general stepped consumer beside it (docs/design.md §4.2).
+#pragma unroll 2
+      for (int c = 0; c < KW; ++c) {
+        const A wc = w[c];
+        const uint4 u = *reinterpret_cast<const uint4*>(item + c * step_bytes);
+        const uint32_t words[4] = {u.x, u.y, u.z, u.w};
+        A x[TW];
+        unpack<T>(words, x, std::make_integer_sequence<int, TW>{});
+#pragma unroll
+        for (int tt = 0; tt < TW; ++tt) acc[tt] = fma(wc, x[tt], acc[tt]);
+      }
     }
     T* dst = oplane + oy * g.nx + ox;
     if (out_vec_aligned && ox + TW <= g.nx) store_vector<T>(dst, acc);
@@ -154,9 +183,10 @@ __device__ __noinline__ void consume_stepped_rows_fixed(uint32_t stage_s, uint32
 // rows), KH x KW taps at compile time, on the general stepped consumer's items of TH rows (Box's;
 // counted as in_item_tw across). Preconditions as consume_stepped_rows_fixed's: every row's shift
 // is a multiple of 16, so tap (k, c) of an item is the one V-byte vector at window row o + k,
-// column j0 + c * step. The weights sit in registers once per tile; an item's rows go in runs of SR,
-// each window row of a run loaded once per tap column.
-template <typename T, int KH, int KW, int TH, int TW = kItemTW<T>>
+// column j0 + c * step (SC > 0: StepWindow's element of the row's run of vectors). The weights sit
+// in registers once per tile; an item's rows go in runs of SR, each window row of a run loaded
+// once per tap column (SC: once).
+template <typename T, int KH, int KW, int TH, int SC = 0, int TW = kItemTW<T>>
 __device__ __noinline__ void consume_stepped_box_fixed(uint32_t stage_s, uint32_t w_s, ConsumerGeom g, T* out,
                                                        int rank, int size) {
   using A = acc_t<T>;
@@ -187,19 +217,34 @@ __device__ __noinline__ void consume_stepped_box_fixed(uint32_t stage_s, uint32_
 #pragma unroll
       for (int r = 0; r < SR + KH - 1; ++r) {
         const int wrow = o0 + h + r;
-        const char* row = col0 + wrow * g.pitch + shifts[wrow];  // V-aligned
+        const char* row = col0 + wrow * g.pitch + shifts[wrow];  // V-aligned (SC: kPhase past)
+        if constexpr (SC > 0) {
+          using Win = StepWindow<T, KW, SC>;
+          A x[Win::kElems];
+          load_vectors<T, 16>(row - Win::kPhase, x);
 #pragma unroll
-        for (int c = 0; c < KW; ++c) {
-          const uint4 u = *reinterpret_cast<const uint4*>(row + c * step_bytes);
-          const uint32_t words[4] = {u.x, u.y, u.z, u.w};
-          A x[TW];
-          unpack<T>(words, x, std::make_integer_sequence<int, TW>{});
+          for (int c = 0; c < KW; ++c)
 #pragma unroll
-          for (int k = 0; k < KH; ++k) {
-            const int o = r - k;  // window row r feeds output row r - k through tap row k
-            if (o < 0 || o >= SR) continue;
+            for (int k = 0; k < KH; ++k) {
+              const int o = r - k;  // window row r feeds output row r - k through tap row k
+              if (o < 0 || o >= SR) continue;
 #pragma unroll
-            for (int tt = 0; tt < TW; ++tt) acc[o][tt] = fma(wr[k][c], x[tt], acc[o][tt]);
+              for (int tt = 0; tt < TW; ++tt) acc[o][tt] = fma(wr[k][c], x[Win::kFirst + c * SC + tt], acc[o][tt]);
+            }
+        } else {
+#pragma unroll
+          for (int c = 0; c < KW; ++c) {
+            const uint4 u = *reinterpret_cast<const uint4*>(row + c * step_bytes);
+            const uint32_t words[4] = {u.x, u.y, u.z, u.w};
+            A x[TW];
+            unpack<T>(words, x, std::make_integer_sequence<int, TW>{});
+#pragma unroll
+            for (int k = 0; k < KH; ++k) {
+              const int o = r - k;  // window row r feeds output row r - k through tap row k
+              if (o < 0 || o >= SR) continue;
+#pragma unroll
+              for (int tt = 0; tt < TW; ++tt) acc[o][tt] = fma(wr[k][c], x[tt], acc[o][tt]);
+            }
           }
         }
       }

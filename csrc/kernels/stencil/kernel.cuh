@@ -131,22 +131,30 @@ __global__ void __launch_bounds__(StencilFamilyTraits<F, T>::kThreads, StencilFa
     } else if constexpr (Fam::kStepped) {  // taps a step apart, on Row's or Box's items
       const uint32_t st = static_cast<uint32_t>(__cvta_generic_to_shared(stage));
       const uint32_t ws = static_cast<uint32_t>(__cvta_generic_to_shared(w_s));
-      if constexpr (!kBox) {
-        if (g.fixed != StencilFixed::None) {  // steps of whole vectors: the fixed rows
-          const ConsumerGeom rg = in_item_tw<T>(cg);
-          switch (g.fixed) {
-            case StencilFixed::Row3: consume_stepped_rows_fixed<T, 3>(st, ws, rg, out, team.rank, team.size); break;
-            case StencilFixed::Row5: consume_stepped_rows_fixed<T, 5>(st, ws, rg, out, team.rank, team.size); break;
-            case StencilFixed::Row7: consume_stepped_rows_fixed<T, 7>(st, ws, rg, out, team.rank, team.size); break;
-            default: consume_stepped_rows_fixed<T, 9>(st, ws, rg, out, team.rank, team.size); break;
+      // Steps of whole vectors (SC = 0) or the compiled step: the fixed rows and 3x3 box.
+      auto fixed = [&](auto sc) {
+        constexpr int SC = decltype(sc)::value;
+        const ConsumerGeom rg = in_item_tw<T>(cg);
+        if constexpr (!kBox) {
+          if constexpr (SC > 0) {  // rows of up to kCompiledStepTaps
+            if (g.fixed == StencilFixed::Row3) consume_stepped_rows_fixed<T, 3, SC>(st, ws, rg, out, team.rank, team.size);
+            else consume_stepped_rows_fixed<T, 5, SC>(st, ws, rg, out, team.rank, team.size);
+          } else {
+            switch (g.fixed) {
+              case StencilFixed::Row3: consume_stepped_rows_fixed<T, 3>(st, ws, rg, out, team.rank, team.size); break;
+              case StencilFixed::Row5: consume_stepped_rows_fixed<T, 5>(st, ws, rg, out, team.rank, team.size); break;
+              case StencilFixed::Row7: consume_stepped_rows_fixed<T, 7>(st, ws, rg, out, team.rank, team.size); break;
+              default: consume_stepped_rows_fixed<T, 9>(st, ws, rg, out, team.rank, team.size); break;
+            }
           }
-          return;
+        } else {
+          consume_stepped_box_fixed<T, 3, 3, BoxBlocking<9>::TH, SC>(st, ws, rg, out, team.rank, team.size);
         }
-      } else {
-        if (g.fixed == StencilFixed::Box3x3) {  // steps of whole vectors: the fixed 3x3 box
-          consume_stepped_box_fixed<T, 3, 3, BoxBlocking<9>::TH>(st, ws, in_item_tw<T>(cg), out, team.rank, team.size);
-          return;
-        }
+      };
+      if (kBox ? g.fixed == StencilFixed::Box3x3 : g.fixed != StencilFixed::None) {
+        if (g.step == kCompiledStep) fixed(std::integral_constant<int, kCompiledStep>{});
+        else fixed(std::integral_constant<int, 0>{});
+        return;
       }
       consume_stepped_tile<T, std::conditional_t<kBox, BoxBlocking<9>, RowBlocking>>(st, ws, cg, out, team.rank,
                                                                                       team.size);

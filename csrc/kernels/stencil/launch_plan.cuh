@@ -31,15 +31,17 @@ inline StencilFixed fixed_of_taps(int n, StencilFixed first) {
 // step apart: the stepped fixed rows and 3x3 box (below), else the general stepped consumer.
 inline StencilFixed choose_fixed(const StencilGeom& g, const void* x, int esz) {
   if (g.step != 1) {
-    // Taps a step apart: the stepped fixed rows and 3x3 box where a step is whole 16-byte vectors
-    // and x is aligned (consume_stepped_rows_fixed, consume_stepped_box_fixed); else the general
-    // stepped consumer.
-    if (g.step * esz % 16 != 0 || !rows_of_16(g, esz) || reinterpret_cast<uintptr_t>(x) % 16 != 0 ||
+    // Taps a step apart: the stepped fixed rows and 3x3 box where x is aligned and a step is whole
+    // 16-byte vectors or kCompiledStep (rows of up to kCompiledStepTaps) (consume_stepped_rows_fixed,
+    // consume_stepped_box_fixed); else the general stepped consumer.
+    const int kw = 2 * g.rx + 1;  // the compiled window's phase is the fixed consumer's radius's
+    const bool compiled = g.step == kCompiledStep && (g.blocking == StencilBlocking::Row ? kw <= kCompiledStepTaps : kw == 3);
+    if ((g.step * esz % 16 != 0 && !compiled) || !rows_of_16(g, esz) || reinterpret_cast<uintptr_t>(x) % 16 != 0 ||
         (esz == 2 && g.tile_w % kTwoByteTW != 0))
       return StencilFixed::None;
     if (g.blocking == StencilBlocking::Box3 && g.ry == 1) return StencilFixed::Box3x3;
     if (g.blocking != StencilBlocking::Row) return StencilFixed::None;
-    return fixed_of_taps(2 * g.rx + 1, StencilFixed::Row3);
+    return fixed_of_taps(kw, StencilFixed::Row3);
   }
   // The consumers' vectors are 16 bytes (kVecBytes, and the 2-byte types' items of kTwoByteTW
   // outputs where the Row and Narrow3 kernels take them; those need tiles of whole items). The
