@@ -111,7 +111,7 @@ __device__ __forceinline__ ConsumerGeom in_item_tw(ConsumerGeom g) {
 // The compiled step (SC > 0 in the stepped fixed consumers): points of 3 values (RGB channels
 // last, xyz triples) are steps of 6, 12 or 24 bytes, never whole vectors. With x aligned and rows
 // of 16, an item (TW outputs, one aligned vector of x) starts its first tap's window column
-// kStepPhase bytes past a 16-byte boundary, and the item's every tap sits at a compile-time
+// StepWindow::kPhase bytes past a 16-byte boundary, and every tap of the item sits at a compile-time
 // element of the aligned vectors from there (StepWindow).
 // Rows of up to kCompiledStepTaps taps take it: longer windows would cost the row kernel a block
 // an SM, the whole-vector steps' too.
