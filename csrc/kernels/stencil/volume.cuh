@@ -58,7 +58,7 @@ struct VolumeGeom {
 
 // Resident blocks per SM the register budget is compiled for: a block is 8 warps, one alone is too
 // few to hide its per-plane latency. Depth radius 1 gets the 128 registers of two (the fp32 and
-// 2-byte 7-/27-point class spills 8-24 bytes there); deeper register queues need the whole budget.
+// 2-byte 7-/27-point class spills a little there, design.md §4.8); deeper queues need the whole budget.
 constexpr int volume_min_blocks(int rz) { return rz == 1 ? 2 : 1; }
 
 // The lean plane for 2-byte types: one row base a plane, unchecked vector stores of whole items,
