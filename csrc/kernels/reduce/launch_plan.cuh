@@ -271,7 +271,9 @@ inline int cols_direct_loads(int stages) { return stages <= 1 ? 4 : stages == 2 
 // narrow their chunks (halving, down to a line) while the items leave resident blocks idle: more
 // row groups a block cost no second pass, where chunks that split lines between blocks read slower
 // than the parts below. Only then is r split into parts, no finer than a batch of loads a thread.
-inline ColsDirectPlan make_cols_direct_plan(const ReduceParams& p, int esz, int loads, int64_t target_blocks) {
+// `fill_shift`: the slices' blocks need fill only target >> fill_shift (below).
+inline ColsDirectPlan make_cols_direct_plan(const ReduceParams& p, int esz, int loads, int64_t target_blocks,
+                                            int fill_shift = 0) {
   ColsDirectPlan pl{};
   pl.outer = p.outer;
   pl.r = p.r;
@@ -288,15 +290,18 @@ inline ColsDirectPlan make_cols_direct_plan(const ReduceParams& p, int esz, int 
     }
   }
   // Short rows (one chunk of a power-of-two count of vectors up to a warp) put several outer slices
-  // in a block, whole warps each, while the blocks still fill the target: fewer row groups to merge
-  // a slice, more rows a thread (docs/design.md §5).
+  // in a block, whole warps each, while the blocks still fill the target (the state kernels, whose
+  // merge of group states costs more than idle block slots, half of it: fill_shift 1): fewer row
+  // groups to merge a slice, more rows a thread (docs/design.md §5). Such blocks take all of r, so
+  // the partials a launch writes never outnumber those sized for the largest target.
   pl.slices = 1;
   if (pl.chunks == 1 && pl.chunk_vecs <= 32 && (pl.chunk_vecs & (pl.chunk_vecs - 1)) == 0)
-    while (pl.slices < kReduceThreads / 32 && ceil_div(p.outer, 2 * int64_t(pl.slices)) >= target_blocks)
+    while (pl.slices < kReduceThreads / 32 &&
+           ceil_div(p.outer, 2 * int64_t(pl.slices)) >= std::max<int64_t>(1, target_blocks >> fill_shift))
       pl.slices *= 2;
   pl.groups = kReduceThreads / pl.slices / pl.chunk_vecs;
   const int64_t items = ceil_div(p.outer, int64_t(pl.slices)) * pl.chunks;
-  int64_t parts = std::max<int64_t>(1, target_blocks / std::max<int64_t>(items, 1));
+  int64_t parts = pl.slices > 1 ? 1 : std::max<int64_t>(1, target_blocks / std::max<int64_t>(items, 1));
   parts = std::min(parts, std::max<int64_t>(1, ceil_div(p.r, static_cast<int64_t>(pl.groups) * loads)));
   pl.part_rows = std::max<int64_t>(1, ceil_div(p.r, parts));
   pl.parts = std::max<int64_t>(1, ceil_div(p.r, pl.part_rows));

@@ -21,6 +21,8 @@ namespace kernels {
 constexpr int kStateTileBytes = 32768;
 constexpr const char* kReduceStateHeader = "kernels/reduce/stateful.cuh";
 constexpr const char* kReduceStateDirectHeader = "kernels/reduce/state_direct.cuh";
+// The direct column plan's slices fill half the resident blocks for the state kinds (launch_plan.cuh).
+constexpr int kStateSliceFillShift = 1;
 
 inline const char* state_kind_id(StateKind k) {
   switch (k) {
@@ -188,7 +190,8 @@ inline int64_t state_workspace_bytes(const ReduceParams& p, const DeviceInfo& de
   const int esz = dtype_size(p.in_dtype);
   const int64_t target = max_target_blocks(p, dev);
   const auto bytes = [&](int64_t parts) { return parts > 1 ? p.outer * p.inner * parts * state_size(p) : 0; };
-  if (cols_direct(p, esz)) return bytes(make_cols_direct_plan(p, esz, cols_direct_loads(p.stages), target).parts);
+  if (cols_direct(p, esz))
+    return bytes(make_cols_direct_plan(p, esz, cols_direct_loads(p.stages), target, kStateSliceFillShift).parts);
   if (state_rows_direct(p, esz)) return bytes(make_rows_direct_plan(p, esz, cols_direct_loads(p.stages), target).parts);
   return bytes(make_state_plan(p, dev, target).parts);
 }
@@ -228,7 +231,10 @@ void launch_reduce_state_typed(const ReduceParams& p) {
   };
   if (cols_direct(p, sizeof(T)))
     return direct("reduce_state_cols_direct_kernel",
-                  [&](int U, int64_t target) { return make_cols_direct_plan(p, sizeof(T), U, target); }, false);
+                  [&](int U, int64_t target) {
+                    return make_cols_direct_plan(p, sizeof(T), U, target, kStateSliceFillShift);
+                  },
+                  false);
   if (state_rows_direct(p, sizeof(T)))
     return direct("reduce_state_rows_direct_kernel",
                   [&](int U, int64_t target) { return make_rows_direct_plan(p, sizeof(T), U, target); }, true);
