@@ -13,6 +13,7 @@ the run and still writes what was measured (exit status 130).
     python -m cupipe.bench --quick --out DIR   # fewer reps / configs; JSON, CSV and PNG plots in DIR
     python -m cupipe.bench --cpu --quick       # tiny sizes on the CPU kernels (a smoke test)
     python -m cupipe.bench --suite layout --out DIR  # the layout sweep, plotted to DIR/layout_sweep.png
+    python -m cupipe.bench --suite layout --only 'dims \(0, 2\)|argmax'  # the sweep's rows that match
     python -m cupipe.bench --suite steps --out DIR   # steps=k: updates/s against k, DIR/steps.png
     python -m cupipe.bench --out DIR --markdown DIR/bench.md --markdown-brief
                                                # a BENCHMARKS.md section: the tables as markdown
@@ -29,6 +30,7 @@ import itertools
 import json
 import math
 import os
+import re
 import shlex
 import statistics
 import sys
@@ -1114,6 +1116,9 @@ def main(argv: Optional[List[str]] = None) -> int:
                          "bf16 sum)")
     ap.add_argument("--sweep", action="store_true",
                     help="add the mechanism x stages x vec_bytes grid for one case per op")
+    ap.add_argument("--only", metavar="REGEX", default=None,
+                    help="measure only the cases whose label (as the progress line shows it) matches this "
+                         "regular expression (re.search); summaries cover the rows measured")
     ap.add_argument("--quick", action="store_true", help="fewer configurations and repetitions")
     ap.add_argument("--reps", type=int, default=0, help="timed repetitions per measurement")
     ap.add_argument("--no-compile", action="store_true", help="skip torch.compile baselines")
@@ -1137,6 +1142,10 @@ def main(argv: Optional[List[str]] = None) -> int:
     argv_given = list(sys.argv[1:] if argv is None else argv)
     if args.markdown_brief and not args.markdown:
         ap.error("--markdown-brief needs --markdown FILE")
+    try:
+        only = re.compile(args.only) if args.only is not None else None
+    except re.error as e:
+        ap.error(f"--only: not a regular expression: {e}")
     if args.merge:
         try:
             res, meta = merge_runs(args.merge)
@@ -1188,6 +1197,8 @@ def main(argv: Optional[List[str]] = None) -> int:
         tasks += tasks_steps(b, ops)
     if args.sweep:
         tasks += tasks_sweep(b, ops)
+    if only is not None:
+        tasks = [t for t in tasks if t.final or only.search(t.what)]
     prog = Progress(len(tasks), enabled=not args.no_progress)
     res.say = prog.write
     done, interrupted = 0, False

@@ -317,6 +317,23 @@ def test_layout_sweep_runs_checks_and_plots(tmp_path):
         assert not (out / "cupipe_vs_pytorch.png").exists()  # the sweep keeps out of the headline plot
 
 
+def test_only_measures_the_matching_cases(tmp_path, capsys):
+    """--only REGEX: the layout sweep's matching rows alone (re.search on the case label), the summary
+    over them; a bad pattern is a usage error."""
+    out = tmp_path / "res"
+    assert bench.main(["--cpu", "--quick", "--suite", "layout", "--no-progress", "--only", r"stencil1d r=2 (first|last)",
+                       "--out", str(out)]) == 0
+    rows = json.loads((out / "results.json").read_text())["rows"]
+    measured = [r for r in rows if r["table"] != "layout: summary [CPU]"]
+    assert measured and {r["table"] for r in measured} == {"layout: stencil1d [CPU]"}
+    assert all(r["workload"].startswith(("stencil1d r=2 first", "stencil1d r=2 last")) for r in measured)
+    summary = {r["workload"]: r for r in rows if r["table"] == "layout: summary [CPU]"}
+    assert summary["stencil1d: all"]["rows"] == len(measured) and "reduce: all" not in summary
+    with pytest.raises(SystemExit):
+        bench.main(["--cpu", "--suite", "layout", "--only", "(unclosed"])
+    assert "--only: not a regular expression" in capsys.readouterr().err
+
+
 def test_merge_makes_one_run_of_the_sweeps_halves(tmp_path, capsys):
     """--merge: two runs' results.json (the layout sweep's fp32 and bf16 halves) written as one,
     their summaries dropped and made again over every row, each run's command and copy_ figure
