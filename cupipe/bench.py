@@ -13,7 +13,7 @@ the run and still writes what was measured (exit status 130).
     python -m cupipe.bench --quick --out DIR   # fewer reps / configs; JSON, CSV and PNG plots in DIR
     python -m cupipe.bench --cpu --quick       # tiny sizes on the CPU kernels (a smoke test)
     python -m cupipe.bench --suite layout --out DIR  # the layout sweep, plotted to DIR/layout_sweep.png
-    python -m cupipe.bench --suite layout --only 'dims \(0, 2\)|argmax'  # the sweep's rows that match
+    python -m cupipe.bench --suite layout --only 'argmax|channels_last'  # the sweep's rows that match
     python -m cupipe.bench --suite steps --out DIR   # steps=k: updates/s against k, DIR/steps.png
     python -m cupipe.bench --out DIR --markdown DIR/bench.md --markdown-brief
                                                # a BENCHMARKS.md section: the tables as markdown
