@@ -204,14 +204,16 @@ def reduce_state_instances(mech: str, stages: int, dtype: str, kinds: Sequence[s
 
 def reduce_state_direct_instances(dtype: str, loads: Iterable[int] = COLS_DIRECT_LOADS,
                                   kinds: Sequence[str] = STATE_KINDS) -> List[Instance]:
-    """reduce_state_cols_direct_kernel<U, T, K> and reduce_state_rows_direct_kernel<U, T, K>
-    (csrc/kernels/reduce/state_direct.cuh): the state reductions under sync on aligned columns and
-    along aligned rows."""
+    """reduce_state_cols_direct_kernel<U, T, K>, reduce_state_rows_direct_kernel<U, T, K> and
+    reduce_state_cols_fold_kernel<U, T, K> (csrc/kernels/reduce/state_direct.cuh): the state reductions
+    under sync on aligned columns, along aligned rows, and over two runs of reduced dims folded into
+    one pass (every kind but Arg)."""
     ctype = DTYPES[dtype][0]
     return [Instance("reduce", HEADERS["reduce_state_direct"],
-                     f"reduce_state_{layout}_direct_kernel<{u},{ctype},StateKind::{k}>", "sync", 0, dtype,
-                     f"state_{layout}_direct{u}_{k.lower()}")
-            for layout in ("cols", "rows") for u in loads for k in kinds]
+                     f"reduce_state_{layout}_kernel<{u},{ctype},StateKind::{k}>", "sync", 0, dtype,
+                     f"state_{layout}{u}_{k.lower()}")
+            for layout in ("cols_direct", "rows_direct", "cols_fold") for u in loads for k in kinds
+            if layout != "cols_fold" or k != "Arg"]
 
 
 def reduce_state_partials_instances() -> List[Instance]:

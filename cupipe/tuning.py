@@ -366,8 +366,8 @@ def _table_args(op: str, a: Dict[str, object]) -> Dict[str, object]:
         kw = {"weights": a["weights"], "boundary": a["boundary"], "steps": a["steps"]}
     elif op == "stencil3d":
         kw = {"weights": a["weights"], "boundary": a["boundary"]}
-    elif op == "reduce":
-        kw = {"dim": a["dim"], "reduce_op": a["op"], "dtype": a["dtype"]}
+    elif op == "reduce":  # (the mechanism: the state ops fold two runs of dims only under auto or sync)
+        kw = {"dim": a["dim"], "reduce_op": a["op"], "dtype": a["dtype"], "mechanism": a["mechanism"]}
     else:
         kw = {}
     return kw

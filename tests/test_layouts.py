@@ -188,6 +188,71 @@ def test_reduce_layout_nan_propagates(device):
         assert torch.isnan(y[2]) and not torch.isnan(y[torch.arange(5, device=device) != 2]).any(), op
 
 
+# (shape, dims) whose innermost reduced run lies innermost in memory with another reduced run
+# outside it: on CUDA one folded pass (the direct column kernel) where the inner run's rows are
+# whole 16-byte vectors. Folds of one to a few vectors (several slices a block), a fold of 2000
+# fp32 elements (two chunks, each a partial), 1028 (a last chunk short of the line) with a long r
+# (parts of r), a kept middle of 1 after size-1 dims, an outer kept dim, and three runs (the fold,
+# then a step over its output).
+FOLDED = [((9, 13, 64), (0, 2)), ((7, 300, 8), (0, 2)), ((5, 3, 2000), (0, 2)), ((3000, 2, 1028), (0, 2)),
+          ((3, 20, 5, 16), (1, 3)), ((4, 3, 5, 6, 16), (0, 2, 4)), ((6, 1, 7, 32), (0, 3)), ((2, 11, 3, 48), (0, 1, 3))]
+
+
+@pytest.mark.skipif(not HAS_CUDA, reason="needs a GPU and a CUDA build")
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float16, torch.float64],
+                         ids=["f32", "bf16", "f16", "f64"])
+@pytest.mark.parametrize("op", REDUCE_OPS)
+def test_reduce_folded_runs(op, dtype):
+    """Two runs of reduced dims in one pass against torch: poisoned outputs, bit-identical repeats,
+    keepdim, a NaN reaching its output alone, the same plans at an odd offset (two steps) and under
+    a ring mechanism (the folded step run as the two it fuses)."""
+    esz = torch.empty((), dtype=dtype).element_size()
+    for i, (shape, dims) in enumerate(FOLDED):
+        buf = make_input((int(torch.tensor(shape).prod()) + 1,), dtype, "cuda", seed=90 + i)
+        x = buf[:-1].view(shape)
+        fold = shape[-1]
+        plan = _plan("reduce", x, dim=list(dims), reduce_op=op)
+        folds = fold * esz % 16 == 0
+        assert (f"with the last {fold} of each inner row reduced too" in plan) == folds, plan
+        n = int(torch.tensor([shape[d] for d in dims]).prod())
+        atol, rtol = _red_tol(op, dtype, n)
+        ref = reduce_ref(x, op, list(dims))
+        for keepdim in (False, True):
+            _poison("cuda", x)
+            y = cupipe.reduce(x, op, list(dims), keepdim)
+            assert_close(y, reduce_ref(x, op, list(dims), keepdim), atol=atol, rtol=rtol,
+                         what=f"{op} {shape} dims={dims} keepdim={keepdim}")
+        assert torch.equal(cupipe.reduce(x, op, list(dims)), cupipe.reduce(x, op, list(dims))), "not deterministic"
+        odd = buf[1:].view(shape)  # the rows 2 bytes (or more) off a vector: the two-step plan
+        assert f"of each inner row reduced too" not in _plan("reduce", odd, dim=list(dims), reduce_op=op)
+        assert_close(cupipe.reduce(odd, op, list(dims)), reduce_ref(odd, op, list(dims)), atol=atol, rtol=rtol,
+                     what=f"{op} {shape} dims={dims} at an odd offset")
+        if cupipe.tma_available():
+            assert_close(cupipe.reduce(x, op, list(dims), mechanism="tma", stages=2), ref, atol=atol, rtol=rtol,
+                         what=f"{op} {shape} dims={dims} tma/2")
+        nan = x.clone()
+        idx = tuple(s // 2 for s in shape)
+        nan[idx] = float("nan")
+        y = cupipe.reduce(nan, op, list(dims), keepdim=True)
+        hit = torch.zeros_like(y, dtype=torch.bool)
+        hit[tuple(0 if d in dims else idx[d] for d in range(len(shape)))] = True
+        assert torch.isnan(y[hit]).all() and not torch.isnan(y[~hit]).any(), f"{op} {shape}: NaN placement"
+
+
+def test_reduce_fold_plans_on_cuda_only():
+    """The fold is a CUDA plan (metadata only here): a CPU tensor keeps two steps."""
+    x = torch.empty(6, 7, 8)
+    assert "then columns" in _plan("reduce", x, dim=(0, 2)) and "reduced too" not in _plan("reduce", x, dim=(0, 2))
+    if HAS_CUDA:
+        p = _plan("reduce", x.cuda(), dim=(0, 2))
+        assert "columns (outer, r, inner) = (1, 6, 56) with the last 8 of each inner row reduced too" in p, p
+        assert "then" not in p
+        # var folds where its direct kernel may run (auto or sync); argmax never folds, nor var under tma
+        assert "reduced too" in _plan("reduce", x.cuda(), dim=(0, 2), reduce_op="var")
+        assert "reduced too" not in _plan("reduce", x.cuda(), dim=(0, 2), reduce_op="var", mechanism="tma")
+        assert "reduced too" not in _plan("reduce", x.cuda(), dim=(0, 2), reduce_op="argmax")
+
+
 # ----------------------------------------------------------------------------- stencils
 
 def _stencil_layouts(device, dtype):

@@ -54,6 +54,45 @@ def check(x, op, dim=None, keepdim=False, what="", **kw):
     return got
 
 
+# (shape, dims): two runs of reduced dims, the inner one innermost (on CUDA one folded pass of the
+# direct state kernel where its rows are whole 16-byte vectors): a fold of one vector and of two
+# chunks (partials), parts of a long r, an outer kept dim, three runs (the fold, then a copy).
+STATE_FOLDED = [((9, 13, 64), [0, 2]), ((7, 300, 8), [0, 2]), ((5, 3, 2000), [0, 2]), ((3000, 2, 1028), [0, 2]),
+                ((3, 20, 5, 16), [1, 3]), ((4, 3, 5, 6, 16), [0, 2, 4])]
+
+
+@pytest.mark.skipif(not torch.cuda.is_available() or not cupipe.cuda_available(), reason="needs a GPU and a CUDA build")
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float64], ids=lambda d: DTYPE_IDS[d])
+@pytest.mark.parametrize("op", ["var", "std", "logsumexp", "norm"])
+def test_state_folded_runs(op, dtype):
+    """var, std, logsumexp and norm over two runs of reduced dims in one pass: against torch in fp64
+    on data far from zero (the slice's shift), outputs poisoned, bit-identical repeats, keepdim; the
+    plan names the fold under auto and sync; under tma and at an odd offset x is copied first."""
+    esz = torch.empty((), dtype=dtype).element_size()
+    for i, (shape, dims) in enumerate(STATE_FOLDED):
+        buf = make_input((math.prod(shape) + 1,), dtype, "cuda", seed=120 + i) + 100
+        x = buf[:-1].view(shape)
+        folds = shape[-1] * esz % 16 == 0 and len(dims) == 2
+        plan = cupipe._C.layout_plan("reduce", x, dim=dims, reduce_op=op)
+        assert ("reduced too" in plan) == folds, plan
+        assert "reduced too" not in cupipe._C.layout_plan("reduce", x, dim=dims, reduce_op=op, mechanism="tma")
+        if folds:  # explain: the folded plan, sync, the fold kernel
+            e = cupipe.explain("reduce", x, op, dims)
+            assert "reduced too" in e.layout and e.mechanism == "sync", str(e)
+            assert any(k.startswith("reduce_state_cols_fold_kernel") for k, _ in e.kernels), e.kernels
+        kws = [dict(correction=1), dict(correction=0)] if op in ("var", "std") else \
+              [dict(ord=2), dict(ord=1), dict(ord=math.inf)] if op == "norm" else [{}]
+        for kw in kws:
+            for keepdim in (False, True):
+                poison_allocator(4 * x.numel() * esz + 4096, "cuda")
+                got = check(x, op, dims, keepdim, what="folded", **kw)
+            assert torch.equal(got, cupipe.reduce(x, op, dims, True, **kw)), "not deterministic"
+            check(x, op, dims, what="folded sync/3", mechanism="sync", stages=3, **kw)
+            if tma_supported():
+                check(x, op, dims, what="folded under tma (a copy)", mechanism="tma", **kw)
+            check(buf[1:].view(shape), op, dims, what="odd offset (a copy)", **kw)
+
+
 DIM_CASES = [((17,), None), ((5, 7), 0), ((5, 7), 1), ((3, 4, 5), 1), ((3, 4, 5), [0, 2]), ((3, 4, 5), [1, 2]),
              ((2, 3, 4, 5), [1, 3]), ((2, 3, 4, 5), None), ((64, 257), -1), ((257, 64), 0), ((1, 1, 9), [0, 2]),
              ((24, 1040), 0)]  # the last: col_quads in every 2- and 4-byte dtype

@@ -498,6 +498,11 @@ def test_reduce_table_depends_on_the_reduced_view(fake_gpu, monkeypatch):
     assert rc("reduce", 90, "auto", 0, 0, **dict(small, outer=4096), esz=2)[:2] == ("sync", 1)
     assert rc("reduce", 80, "auto", 0, 0, **cols, esz=4, rows16=True, reduce_op="std")[:2] == ("primitives", 2)
     assert rc("reduce", 90, "auto", 0, 0, **cols, esz=4, rows16=True, reduce_op="sum")[:2] == ("sync", 3)
+    # a folded step of a state op (two runs of reduced dims): only the direct state kernel folds it
+    fold = dict(outer=1, r=32, inner=64 * 16, esz=2, rows16=True, reduce_op="var")
+    assert rc("reduce", 90, "auto", 0, 0, **fold)[:2] == ("tma", 1)  # a small 2-byte one, unfolded: the ring
+    assert rc("reduce", 90, "auto", 0, 0, **fold, fold=16)[:2] == ("sync", 1)
+    assert rc("reduce", 80, "auto", 0, 0, **fold, fold=16)[:2] == ("sync", 1)
     with pytest.raises(ValueError, match="op"):
         rc("reduce", 90, "auto", 0, 0, reduce_op="median")
 
@@ -505,7 +510,7 @@ def test_reduce_table_depends_on_the_reduced_view(fake_gpu, monkeypatch):
     x = torch.empty(4, 5, 6)
 
     def red(outer, r, inner, rows16=False):
-        return {"outer": outer, "r": r, "inner": inner, "esz": 4, "rows16": rows16, "reduce_op": "sum"}
+        return {"outer": outer, "r": r, "inner": inner, "fold": 1, "esz": 4, "rows16": rows16, "reduce_op": "sum"}
 
     # rows16: rows (inner 1) of whole 16-byte vectors or a single row; columns of whole vectors
     assert shape("reduce", x, dim=None) == red(1, 120, 1, True)

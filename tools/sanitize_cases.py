@@ -129,9 +129,13 @@ for m in mechs:
             check(torch.allclose(y, ref, atol=1e-4), f"stencil1d {m} {s} {x.shape} dim={dim}")
         for shape, dim in [((3, 20000), 1), ((300, 50), 1), ((300, 64), 1), ((2000, 33), 0), ((600, 256), 0), ((5000, 301), 0), ((3, 600, 5), 1),
                            ((9, 4096), 1),  # wide rows (reduce_wide_rows_kernel, a block per row)
-                           ((20001,), 0)] if "reduce" in ops else []:  # at one stage, 64 KiB chunks, the last ending in one element
+                           ((20001,), 0),  # at one stage, 64 KiB chunks, the last ending in one element
+                           ((9, 13, 64), (0, 2)), ((5, 3, 2000), (0, 2)),  # folded (sync): one chunk, two (partials)
+                           ] if "reduce" in ops else []:
             x = torch.randn(shape, device="cuda")
             for op in ["sum", "amax", "var", "argmax"]:  # the scalar kernels, then two state kinds
+                if op == "argmax" and isinstance(dim, tuple):
+                    continue  # (one dim or all)
                 y = cupipe.reduce(x, op, dim, mechanism=m, stages=s)
                 ref = getattr(torch, op)(x, dim)
                 ok = torch.equal(y, ref) if op == "argmax" else torch.allclose(y, ref, rtol=1e-4, atol=1e-3)

@@ -139,6 +139,8 @@ struct ReduceParams {
   DType out_dtype = DType::F32;
   bool acc_double = false;  // accumulate in double (fp64 input or dtype=float64)
   int64_t outer = 0, r = 0, inner = 0;
+  int64_t fold = 1;              // > 1: the innermost fold elements of each inner row reduce too (a fused
+                                 // step of two runs of reduced dims; where reduce_folds says so)
   ReduceOp op = ReduceOp::Sum;
   double correction = 1;         // var, std: the divisor is max(r - correction, 0)
   double ord = 2;                // norm: 0, 1, 2, inf or -inf
@@ -180,6 +182,9 @@ int64_t launch_stencil_weight_grad(const StencilWeightGradParams& p);
 void launch_stencil3d(const Stencil3dParams& p);
 int64_t reduce_workspace_bytes(const ReduceParams& p);
 void launch_reduce(const ReduceParams& p);
+// Whether launch_reduce runs p's fold (p.fold > 1) in one pass: on the direct column kernels (sync,
+// 16-byte aligned rows and folds), every op but argmax / argmin. Otherwise the caller runs it another way.
+bool reduce_folds(const ReduceParams& p);
 // The state reductions (is_state_op), which launch_reduce and reduce_workspace_bytes forward to.
 int64_t reduce_state_workspace_bytes(const ReduceParams& p);
 void launch_reduce_state(const ReduceParams& p);

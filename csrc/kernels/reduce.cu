@@ -10,7 +10,13 @@ int64_t reduce_workspace_bytes(const ReduceParams& p) {
   return kernels::partial_count(p, device_info(current_device())) * kernels::acc_size(p);
 }
 
+bool reduce_folds(const ReduceParams& p) {
+  const bool arg = p.op == ReduceOp::Argmax || p.op == ReduceOp::Argmin;  // (one dim or all: never two runs)
+  return !arg && kernels::cols_direct_fold(p, dtype_size(p.in_dtype));
+}
+
 void launch_reduce(const ReduceParams& p) {
+  if (p.fold > 1 && !reduce_folds(p)) throw std::runtime_error("reduce: this step cannot fold (internal error)");
   if (p.outer * p.inner == 0) return;
   if (is_state_op(p.op)) return launch_reduce_state(p);
   if (kernels::partial_count(p, device_info(current_device())) * kernels::acc_size(p) > p.workspace_bytes)

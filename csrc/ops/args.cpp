@@ -387,12 +387,46 @@ int reduce_kernel_esz(const at::Tensor& x, const ReducePlan& plan) {
   return plan.acc_double ? 8 : static_cast<int>(x.element_size());
 }
 
-ReduceLayoutPlan reduce_layout(const at::Tensor& x, const ReducePlan& plan) {
-  return plan_reduce_layout(x.sizes().vec(), x.strides().vec(), plan.reduced);
+ReduceLayoutPlan reduce_layout(const at::Tensor& x, const ReducePlan& plan, bool direct) {
+  ReduceLayoutPlan lp = plan_reduce_layout(x.sizes().vec(), x.strides().vec(), plan.reduced);
+  // On CUDA the first two runs of reduced dims fold into one pass where the inner run's rows are
+  // whole 16-byte vectors from an aligned start (the direct column kernels). The sum kinds' fold
+  // runs as the two steps it fuses under another mechanism than sync; the state kinds' (var, std,
+  // logsumexp, norm) only where the direct kernel may run (else their copy, run_reduce).
+  const bool arg = plan.op == ReduceOp::Argmax || plan.op == ReduceOp::Argmin;
+  const bool may_fold = !arg && (!is_state_op(plan.op) || direct);
+  if (x.is_cuda() && may_fold && lp.steps.size() >= 2 && lp.steps[0].inner == 1) {
+    const int esz = reduce_kernel_esz(x, plan);
+    // (metadata only, as explain plans fake tensors: the storage's start is taken as aligned; the
+    // launch checks the pointer and runs the two steps where it is not)
+    const bool fresh = lp.copy || esz != static_cast<int>(x.element_size());  // the kernels read a new tensor
+    const bool aligned = fresh || x.storage_offset() * esz % 16 == 0;
+    if (aligned && lp.steps[0].r * esz % 16 == 0) fold_reduce_steps(lp);
+  }
+  return lp;
+}
+
+at::ScalarType reduce_between_dtype(const at::Tensor& x, const ReducePlan& plan) {
+  const bool minmax = plan.op == ReduceOp::Amax || plan.op == ReduceOp::Amin;
+  return minmax ? x.scalar_type() : plan.acc_double ? at::kDouble : at::kFloat;
+}
+
+void run_fold_as_two(const at::Tensor& in, at::Tensor& out, const ReduceStep& s, const ReducePlan& plan,
+                     const std::function<void(const at::Tensor&, at::Tensor&, const ReduceStep&)>& step) {
+  if (is_state_op(plan.op)) {  // a state does not reduce in two steps: each output's values as one row
+    const int64_t mid = s.inner / s.fold;
+    const at::Tensor rows = in.view({s.outer, s.r, mid, s.fold}).permute({0, 2, 1, 3}).contiguous();
+    return step(rows, out, ReduceStep{s.outer * mid, s.r * s.fold, 1});
+  }
+  const ReduceStep rows = s.fold_rows(), cols = s.fold_columns();
+  at::Tensor tmp = at::empty({rows.outputs()}, in.options().dtype(reduce_between_dtype(in, plan)));
+  step(in, tmp, rows);
+  step(tmp, out, cols);
 }
 
 at::Tensor run_reduce(const at::Tensor& x, const ReducePlan& plan,
-                      const std::function<void(const at::Tensor&, at::Tensor&, const ReduceStep&)>& step) {
+                      const std::function<void(const at::Tensor&, at::Tensor&, const ReduceStep&)>& step,
+                      bool direct) {
   at::Tensor out = at::empty(plan.out_shape, x.options().dtype(plan.out_dtype));
   if (out.numel() == 0) return out;
   if (x.numel() == 0) {  // reduced dims of size 0 (those without an identity raised in check_reduce)
@@ -400,7 +434,7 @@ at::Tensor run_reduce(const at::Tensor& x, const ReducePlan& plan,
     const bool nan_fill = plan.op == ReduceOp::Mean || plan.op == ReduceOp::Var || plan.op == ReduceOp::Std;
     return out.fill_(nan_fill ? nan : plan.op == ReduceOp::Logsumexp ? -std::numeric_limits<double>::infinity() : 0.0);
   }
-  const ReduceLayoutPlan lp = reduce_layout(x, plan);
+  const ReduceLayoutPlan lp = reduce_layout(x, plan, direct);
   const bool arg = plan.op == ReduceOp::Argmax || plan.op == ReduceOp::Argmin;
   if (is_state_op(plan.op) && (lp.steps.size() != 1 || (arg && plan.all_dims && !x.is_contiguous()))) {
     std::vector<int64_t> perm;
@@ -412,14 +446,13 @@ at::Tensor run_reduce(const at::Tensor& x, const ReducePlan& plan,
     step(xc, out, ReduceStep{plan.numel_kept, plan.numel_reduced, 1});
     return out;
   }
-  const bool minmax = plan.op == ReduceOp::Amax || plan.op == ReduceOp::Amin;
-  const at::ScalarType between = minmax ? x.scalar_type() : plan.acc_double ? at::kDouble : at::kFloat;
+  const at::ScalarType between = reduce_between_dtype(x, plan);
   at::Tensor in = lp.copy ? x.contiguous() : x;
   for (size_t i = 0; i < lp.steps.size(); ++i) {
     const ReduceStep& s = lp.steps[i];
     const bool last = i + 1 == lp.steps.size();
     at::Tensor dst = last && !lp.permuted_out ? out
-                     : at::empty({s.outer * s.inner}, x.options().dtype(last ? plan.out_dtype : between));
+                     : at::empty({s.outputs()}, x.options().dtype(last ? plan.out_dtype : between));
     step(in, dst, s);
     in = dst;
   }

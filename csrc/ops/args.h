@@ -141,8 +141,13 @@ ReducePlan check_reduce(const at::Tensor& x, c10::string_view op, at::OptionalIn
 // Bytes per element the reduce kernels read: dtype=float64 converts a narrower x first.
 int reduce_kernel_esz(const at::Tensor& x, const ReducePlan& plan);
 
-// The layout plan of a checked reduction of x (ops/layout.h).
-ReduceLayoutPlan reduce_layout(const at::Tensor& x, const ReducePlan& plan);
+// The layout plan of a checked reduction of x (ops/layout.h); on CUDA, the first two steps folded
+// into one where the direct column kernels can run it (fold_reduce_steps). `direct`: the call's
+// mechanism is auto or sync (the state kinds fold only then).
+ReduceLayoutPlan reduce_layout(const at::Tensor& x, const ReducePlan& plan, bool direct = true);
+
+// The dtype values keep between steps: the accumulation type (x's dtype for amax/amin).
+at::ScalarType reduce_between_dtype(const at::Tensor& x, const ReducePlan& plan);
 
 // Runs a checked reduction of x as its layout plan's steps and returns the result. The state
 // reductions (var .. norm) run in one step: where the plan has several, or argmax/argmin over every
@@ -150,9 +155,17 @@ ReduceLayoutPlan reduce_layout(const at::Tensor& x, const ReducePlan& plan);
 // are copied contiguous first, and the step is (kept, reduced, 1). `step(in, out,
 // s)` reduces the contiguous (s.outer, s.r, s.inner) values at in.data_ptr() (x's memory block,
 // or the previous step's output) over r into out, with plan.op, in in's and out's dtypes. Between
-// steps the values stay in the accumulation type (x's dtype for amax/amin).
+// steps the values stay in the accumulation type (x's dtype for amax/amin). A folded step (fold >
+// 1) comes only from reduce_layout on CUDA; a step that cannot run it calls run_fold_as_two.
+// `direct`: as reduce_layout's.
 at::Tensor run_reduce(const at::Tensor& x, const ReducePlan& plan,
-                      const std::function<void(const at::Tensor&, at::Tensor&, const ReduceStep&)>& step);
+                      const std::function<void(const at::Tensor&, at::Tensor&, const ReduceStep&)>& step,
+                      bool direct = true);
+
+// A folded step another way: the sum kinds as the two steps it fuses (a temporary between, in the
+// accumulation type); the state kinds as rows of each output's values (a permuted copy).
+void run_fold_as_two(const at::Tensor& in, at::Tensor& out, const ReduceStep& s, const ReducePlan& plan,
+                     const std::function<void(const at::Tensor&, at::Tensor&, const ReduceStep&)>& step);
 
 }  // namespace ops
 }  // namespace cupipe

@@ -320,7 +320,8 @@ at::Tensor reduce_impl(const at::Tensor& x, c10::string_view op, at::OptionalInt
   // The kernels accumulate in double only for double input; dtype=float64 on a narrower input
   // (like torch.sum(x, dtype=torch.float64)) converts the input first.
   const at::Tensor xin = plan.acc_double && x.scalar_type() != at::kDouble ? x.to(at::kDouble) : x;
-  return run_reduce(xin, plan, [&](const at::Tensor& in, at::Tensor& out, const ReduceStep& s) {
+  std::function<void(const at::Tensor&, at::Tensor&, const ReduceStep&)> step;
+  step = [&](const at::Tensor& in, at::Tensor& out, const ReduceStep& s) {
     ReduceParams p;
     p.x = in.data_ptr();
     p.out = out.data_ptr();
@@ -328,20 +329,22 @@ at::Tensor reduce_impl(const at::Tensor& x, c10::string_view op, at::OptionalInt
     // (argmax/argmin write int64 indices whatever out_dtype says)
     p.out_dtype = out.scalar_type() == at::kLong ? DType::F32 : to_kernel_dtype(out.scalar_type());
     p.acc_double = plan.acc_double;
-    p.outer = s.outer; p.r = s.r; p.inner = s.inner;
+    p.outer = s.outer; p.r = s.r; p.inner = s.inner; p.fold = s.fold;
     p.op = plan.op;
     p.correction = plan.correction;
     p.ord = plan.ord;
     const CopyConfig cfg =
         resolve_reduce(dev, mech, stages, s.outer, s.r, s.inner, static_cast<int>(in.element_size()), plan.op,
                        reduce_rows16(s.outer, s.r, s.inner, static_cast<int>(in.element_size()),
-                                     reinterpret_cast<uintptr_t>(in.data_ptr()) % 16 == 0));
+                                     reinterpret_cast<uintptr_t>(in.data_ptr()) % 16 == 0),
+                       s.fold > 1);
     check_mechanism_supported("reduce", cfg.mechanism, dev);
     p.mechanism = cfg.mechanism;
     p.stages = cfg.stages;
     p.tile_bytes = static_cast<int>(tile_bytes);
     p.blocks = blocks;
     p.stream = current_stream();
+    if (p.fold > 1 && !reduce_folds(p)) return run_fold_as_two(in, out, s, plan, step);  // (a mechanism asked for)
     at::Tensor workspace;
     const int64_t ws = reduce_workspace_bytes(p);
     if (ws > 0) {
@@ -350,7 +353,9 @@ at::Tensor reduce_impl(const at::Tensor& x, c10::string_view op, at::OptionalInt
       p.workspace_bytes = ws;
     }
     run_launcher("reduce", [&] { launch_reduce(p); });
-  });
+  };
+  // The state kinds fold two runs of reduced dims only on their direct kernel: under auto or sync.
+  return run_reduce(xin, plan, step, mech.is_auto || mech.mechanism == engine::Mechanism::Sync);
 }
 
 at::Tensor reduce_cuda(const at::Tensor& x, c10::string_view op, at::OptionalIntArrayRef dim,

@@ -98,6 +98,15 @@ ReduceLayoutPlan plan_reduce_layout(const std::vector<int64_t>& sizes, const std
   return plan;
 }
 
+bool fold_reduce_steps(ReduceLayoutPlan& plan) {
+  if (plan.steps.size() < 2 || plan.steps[0].inner != 1 || plan.steps[0].r < 2 || plan.steps[0].fold != 1) return false;
+  const ReduceStep rows = plan.steps[0], cols = plan.steps[1];
+  // rows' outer is (cols.outer, cols.r, cols.inner) in memory order: x is (outer, r, inner, fold)
+  plan.steps[1] = ReduceStep{cols.outer, cols.r, cols.inner * rows.r, rows.r};
+  plan.steps.erase(plan.steps.begin());
+  return true;
+}
+
 std::string ReduceLayoutPlan::describe() const {
   std::ostringstream s;
   s << (copy ? "x is not dense (gaps, overlaps or zero strides): the kernels read a contiguous copy"
@@ -106,6 +115,7 @@ std::string ReduceLayoutPlan::describe() const {
     const ReduceStep& t = steps[i];
     s << (i == 0 ? "; " : ", then ") << (t.r == 1 ? "copy" : t.inner == 1 ? "rows" : "columns")
       << " (outer, r, inner) = (" << t.outer << ", " << t.r << ", " << t.inner << ")";
+    if (t.fold > 1) s << " with the last " << t.fold << " of each inner row reduced too (two runs of reduced dims in one pass)";
   }
   if (steps.size() > 1) s << " (one step per run of reduced dims in memory, each reading the last one's output)";
   if (permuted_out) s << "; the kept dims lie in another order in memory: the result is permuted into place (a copy of the output)";

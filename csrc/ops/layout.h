@@ -33,9 +33,15 @@ MemLayout memory_layout(const std::vector<int64_t>& sizes, const std::vector<int
 // A reduction as reduce kernels over contiguous (outer, r, inner) views. The first step reads x's
 // memory block (dense) or its contiguous copy (not dense); each further step reads the previous
 // step's output (outer * inner values). One step per run of reduced dims in memory, innermost run
-// first; no reduced dim of size > 1: one step with r = 1.
+// first; no reduced dim of size > 1: one step with r = 1. A folded step (fold > 1) fuses the first
+// two, where the innermost run lies innermost in memory: (outer, r, inner) with the last `fold`
+// elements of each inner row reduced too, outer * inner / fold values out (fold_reduce_steps).
 struct ReduceStep {
-  int64_t outer = 1, r = 1, inner = 1;
+  int64_t outer = 1, r = 1, inner = 1, fold = 1;
+  int64_t outputs() const { return outer * inner / fold; }
+  // A folded step as the two it fuses: rows over the fold, then columns over r.
+  ReduceStep fold_rows() const { return ReduceStep{outer * r * (inner / fold), fold, 1, 1}; }
+  ReduceStep fold_columns() const { return ReduceStep{outer, r, inner / fold, 1}; }
 };
 struct ReduceLayoutPlan {
   bool copy = false;                // x is not dense: the steps read x.contiguous()
@@ -46,6 +52,9 @@ struct ReduceLayoutPlan {
 };
 ReduceLayoutPlan plan_reduce_layout(const std::vector<int64_t>& sizes, const std::vector<int64_t>& strides,
                                     const std::vector<bool>& reduced);
+// Fuses the plan's first two steps into one folded step where the first reduces rows (its run lies
+// innermost in memory) and another step follows. Returns whether it did.
+bool fold_reduce_steps(ReduceLayoutPlan& plan);
 
 // A stencil over x's memory as the kernels' (batch, ny, nx) planes, window (2ry+1, 2rx+1).
 // stencil1d marks its dim 1; stencil2d marks H (dim -2) 1 and W (dim -1) 2. `transposed`: W lies

@@ -76,7 +76,7 @@ using cupipe::ops::TableShape;
 // (tuning.cpp); explicit arguments pass through, validated like the ops validate them.
 CopyConfig resolve(const std::string& op, int sm, const std::string& mechanism, int64_t stages, int64_t vec_bytes,
                    int64_t outer, int64_t r, int64_t inner, int ry, int rx, int esz, bool rows16, int64_t step,
-                   int rz, int64_t steps, const std::string& reduce_op) {
+                   int rz, int64_t steps, const std::string& reduce_op, int64_t fold) {
   using namespace cupipe::ops;
   const MechanismArg mech = parse_mechanism(op.c_str(), mechanism);
   check_stages(op.c_str(), stages);
@@ -85,6 +85,7 @@ CopyConfig resolve(const std::string& op, int sm, const std::string& mechanism, 
   shape.outer = outer; shape.r = r; shape.inner = inner;
   shape.ry = ry; shape.rx = rx; shape.esz = esz; shape.rows16 = rows16; shape.step = step; shape.rz = rz;
   shape.steps = steps;
+  shape.fold = fold;
   if (op == "reduce") shape.reduce_op = parse_reduce_op("reduce", reduce_op);
   return resolve_op(op, sm, mech, stages, vec_bytes, shape);
 }
@@ -93,9 +94,9 @@ CopyConfig resolve(const std::string& op, int sm, const std::string& mechanism, 
 pybind11::tuple resolve_config(const std::string& op, int sm, const std::string& mechanism, int64_t stages,
                                int64_t vec_bytes, int64_t outer, int64_t r, int64_t inner, int ry, int rx,
                                int esz, bool rows16, int64_t step, int rz, int64_t steps,
-                               const std::string& reduce_op) {
-  const CopyConfig cfg =
-      resolve(op, sm, mechanism, stages, vec_bytes, outer, r, inner, ry, rx, esz, rows16, step, rz, steps, reduce_op);
+                               const std::string& reduce_op, int64_t fold) {
+  const CopyConfig cfg = resolve(op, sm, mechanism, stages, vec_bytes, outer, r, inner, ry, rx, esz, rows16, step, rz,
+                                 steps, reduce_op, fold);
   return pybind11::make_tuple(std::string(cupipe::engine::mechanism_name(cfg.mechanism)), cfg.stages,
                               cfg.vec_bytes);
 }
@@ -104,12 +105,16 @@ pybind11::tuple resolve_config(const std::string& op, int sm, const std::string&
 pybind11::tuple explain_config(const std::string& op, int sm, const std::string& mechanism, int64_t stages,
                                int64_t vec_bytes, int64_t outer, int64_t r, int64_t inner, int ry, int rx,
                                int esz, bool rows16, int64_t step, int rz, int64_t steps,
-                               const std::string& reduce_op) {
-  const CopyConfig cfg =
-      resolve(op, sm, mechanism, stages, vec_bytes, outer, r, inner, ry, rx, esz, rows16, step, rz, steps, reduce_op);
+                               const std::string& reduce_op, int64_t fold) {
+  const CopyConfig cfg = resolve(op, sm, mechanism, stages, vec_bytes, outer, r, inner, ry, rx, esz, rows16, step, rz,
+                                 steps, reduce_op, fold);
   return pybind11::make_tuple(std::string(cupipe::engine::mechanism_name(cfg.mechanism)), cfg.stages,
                               cfg.vec_bytes, std::string(cfg.why));
 }
+
+// Whether a call with this mechanism may take the direct kernels (auto or sync): reduce's plan folds
+// the state kinds' two runs of reduced dims only then (ops/args.h, reduce_layout).
+bool direct_mechanism(const std::string& mechanism) { return mechanism == "auto" || mechanism == "sync"; }
 
 // A Python dim argument: None, one int or a sequence of ints.
 std::optional<std::vector<int64_t>> dims_arg(const pybind11::object& dim) {
@@ -122,13 +127,16 @@ std::optional<std::vector<int64_t>> dims_arg(const pybind11::object& dim) {
 // derives them (reduce's canonical view, the stencils' radii along the kernels' axes).
 pybind11::dict table_shape(const std::string& op, const at::Tensor& x, const std::optional<at::Tensor>& weights,
                            const pybind11::object& dim, const std::string& boundary,
-                           const std::string& reduce_op, std::optional<at::ScalarType> dtype, int64_t steps) {
-  const TableShape s = cupipe::ops::table_shape(op, x, weights, dims_arg(dim), boundary, reduce_op, dtype);
+                           const std::string& reduce_op, std::optional<at::ScalarType> dtype, int64_t steps,
+                           const std::string& mechanism) {
+  const TableShape s =
+      cupipe::ops::table_shape(op, x, weights, dims_arg(dim), boundary, reduce_op, dtype, direct_mechanism(mechanism));
   pybind11::dict d;
   if (op == "reduce") {
     d["outer"] = s.outer;
     d["r"] = s.r;
     d["inner"] = s.inner;
+    d["fold"] = s.fold;
     d["esz"] = s.esz;
     d["rows16"] = s.rows16;
     d["reduce_op"] = reduce_op;
@@ -146,8 +154,9 @@ pybind11::dict table_shape(const std::string& op, const at::Tensor& x, const std
 
 std::string layout_plan(const std::string& op, const at::Tensor& x, const std::optional<at::Tensor>& weights,
                         const pybind11::object& dim, const std::string& boundary, const std::string& reduce_op,
-                        std::optional<at::ScalarType> dtype, int64_t /*steps*/) {
-  return cupipe::ops::table_shape(op, x, weights, dims_arg(dim), boundary, reduce_op, dtype).layout;
+                        std::optional<at::ScalarType> dtype, int64_t /*steps*/, const std::string& mechanism) {
+  return cupipe::ops::table_shape(op, x, weights, dims_arg(dim), boundary, reduce_op, dtype,
+                                  direct_mechanism(mechanism)).layout;
 }
 
 pybind11::tuple names(const std::vector<std::string>& v) {
@@ -204,30 +213,30 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
       "table_shape derives them from a call's arguments";
   m.def("resolve_config", &resolve_config,
         ("what auto resolves to: (op, sm, mechanism, stages, vec_bytes[, outer, r, inner, ry, rx, esz, "
-         "rows16, step, rz, steps, reduce_op]) -> (mechanism, stages, vec_bytes); " + shape_doc).c_str(),
+         "rows16, step, rz, steps, reduce_op, fold]) -> (mechanism, stages, vec_bytes); " + shape_doc).c_str(),
         py::arg("op"), py::arg("sm"), py::arg("mechanism"), py::arg("stages"), py::arg("vec_bytes"),
         py::arg("outer") = 1, py::arg("r") = 1, py::arg("inner") = 1, py::arg("ry") = 0, py::arg("rx") = 0,
         py::arg("esz") = 4, py::arg("rows16") = false, py::arg("step") = 1, py::arg("rz") = 0,
-        py::arg("steps") = 1, py::arg("reduce_op") = "sum");
+        py::arg("steps") = 1, py::arg("reduce_op") = "sum", py::arg("fold") = 1);
   m.def("explain_config", &explain_config,
         "resolve_config's arguments -> (mechanism, stages, vec_bytes, why): why the table makes its own "
         "choice for this case",
         py::arg("op"), py::arg("sm"), py::arg("mechanism"), py::arg("stages"), py::arg("vec_bytes"),
         py::arg("outer") = 1, py::arg("r") = 1, py::arg("inner") = 1, py::arg("ry") = 0, py::arg("rx") = 0,
         py::arg("esz") = 4, py::arg("rows16") = false, py::arg("step") = 1, py::arg("rz") = 0,
-        py::arg("steps") = 1, py::arg("reduce_op") = "sum");
+        py::arg("steps") = 1, py::arg("reduce_op") = "sum", py::arg("fold") = 1);
   m.def("table_shape", &table_shape,
         "the shape keywords of resolve_config for op(x, ...) (checked as the op checks them; reads only "
         "metadata): dim is stencil1d's dim or reduce's dims (None: all), boundary the stencils', reduce_op "
         "and dtype reduce's, steps stencil1d/stencil2d's",
         py::arg("op"), py::arg("x"), py::arg("weights") = py::none(), py::arg("dim") = py::none(),
         py::arg("boundary") = "zero", py::arg("reduce_op") = "sum", py::arg("dtype") = py::none(),
-        py::arg("steps") = 1);
+        py::arg("steps") = 1, py::arg("mechanism") = "auto");
   m.def("layout_plan", &layout_plan,
         "how op(x, ...) reads x's memory (csrc/ops/layout.h), in words; table_shape's arguments",
         py::arg("op"), py::arg("x"), py::arg("weights") = py::none(), py::arg("dim") = py::none(),
         py::arg("boundary") = "zero", py::arg("reduce_op") = "sum", py::arg("dtype") = py::none(),
-        py::arg("steps") = 1);
+        py::arg("steps") = 1, py::arg("mechanism") = "auto");
   m.def(
       "stencil_family",
       [](const at::Tensor& x, const at::Tensor& weights, std::optional<int64_t> dim, const std::string& boundary,

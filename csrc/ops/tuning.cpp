@@ -147,6 +147,10 @@ constexpr const char* kReduceStateColumnsDirect =
     "the state kernel that reads them straight into registers (reduce_state_cols_direct_kernel) under sync, one "
     "stage (4 loads in flight a thread) for 2-byte types of 64 MiB or more and two (8) for wider types, ahead "
     "of the tma ring (measured on an H200)";
+constexpr const char* kReduceStateFolded =
+    "var, std, logsumexp and norm over two runs of reduced dims, the inner one innermost in memory (one folded "
+    "step): the direct state kernel that folds them (reduce_state_cols_fold_kernel), reading columns straight "
+    "into registers under sync; any other kernel would copy x first";
 constexpr const char* kReduceStateBeforeSm90 =
     "var, std, argmax, argmin, logsumexp and norm before sm_90: the state kernel under primitives with 2 "
     "stages (the LDGSTS path; not measured on older GPUs)";
@@ -234,11 +238,13 @@ CopyConfig resolve_stencil(const DeviceInfo& dev, MechanismArg mech, int64_t sta
 // tma/1 for rows under 4 KiB, tma/3 for congruent rows of 4 KiB or more; innermost rows of 4-32 KiB one stage; other
 // innermost reductions tma/1 on sm_90, primitives/2 before it.
 CopyConfig resolve_reduce(const DeviceInfo& dev, MechanismArg mech, int64_t stages, int64_t outer,
-                          int64_t r, int64_t inner, int esz, ReduceOp op, bool rows16) {
+                          int64_t r, int64_t inner, int esz, ReduceOp op, bool rows16, bool folded) {
   CopyConfig best;
   const int64_t row_bytes = r * esz;
   const int64_t col_row_bytes = inner * esz;
-  if (is_state_op(op)) {
+  if (is_state_op(op) && folded) {
+    best = choice(Mechanism::Sync, state_columns_direct_stages(esz), kReduceStateFolded);
+  } else if (is_state_op(op)) {
     best = dev.code_sm < 90 ? choice(Mechanism::Primitives, 2, kReduceStateBeforeSm90)
            : inner == 1 && rows16 && r * esz >= kStateRowsDirectMinBytes
                ? choice(Mechanism::Sync, kStateRowsDirectStages, kReduceStateRowsDirect)
@@ -266,7 +272,7 @@ std::vector<std::string> tuned_op_names() { return {"stream_copy", "stencil1d", 
 
 TableShape table_shape(const std::string& op, const at::Tensor& x, const std::optional<at::Tensor>& weights,
                        const std::optional<std::vector<int64_t>>& dim, const std::string& boundary,
-                       const std::string& reduce_op, std::optional<at::ScalarType> dtype) {
+                       const std::string& reduce_op, std::optional<at::ScalarType> dtype, bool direct) {
   TableShape s;
   s.esz = static_cast<int>(x.element_size());
   if (op == "stencil1d" || op == "stencil2d") {
@@ -309,15 +315,16 @@ TableShape table_shape(const std::string& op, const at::Tensor& x, const std::op
     const ReducePlan plan =
         check_reduce(x, reduce_op, dim ? at::OptionalIntArrayRef(*dim) : at::OptionalIntArrayRef(), false, dtype);
     // The first step's view: it reads x, the others its far smaller output.
-    const ReduceLayoutPlan lp = x.numel() > 0 ? reduce_layout(x, plan) : ReduceLayoutPlan{};
+    const ReduceLayoutPlan lp = x.numel() > 0 ? reduce_layout(x, plan, direct) : ReduceLayoutPlan{};
     const ReduceStep v = x.numel() > 0 ? lp.steps.front() : ReduceStep{plan.numel_kept, plan.numel_reduced, 1};
     s.layout = x.numel() > 0 ? lp.describe() : "x is empty: the result is filled (sum 0, mean nan)";
     s.outer = v.outer;
     s.r = v.r;
     s.inner = v.inner;
+    s.fold = v.fold;
     const bool arg = plan.op == ReduceOp::Argmax || plan.op == ReduceOp::Argmin;
     if (x.numel() > 0 && is_state_op(plan.op) && (lp.steps.size() != 1 || (arg && plan.all_dims && !x.is_contiguous()))) {
-      s.outer = plan.numel_kept, s.r = plan.numel_reduced, s.inner = 1;  // run_reduce's copy (args.h)
+      s.outer = plan.numel_kept, s.r = plan.numel_reduced, s.inner = 1, s.fold = 1;  // run_reduce's copy (args.h)
       s.layout = "x's kept dims, then its reduced dims, copied contiguous (a state reduction runs in one step): "
                  "rows (outer, r, inner) = (" + std::to_string(s.outer) + ", " + std::to_string(s.r) + ", 1)";
     }
@@ -356,7 +363,8 @@ CopyConfig resolve_op(const std::string& op, int sm, MechanismArg mech, int64_t 
     return resolve_stencil(dev, mech, stages, g);
   }
   if (op != "reduce") unknown_op(op);
-  return resolve_reduce(dev, mech, stages, shape.outer, shape.r, shape.inner, shape.esz, shape.reduce_op, shape.rows16);
+  return resolve_reduce(dev, mech, stages, shape.outer, shape.r, shape.inner, shape.esz, shape.reduce_op, shape.rows16,
+                        shape.fold > 1);
 }
 
 }  // namespace ops

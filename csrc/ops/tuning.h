@@ -37,9 +37,11 @@ CopyConfig resolve_stencil_steps(const DeviceInfo& dev, MechanismArg mech, int64
 inline bool reduce_rows16(int64_t outer, int64_t r, int64_t inner, int esz, bool aligned) {
   return aligned && (inner > 1 ? inner * esz % 16 == 0 : outer == 1 || r * esz % 16 == 0);
 }
-// rows16: reduce_rows16 of the view.
+// rows16: reduce_rows16 of the view. folded: a step of two runs of reduced dims (ReduceStep::fold),
+// which the state kinds run only on their direct column kernel.
 CopyConfig resolve_reduce(const DeviceInfo& dev, MechanismArg mech, int64_t stages, int64_t outer,
-                          int64_t r, int64_t inner, int esz, ReduceOp op = ReduceOp::Sum, bool rows16 = false);
+                          int64_t r, int64_t inner, int esz, ReduceOp op = ReduceOp::Sum, bool rows16 = false,
+                          bool folded = false);
 
 // The ops whose knobs the table resolves, by their public names.
 std::vector<std::string> tuned_op_names();
@@ -54,6 +56,7 @@ struct TableShape {
   int esz = 4;
   ReduceOp reduce_op = ReduceOp::Sum;
   bool rows16 = false;
+  int64_t fold = 1;  // reduce: the first step's fold (ops/layout.h)
   int64_t step = 1;  // stencils: elements between x taps (StencilGeometry::step)
   int64_t steps = 1;  // stencil1d/stencil2d's steps=k: the fused kernel's choice where one runs
   std::string layout;  // the layout plan in words (ops/layout.h), for explain
@@ -64,7 +67,7 @@ struct TableShape {
 // dims (nullopt: all).
 TableShape table_shape(const std::string& op, const at::Tensor& x, const std::optional<at::Tensor>& weights,
                        const std::optional<std::vector<int64_t>>& dim, const std::string& boundary,
-                       const std::string& reduce_op, std::optional<at::ScalarType> dtype);
+                       const std::string& reduce_op, std::optional<at::ScalarType> dtype, bool direct = true);
 
 // resolve_* of `op` by name, for a device whose kernels run as `sm` (DeviceInfo::code_sm).
 CopyConfig resolve_op(const std::string& op, int sm, MechanismArg mech, int64_t stages, int64_t vec_bytes,

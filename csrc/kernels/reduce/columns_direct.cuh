@@ -21,8 +21,15 @@ namespace kernels {
 // t % chunk_vecs of the rows t / chunk_vecs, + groups, ... of its part. r is split only where the
 // items (outer / slices x chunks) leave resident blocks idle; the parts' partials go to the
 // workspace, [part][out], for the columns' partials pass.
+// Folded (reduce over r and the innermost `width` elements of each row, kept `mid` between them: x
+// is (outer / mid, r, mid, width)): a slice is one (outer, mid) pair, its columns fold to one output
+// (each vector's values, then the chunk's vectors, fixed trees); chunks and parts write partials,
+// [part * chunks + chunk][out]. The sum and the state kernels fold (argmax / argmin never: one dim or all).
 struct ColsDirectPlan {
-  int64_t outer, r, inner;
+  int64_t outer, r, inner;  // outer: slices (x's outer extent x mid); inner: elements between rows
+  int64_t mid;        // slices side by side in a row (1 unless folded)
+  int64_t width;      // a slice's columns in a row: inner / mid
+  bool fold;          // a slice's columns reduce to one output
   int64_t chunks;     // column chunks per outer slice
   int chunk_vecs;     // 16-byte vectors per chunk, 1..kReduceThreads
   int slices;         // outer slices a block (a power of two)
@@ -46,7 +53,8 @@ __device__ __forceinline__ uint4 load_once16(const void* p) {
 // [r0, r1)), and the thread's 16-byte vector of columns from col (of row group grp).
 struct DirectColumn {
   int64_t o, part, r0, r1, col;
-  int vec, grp;
+  int64_t base;  // the slice's first element: row 0, column 0
+  int vec, grp, slice, chunk;
   bool active;  // the thread's slice, group and vector hold columns (threads past them idle)
 };
 template <typename T>
@@ -59,12 +67,40 @@ __device__ __forceinline__ DirectColumn direct_column(const ColsDirectPlan& pl) 
   const int t = static_cast<int>(threadIdx.x);
   const int slice = t / (kReduceThreads / pl.slices), lane = t % (kReduceThreads / pl.slices);
   d.o = static_cast<int64_t>(ob) * pl.slices + slice, d.part = part;
+  d.slice = slice, d.chunk = static_cast<int>(chunk);
+  d.base = pl.mid == 1 ? d.o * pl.r * pl.inner : (d.o / pl.mid) * pl.r * pl.inner + (d.o % pl.mid) * pl.width;
   d.vec = lane % pl.chunk_vecs, d.grp = lane / pl.chunk_vecs;
   d.col = (static_cast<int64_t>(chunk) * pl.chunk_vecs + d.vec) * VE;
-  d.active = d.grp < pl.groups && d.col < pl.inner && d.o < pl.outer;
+  d.active = d.grp < pl.groups && d.col < pl.width && d.o < pl.outer;
   d.r0 = static_cast<int64_t>(part) * pl.part_rows;
   d.r1 = min(pl.r, d.r0 + pl.part_rows);
   return d;
+}
+
+// A folded slice's columns to its output: each lead thread (row group 0, whose acc holds the
+// slice's totals of its vector's columns) folds its VE values, then the chunk's vectors fold as a
+// tree through shared memory; vector 0 stores the output, or the chunk's partial.
+template <int VE, typename A>
+__device__ __forceinline__ void fold_slice(A (&acc)[VE], const Combine<A>& comb, A* scratch, const DirectColumn& dc,
+                                           const ColsDirectPlan& pl, bool lead, void* out, DType od, A* partials,
+                                           ReduceOp op) {
+#pragma unroll
+  for (int s = VE / 2; s > 0; s /= 2)
+#pragma unroll
+    for (int j = 0; j < s; ++j) acc[j] = comb(acc[j], acc[j + s]);
+  A* mine = scratch + dc.slice * pl.chunk_vecs + dc.vec;  // (row group 0's threads only)
+  __syncthreads();  // the group merge's reads of the scratch are done
+  if (dc.grp == 0) *mine = lead ? acc[0] : comb.init();
+  __syncthreads();
+  int span = 1;
+  while (span < pl.chunk_vecs) span <<= 1;
+  for (int s = span >> 1; s > 0; s >>= 1) {
+    if (dc.grp == 0 && dc.vec < s && dc.vec + s < pl.chunk_vecs) *mine = comb(*mine, mine[s]);
+    __syncthreads();
+  }
+  if (dc.grp != 0 || dc.vec != 0 || dc.o >= pl.outer) return;
+  if (pl.parts == 1 && pl.chunks == 1) store_out(out, od, dc.o, finalize(op, *mine, pl.r * pl.width));
+  else partials[(dc.part * pl.chunks + dc.chunk) * pl.outer + dc.o] = *mine;
 }
 
 template <int U, typename T>
@@ -89,7 +125,7 @@ __global__ void __launch_bounds__(kReduceThreads)
   if (active) {
     with_static_combine<A>(op, [&](auto sc) {
       const int64_t step = static_cast<int64_t>(pl.groups) * pl.inner;  // elements between the thread's rows
-      const T* p = x + (static_cast<int64_t>(o) * pl.r + r0 + grp) * pl.inner + col;
+      const T* p = x + dc.base + (r0 + grp) * pl.inner + col;
       int64_t i = r0 + grp;
       // Whole batches of U rows: every load issued before the first is folded.
       for (; i + (U - 1) * static_cast<int64_t>(pl.groups) < r1; i += U * static_cast<int64_t>(pl.groups)) {
@@ -137,7 +173,7 @@ __global__ void __launch_bounds__(kReduceThreads)
   }
   const bool holder = active && g < ng;
   if (ng > 1) {
-    const int slice = t / (kReduceThreads / pl.slices);
+    const int slice = dc.slice;
     A* mine = scratch + ((slice * ng + g) * pl.chunk_vecs + vec) * VE;
     if (holder) {
 #pragma unroll
@@ -158,8 +194,12 @@ __global__ void __launch_bounds__(kReduceThreads)
       for (int j = 0; j < VE; ++j) acc[j] = mine[j];
     }
   }
+  if (pl.fold) {  // (uniform across the block: every thread reaches the barriers)
+    fold_slice<VE>(acc, comb, scratch, dc, pl, holder && g == 0, out, od, partials, op);
+    return;
+  }
   if (!holder || g != 0) return;
-  const int64_t oi = static_cast<int64_t>(o) * pl.inner + col;
+  const int64_t oi = o * pl.width + col;
   if (pl.parts == 1) {
     A v[VE];
 #pragma unroll

@@ -265,26 +265,37 @@ inline bool cols_direct(const ReduceParams& p, int esz) {
   return p.mechanism == engine::Mechanism::Sync && p.inner > 1 && (reinterpret_cast<uintptr_t>(p.x) & 15u) == 0 &&
          (p.inner * esz) % 16 == 0;
 }
+// A folded step (p.fold > 1) runs as one pass only there, with every slice's columns starting on a
+// 16-byte boundary (the ops layer splits it in two otherwise: reduce_folds).
+inline bool cols_direct_fold(const ReduceParams& p, int esz) {
+  return cols_direct(p, esz) && p.fold > 1 && p.inner % p.fold == 0 && (p.fold * esz) % 16 == 0;
+}
 inline int cols_direct_loads(int stages) { return stages <= 1 ? 4 : stages == 2 ? 8 : 16; }
 
 // Chunks of at most a block's threads in vectors, split in whole 128-byte lines. Rows of whole lines
 // narrow their chunks (halving, down to a line) while the items leave resident blocks idle: more
 // row groups a block cost no second pass, where chunks that split lines between blocks read slower
 // than the parts below. Only then is r split into parts, no finer than a batch of loads a thread.
-// `fill_shift`: the slices' blocks need fill only target >> fill_shift (below).
+// `fill_shift`: the slices' blocks need fill only target >> fill_shift (below). Folded (p.fold > 1),
+// a slice is an (outer, mid) pair of p's and its row the fold's columns; chunks are not narrowed
+// (a folded chunk's partial is one more part: the partials stay within those sized for the most
+// resident blocks).
 inline ColsDirectPlan make_cols_direct_plan(const ReduceParams& p, int esz, int loads, int64_t target_blocks,
                                             int fill_shift = 0) {
   ColsDirectPlan pl{};
-  pl.outer = p.outer;
+  pl.fold = p.fold > 1;
+  pl.mid = pl.fold ? p.inner / p.fold : 1;
+  pl.width = pl.fold ? p.fold : p.inner;
+  pl.outer = p.outer * pl.mid;
   pl.r = p.r;
   pl.inner = p.inner;
   constexpr int kLineVecs = 8;
-  const int64_t row_vecs = p.inner * esz / 16;
+  const int64_t row_vecs = pl.width * esz / 16;
   pl.chunks = ceil_div(row_vecs, kReduceThreads);
   pl.chunk_vecs = static_cast<int>(pl.chunks == 1 ? row_vecs : ceil_div(ceil_div(row_vecs, pl.chunks), kLineVecs) * kLineVecs);
   pl.chunks = ceil_div(row_vecs, pl.chunk_vecs);
-  if (row_vecs % kLineVecs == 0) {
-    while (p.outer * pl.chunks < target_blocks && pl.chunk_vecs % (2 * kLineVecs) == 0) {
+  if (row_vecs % kLineVecs == 0 && !pl.fold) {
+    while (pl.outer * pl.chunks < target_blocks && pl.chunk_vecs % (2 * kLineVecs) == 0) {
       pl.chunk_vecs /= 2;
       pl.chunks = ceil_div(row_vecs, pl.chunk_vecs);
     }
@@ -297,10 +308,10 @@ inline ColsDirectPlan make_cols_direct_plan(const ReduceParams& p, int esz, int 
   pl.slices = 1;
   if (pl.chunks == 1 && pl.chunk_vecs <= 32 && (pl.chunk_vecs & (pl.chunk_vecs - 1)) == 0)
     while (pl.slices < kReduceThreads / 32 &&
-           ceil_div(p.outer, 2 * int64_t(pl.slices)) >= std::max<int64_t>(1, target_blocks >> fill_shift))
+           ceil_div(pl.outer, 2 * int64_t(pl.slices)) >= std::max<int64_t>(1, target_blocks >> fill_shift))
       pl.slices *= 2;
   pl.groups = kReduceThreads / pl.slices / pl.chunk_vecs;
-  const int64_t items = ceil_div(p.outer, int64_t(pl.slices)) * pl.chunks;
+  const int64_t items = ceil_div(pl.outer, int64_t(pl.slices)) * pl.chunks;
   int64_t parts = pl.slices > 1 ? 1 : std::max<int64_t>(1, target_blocks / std::max<int64_t>(items, 1));
   parts = std::min(parts, std::max<int64_t>(1, ceil_div(p.r, static_cast<int64_t>(pl.groups) * loads)));
   pl.part_rows = std::max<int64_t>(1, ceil_div(p.r, parts));
@@ -338,6 +349,7 @@ inline int64_t partial_count(const ReduceParams& p, const DeviceInfo& dev) {
   }
   if (cols_direct(p, esz)) {
     const ColsDirectPlan pl = make_cols_direct_plan(p, esz, cols_direct_loads(p, dev, esz), max_target_blocks(p, dev));
+    if (pl.fold) return pl.parts * pl.chunks > 1 ? pl.parts * pl.chunks * pl.outer : 0;
     return pl.parts > 1 ? pl.parts * p.outer * p.inner : 0;
   }
   const ColsPlan pl = make_cols_plan(p, dev, esz, max_target_blocks(p, dev));
@@ -362,6 +374,9 @@ void launch_reduce_typed(const ReduceParams& p) {
   A* partials = static_cast<A*>(p.workspace);
   constexpr int esz = sizeof(T);
   int64_t nout = p.outer * p.inner, parts = 1, stride_out = 1, stride_part = 1;
+  int64_t count = p.r;  // the values an output reduces (the mean's divisor)
+  if (p.fold > 1 && !cols_direct_fold(p, esz))
+    throw std::runtime_error("reduce: a folded step needs the direct column kernel (internal error)");
   if (p.inner == 1) {
     const auto kernel = kernel_ref<const T*, void*, DType, A*, RowsPlan, ReduceOp>(
         kReduceRowsHeader, kernel_id("reduce_rows_kernel", M, S, type_c<T>{}), stream);
@@ -401,7 +416,8 @@ void launch_reduce_typed(const ReduceParams& p) {
     if (pl.grid > 0x7fffffff) throw std::runtime_error("reduce: too many column blocks for one launch");
     launch_kernel(kernel, dim3(static_cast<unsigned>(pl.grid)), dim3(kReduceThreads), 0, stream, false,
                   static_cast<const T*>(p.x), p.out, p.out_dtype, partials, pl, p.op);
-    parts = pl.parts; stride_out = 1; stride_part = nout;
+    if (pl.fold) nout = pl.outer, count = p.r * pl.width;
+    parts = pl.fold ? pl.parts * pl.chunks : pl.parts; stride_out = 1; stride_part = nout;
   } else {
     const auto kernel = kernel_ref<const T*, void*, DType, A*, ColsPlan, ReduceOp>(
         kReduceColsHeader, kernel_id("reduce_cols_kernel", M, S, type_c<T>{}), stream);
@@ -422,7 +438,7 @@ void launch_reduce_typed(const ReduceParams& p) {
         kReducePartialsHeader, kernel_id("reduce_partials_block_kernel", type_c<A>{}), stream);
     launch_kernel(k, dim3(static_cast<unsigned>(nout)), dim3(kPartialsBlockThreads), 0,
                   stream, dependent, static_cast<const A*>(partials), p.out, p.out_dtype, parts, stride_out,
-                  stride_part, p.op, p.r);
+                  stride_part, p.op, count);
   } else if (parts > 1 && stride_out == 1) {
     int slices_log2 = 0;  // about 8-16 partials per thread, up to eight threads per output
     while (slices_log2 < 3 && (int64_t(16) << slices_log2) < parts) ++slices_log2;
@@ -431,7 +447,7 @@ void launch_reduce_typed(const ReduceParams& p) {
     const auto k = kernel_ref<const A*, void*, DType, int64_t, int64_t, ReduceOp, int64_t, int>(
         kReducePartialsHeader, kernel_id("reduce_col_partials_kernel", type_c<A>{}), stream);
     launch_kernel(k, dim3(static_cast<unsigned>(blocks)), dim3(kColPartialsThreads), 0,
-                  stream, dependent, static_cast<const A*>(partials), p.out, p.out_dtype, nout, parts, p.op, p.r,
+                  stream, dependent, static_cast<const A*>(partials), p.out, p.out_dtype, nout, parts, p.op, count,
                   slices_log2);
   } else if (parts > 1) {
     int lanes_log2 = 0;  // about 4 partials per lane, up to a warp per output
@@ -442,7 +458,7 @@ void launch_reduce_typed(const ReduceParams& p) {
         kReducePartialsHeader, kernel_id("reduce_partials_kernel", type_c<A>{}), stream);
     launch_kernel(k, dim3(static_cast<unsigned>(blocks)), dim3(256), 0, stream, dependent,
                   static_cast<const A*>(partials), p.out, p.out_dtype, nout, parts, stride_out, stride_part, p.op,
-                  p.r, lanes_log2);
+                  count, lanes_log2);
   }
 }
 

@@ -42,10 +42,39 @@ constexpr bool state_rows_interleave(StateKind k, int esz) {
   return k == StateKind::Moments || k == StateKind::Norm || (k == StateKind::Lse && esz >= 4);
 }
 
-template <int U, typename T, StateKind K>
-__global__ void __launch_bounds__(kReduceThreads)
-    reduce_state_cols_direct_kernel(const T* __restrict__ x, void* out, DType od, State<acc_t<T>, K>* partials,
-                                    ColsDirectPlan pl, StateCtx c) {
+// A folded slice's column states to its output, as fold_slice (columns_direct.cuh) with merges: each
+// lead thread's VE states, then the chunk's vectors as a tree through shared memory; vector 0
+// stores the result, or the chunk's partial state ([part * chunks + chunk][out]).
+template <int VE, typename St>
+__device__ __forceinline__ void fold_state_slice(St (&acc)[VE], St* scratch, const DirectColumn& dc,
+                                                 const ColsDirectPlan& pl, bool lead, void* out, DType od,
+                                                 St* partials, const StateCtx& c) {
+#pragma unroll
+  for (int s = VE / 2; s > 0; s /= 2)
+#pragma unroll
+    for (int j = 0; j < s; ++j) acc[j].merge(acc[j + s], c);
+  St* mine = scratch + dc.slice * pl.chunk_vecs + dc.vec;  // (row group 0's threads only)
+  __syncthreads();  // the group merge's reads of the scratch are done
+  if (dc.grp == 0) *mine = lead ? acc[0] : St::init(c);
+  __syncthreads();
+  int span = 1;
+  while (span < pl.chunk_vecs) span <<= 1;
+  for (int s = span >> 1; s > 0; s >>= 1) {
+    if (dc.grp == 0 && dc.vec < s && dc.vec + s < pl.chunk_vecs) mine->merge(mine[s], c);
+    __syncthreads();
+  }
+  if (dc.grp != 0 || dc.vec != 0 || dc.o >= pl.outer) return;
+  if (pl.parts == 1 && pl.chunks == 1) store_state(out, od, dc.o, *mine, c);
+  else partials[(dc.part * pl.chunks + dc.chunk) * pl.outer + dc.o] = *mine;
+}
+
+// The body of reduce_state_cols_direct_kernel and, with Fold, of reduce_state_cols_fold_kernel (a
+// folded plan: ColsDirectPlan::fold). The fold is a kernel of its own, not a run-time branch: its
+// epilogue moved ptxas's register choice for the plain kernel (docs/design.md §5).
+template <int U, typename T, StateKind K, bool Fold>
+__device__ __forceinline__ void state_cols_direct(const T* __restrict__ x, void* out, DType od,
+                                                  State<acc_t<T>, K>* partials, const ColsDirectPlan& pl,
+                                                  const StateCtx& c) {
   using A = acc_t<T>;
   using St = State<A, K>;
   constexpr int VE = 16 / sizeof(T);
@@ -58,11 +87,18 @@ __global__ void __launch_bounds__(kReduceThreads)
 #pragma unroll
   for (int j = 0; j < VE; ++j) acc[j] = St::init(c);
   if (dc.active) {
-    const T* first = x + dc.o * pl.r * pl.inner + dc.col;  // the columns' row 0: Moments' shifts
+    // the columns' row 0 (Moments' shifts); the plain kernel's plans keep mid 1 (dc.base unused there)
+    const T* first = x + (Fold ? dc.base : dc.o * pl.r * pl.inner) + dc.col;
     A k0[VE];
 #pragma unroll
     for (int j = 0; j < VE; ++j) k0[j] = A(0);
-    if constexpr (K == StateKind::Moments) unpack16<T>(load_once16(first), k0);
+    if constexpr (K == StateKind::Moments) {
+      unpack16<T>(load_once16(Fold ? x + dc.base : first), k0);
+      if constexpr (Fold) {  // one shift for the slice: its columns' states merge into one
+#pragma unroll
+        for (int j = 1; j < VE; ++j) k0[j] = k0[0];
+      }
+    }
     const int64_t step = static_cast<int64_t>(pl.groups) * pl.inner;
     const int64_t gstep = pl.groups;
     const T* p = first + (dc.r0 + dc.grp) * pl.inner;
@@ -144,13 +180,30 @@ __global__ void __launch_bounds__(kReduceThreads)
       if (j0 + per < VE) __syncthreads();  // the scratch is free for the next pass
     }
   }
-  if (!holder || g != 0) return;
-  const int64_t oi = dc.o * pl.inner + dc.col;
+  if constexpr (Fold) {
+    fold_state_slice<VE>(acc, scratch, dc, pl, holder && g == 0, out, od, partials, c);
+  } else {
+    if (!holder || g != 0) return;
+    const int64_t oi = dc.o * pl.inner + dc.col;
 #pragma unroll
-  for (int j = 0; j < VE; ++j) {
-    if (pl.parts == 1) store_state(out, od, oi + j, acc[j], c);
-    else partials[dc.part * pl.outer * pl.inner + oi + j] = acc[j];
+    for (int j = 0; j < VE; ++j) {
+      if (pl.parts == 1) store_state(out, od, oi + j, acc[j], c);
+      else partials[dc.part * pl.outer * pl.inner + oi + j] = acc[j];
+    }
   }
+}
+
+template <int U, typename T, StateKind K>
+__global__ void __launch_bounds__(kReduceThreads)
+    reduce_state_cols_direct_kernel(const T* __restrict__ x, void* out, DType od, State<acc_t<T>, K>* partials,
+                                    ColsDirectPlan pl, StateCtx c) {
+  state_cols_direct<U, T, K, false>(x, out, od, partials, pl, c);
+}
+template <int U, typename T, StateKind K>
+__global__ void __launch_bounds__(kReduceThreads)
+    reduce_state_cols_fold_kernel(const T* __restrict__ x, void* out, DType od, State<acc_t<T>, K>* partials,
+                                  ColsDirectPlan pl, StateCtx c) {
+  state_cols_direct<U, T, K, true>(x, out, od, partials, pl, c);
 }
 
 // Interleaved rows: a lane holds one value of each of U rows; the G lanes of a lane group (G a power

@@ -9,6 +9,7 @@
 #include <algorithm>
 #include <cstdint>
 #include <stdexcept>
+#include <type_traits>
 
 #include "kernels/reduce/launch_plan.cuh"
 #include "kernels/reduce/state_direct.cuh"
@@ -190,8 +191,11 @@ inline int64_t state_workspace_bytes(const ReduceParams& p, const DeviceInfo& de
   const int esz = dtype_size(p.in_dtype);
   const int64_t target = max_target_blocks(p, dev);
   const auto bytes = [&](int64_t parts) { return parts > 1 ? p.outer * p.inner * parts * state_size(p) : 0; };
-  if (cols_direct(p, esz))
-    return bytes(make_cols_direct_plan(p, esz, cols_direct_loads(p.stages), target, kStateSliceFillShift).parts);
+  if (cols_direct(p, esz)) {
+    const ColsDirectPlan pl = make_cols_direct_plan(p, esz, cols_direct_loads(p.stages), target, kStateSliceFillShift);
+    if (pl.fold) return pl.parts * pl.chunks > 1 ? pl.outer * pl.parts * pl.chunks * state_size(p) : 0;
+    return bytes(pl.parts);
+  }
   if (state_rows_direct(p, esz)) return bytes(make_rows_direct_plan(p, esz, cols_direct_loads(p.stages), target).parts);
   return bytes(make_state_plan(p, dev, target).parts);
 }
@@ -205,8 +209,7 @@ void launch_reduce_state_typed(const ReduceParams& p) {
   const DeviceInfo dev = device_info(current_device());
   const cudaStream_t stream = reinterpret_cast<cudaStream_t>(p.stream);
   St* partials = static_cast<St*>(p.workspace);
-  const int64_t nout = p.outer * p.inner;
-  const auto partials_pass = [&](int64_t parts, bool rows, const StateCtx& ctx) {
+  const auto partials_pass = [&](int64_t parts, bool rows, const StateCtx& ctx, int64_t nout) {
     const int64_t blocks = ceil_div(nout * 32, 256);
     if (blocks > 0x7fffffff) throw std::runtime_error("reduce: too many outputs for the partials pass");
     const auto k = kernel_ref<const St*, void*, DType, int64_t, int64_t, int64_t, int64_t, StateCtx>(
@@ -227,10 +230,14 @@ void launch_reduce_state_typed(const ReduceParams& p) {
     const StateCtx ctx = state_ctx(p);
     launch_kernel(kernel, dim3(static_cast<unsigned>(pl.grid)), dim3(kReduceThreads), 0, stream, false,
                   static_cast<const T*>(p.x), p.out, p.out_dtype, partials, pl, ctx);
-    if (pl.parts > 1) partials_pass(pl.parts, rows, ctx);
+    int64_t parts = pl.parts, nout = p.outer * p.inner;
+    if constexpr (std::is_same_v<Plan, ColsDirectPlan>) {
+      if (pl.fold) parts *= pl.chunks, nout = pl.outer;  // a folded chunk's partial is one more part
+    }
+    if (parts > 1) partials_pass(parts, rows, ctx, nout);
   };
   if (cols_direct(p, sizeof(T)))
-    return direct("reduce_state_cols_direct_kernel",
+    return direct(p.fold > 1 ? "reduce_state_cols_fold_kernel" : "reduce_state_cols_direct_kernel",
                   [&](int U, int64_t target) {
                     return make_cols_direct_plan(p, sizeof(T), U, target, kStateSliceFillShift);
                   },
@@ -250,7 +257,7 @@ void launch_reduce_state_typed(const ReduceParams& p) {
   pl.share = TileShare(pl.items, grid);
   launch_kernel(kernel, dim3(static_cast<unsigned>(grid)), dim3(kStateThreads), smem, stream, false,
                 static_cast<const T*>(p.x), p.out, p.out_dtype, partials, pl);
-  if (pl.parts > 1) partials_pass(pl.parts, pl.mode == 1, pl.ctx);
+  if (pl.parts > 1) partials_pass(pl.parts, pl.mode == 1, pl.ctx, p.outer * p.inner);
 }
 
 inline void launch_reduce_state_plan(const ReduceParams& p) {
