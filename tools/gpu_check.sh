@@ -79,8 +79,11 @@ fi
 
 if has tests; then
 t0=$(date +%s)
+# The slowest tests, and the stack of any test still running after 240 s (a hang, or a long
+# first-use compile), go to the log: a call that ends at its deadline still names them.
+PYTEST_DIAG="--durations=20 -o faulthandler_timeout=240"
 if [ -n "${PYTEST_ARGS:-}" ]; then
-  CUPIPE_SLOW=1 timeout ${PYTEST_TIMEOUT:-400} python3 -m pytest -q -p no:cacheprovider $PYTEST_ARGS >"$LOG/pytest.log" 2>&1
+  CUPIPE_SLOW=1 timeout ${PYTEST_TIMEOUT:-400} python3 -m pytest -q -p no:cacheprovider $PYTEST_DIAG $PYTEST_ARGS >"$LOG/pytest.log" 2>&1
   rc=$?
   grep -E "^(FAILED|ERROR)" "$LOG/pytest.log" | head -40
   note "pytest (CPU+CUDA, slow included): rc=$rc, $(tail -1 "$LOG/pytest.log") [$(( $(date +%s) - t0 ))s]"
@@ -96,7 +99,7 @@ else
   for g in "${groups[@]}"; do
     args=${g#*:}
     [[ " $args " == *" -n "* ]] || args="-n ${GROUP_WORKERS:-4} $args"
-    (eval "CUPIPE_SLOW=1 timeout ${PYTEST_TIMEOUT:-500} python3 -m pytest -q -p no:cacheprovider $args" \
+    (eval "CUPIPE_SLOW=1 timeout ${PYTEST_TIMEOUT:-500} python3 -m pytest -q -p no:cacheprovider $PYTEST_DIAG $args" \
        >"$LOG/pytest_${g%%:*}.log" 2>&1; echo $? >"$LOG/pytest_${g%%:*}.rc") &
   done
   wait
