@@ -139,25 +139,32 @@ def test_non_contiguous_inputs(device):
     _check(make_input((24, 34), device=device).expand(5, 24, 34), w, "replicate", "expanded")
 
 
+# (shape, dtype, stages, weights, boundary) of the mechanism test; the rows16 ones have rows of
+# whole 16-byte multiples: tma's windows as tensor-map boxes (interior ones only for the boundaries
+# other than zero). One test item each, so that their first-use compiles spread over the workers.
+_ODD, _ROWS16 = (2, 37, 45, 150), (2, 21, 35, 128)
+MECHANISM_CASES = (
+    [(_ODD, torch.float32, st, ws, bd) for st, ws, bd in
+     [(1, (3, 3, 3), "zero"), (2, (5, 3, 1), "reflect"), (4, (9, 5, 5), "circular"), (8, (3, 9, 9), "replicate")]]
+    + [(_ODD, dt, 3, (3, 3, 3), "zero") for dt in (torch.float16, torch.bfloat16, torch.float64)]
+    + [(_ROWS16, dt, st, ws, bd) for st, ws, bd in [(2, (3, 3, 3), "zero"), (3, (5, 5, 3), "reflect"),
+                                                    (6, (3, 9, 9), "zero")]
+       for dt in (torch.float32, torch.bfloat16)])
+
+
 @pytest.mark.cuda
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+@pytest.mark.parametrize("case", MECHANISM_CASES,
+                         ids=lambda c: f"{'rows16' if c[0] == _ROWS16 else 'odd'}-{str(c[1])[6:]}-s{c[2]}-"
+                                       f"{'x'.join(map(str, c[3]))}-{c[4]}")
 @pytest.mark.parametrize("mechanism", MECHANISMS)
-def test_every_mechanism_and_stage_count(mechanism):
+def test_every_mechanism_and_stage_count(mechanism, case):
     if mechanism == "tma" and not cupipe.tma_available():
         pytest.skip("tma needs sm_90")
-    x = make_input((2, 37, 45, 150), device="cuda")
-    for stages, wshape, boundary in [(1, (3, 3, 3), "zero"), (2, (5, 3, 1), "reflect"),
-                                     (4, (9, 5, 5), "circular"), (8, (3, 9, 9), "replicate")]:
-        _check(x, make_weights(wshape, device="cuda"), boundary, mechanism=mechanism, stages=stages)
-    for dtype in (torch.float16, torch.bfloat16, torch.float64):
-        _check(x.to(dtype), make_weights((3, 3, 3), device="cuda"), "zero", mechanism=mechanism, stages=3)
-    # rows of whole 16-byte multiples: tma's windows as tensor-map boxes (interior ones only for
-    # the boundaries other than zero)
-    x16 = make_input((2, 21, 35, 128), device="cuda")
-    for stages, wshape, boundary in [(2, (3, 3, 3), "zero"), (3, (5, 5, 3), "reflect"), (6, (3, 9, 9), "zero")]:
-        _check(x16, make_weights(wshape, device="cuda"), boundary, "rows16", mechanism=mechanism, stages=stages)
-        _check(x16.to(torch.bfloat16), make_weights(wshape, device="cuda"), boundary, "rows16 bf16",
-               mechanism=mechanism, stages=stages)
+    shape, dtype, stages, wshape, boundary = case
+    x = make_input(shape, device="cuda").to(dtype)
+    _check(x, make_weights(wshape, device="cuda"), boundary, "rows16" if shape == _ROWS16 else "",
+           mechanism=mechanism, stages=stages)
 
 
 @pytest.mark.parametrize("boundary", BOUNDARIES)
