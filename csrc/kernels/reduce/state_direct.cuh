@@ -69,8 +69,8 @@ __device__ __forceinline__ void fold_state_slice(St (&acc)[VE], St* scratch, con
 }
 
 // The body of reduce_state_cols_direct_kernel and, with Fold, of reduce_state_cols_fold_kernel (a
-// folded plan: ColsDirectPlan::fold). The fold is a kernel of its own, not a run-time branch: its
-// epilogue moved ptxas's register choice for the plain kernel (docs/design.md §5).
+// folded plan: ColsDirectPlan::fold). The fold is a kernel of its own, not a run-time branch, so
+// that the plain kernel's registers never pay for the fold's epilogue (docs/design.md §5).
 template <int U, typename T, StateKind K, bool Fold>
 __device__ __forceinline__ void state_cols_direct(const T* __restrict__ x, void* out, DType od,
                                                   State<acc_t<T>, K>* partials, const ColsDirectPlan& pl,
