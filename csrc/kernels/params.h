@@ -32,6 +32,7 @@ enum class Boundary : int { Zero = 0, Replicate = 1, Circular = 2, Reflect = 3 }
 enum class ReduceOp : int { Sum = 0, Mean = 1, Amax = 2, Amin = 3, Var = 4, Std = 5, Argmax = 6, Argmin = 7,
                             Logsumexp = 8, Norm = 9 };
 inline bool is_state_op(ReduceOp op) { return static_cast<int>(op) >= static_cast<int>(ReduceOp::Var); }
+constexpr bool is_arg_op(ReduceOp op) { return op == ReduceOp::Argmax || op == ReduceOp::Argmin; }  // one dim or all
 
 // stream_copy: `bytes` bytes from `src` to `dst`, any alignment. The engine aligns its tiles to
 // `dst` (the unaligned head is copied directly); when `src` and `dst` disagree modulo the copy

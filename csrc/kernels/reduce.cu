@@ -11,8 +11,7 @@ int64_t reduce_workspace_bytes(const ReduceParams& p) {
 }
 
 bool reduce_folds(const ReduceParams& p) {
-  const bool arg = p.op == ReduceOp::Argmax || p.op == ReduceOp::Argmin;  // (one dim or all: never two runs)
-  return !arg && kernels::cols_direct_fold(p, dtype_size(p.in_dtype));
+  return !is_arg_op(p.op) && kernels::cols_direct_fold(p, dtype_size(p.in_dtype));  // (argmax: never two runs)
 }
 
 void launch_reduce(const ReduceParams& p) {

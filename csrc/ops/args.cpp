@@ -313,7 +313,7 @@ ReducePlan check_reduce(const at::Tensor& x, c10::string_view op, at::OptionalIn
   plan.op = parse_reduce_op("reduce", op);
   const std::string name(op);
   check_float_input("reduce", "x", x);
-  const bool arg = plan.op == ReduceOp::Argmax || plan.op == ReduceOp::Argmin;
+  const bool arg = is_arg_op(plan.op);
   const int64_t nd = x.dim();
   plan.reduced.assign(static_cast<size_t>(nd), false);
   bool all = !dim.has_value() || dim->empty();
@@ -393,8 +393,7 @@ ReduceLayoutPlan reduce_layout(const at::Tensor& x, const ReducePlan& plan, bool
   // whole 16-byte vectors from an aligned start (the direct column kernels). The sum kinds' fold
   // runs as the two steps it fuses under another mechanism than sync; the state kinds' (var, std,
   // logsumexp, norm) only where the direct kernel may run (else their copy, run_reduce).
-  const bool arg = plan.op == ReduceOp::Argmax || plan.op == ReduceOp::Argmin;
-  const bool may_fold = !arg && (!is_state_op(plan.op) || direct);
+  const bool may_fold = !is_arg_op(plan.op) && (!is_state_op(plan.op) || direct);
   if (x.is_cuda() && may_fold && lp.steps.size() >= 2 && lp.steps[0].inner == 1) {
     const int esz = reduce_kernel_esz(x, plan);
     // (metadata only, as explain plans fake tensors: the storage's start is taken as aligned; the
@@ -404,6 +403,11 @@ ReduceLayoutPlan reduce_layout(const at::Tensor& x, const ReducePlan& plan, bool
     if (aligned && lp.steps[0].r * esz % 16 == 0) fold_reduce_steps(lp);
   }
   return lp;
+}
+
+bool reduce_copies_rows(const at::Tensor& x, const ReducePlan& plan, const ReduceLayoutPlan& lp) {
+  return is_state_op(plan.op) &&
+         (lp.steps.size() != 1 || (is_arg_op(plan.op) && plan.all_dims && !x.is_contiguous()));
 }
 
 at::ScalarType reduce_between_dtype(const at::Tensor& x, const ReducePlan& plan) {
@@ -435,8 +439,7 @@ at::Tensor run_reduce(const at::Tensor& x, const ReducePlan& plan,
     return out.fill_(nan_fill ? nan : plan.op == ReduceOp::Logsumexp ? -std::numeric_limits<double>::infinity() : 0.0);
   }
   const ReduceLayoutPlan lp = reduce_layout(x, plan, direct);
-  const bool arg = plan.op == ReduceOp::Argmax || plan.op == ReduceOp::Argmin;
-  if (is_state_op(plan.op) && (lp.steps.size() != 1 || (arg && plan.all_dims && !x.is_contiguous()))) {
+  if (reduce_copies_rows(x, plan, lp)) {
     std::vector<int64_t> perm;
     for (int64_t d = 0; d < x.dim(); ++d)
       if (!plan.reduced[static_cast<size_t>(d)]) perm.push_back(d);

@@ -146,6 +146,11 @@ int reduce_kernel_esz(const at::Tensor& x, const ReducePlan& plan);
 // mechanism is auto or sync (the state kinds fold only then).
 ReduceLayoutPlan reduce_layout(const at::Tensor& x, const ReducePlan& plan, bool direct = true);
 
+// Whether run_reduce copies x's kept dims, then its reduced dims, contiguous and runs one step of
+// rows (a state reduction whose layout plan has several steps, or argmax/argmin over every dim of
+// a non-contiguous x): explain's table shape follows it.
+bool reduce_copies_rows(const at::Tensor& x, const ReducePlan& plan, const ReduceLayoutPlan& lp);
+
 // The dtype values keep between steps: the accumulation type (x's dtype for amax/amin).
 at::ScalarType reduce_between_dtype(const at::Tensor& x, const ReducePlan& plan);
 

@@ -322,8 +322,7 @@ TableShape table_shape(const std::string& op, const at::Tensor& x, const std::op
     s.r = v.r;
     s.inner = v.inner;
     s.fold = v.fold;
-    const bool arg = plan.op == ReduceOp::Argmax || plan.op == ReduceOp::Argmin;
-    if (x.numel() > 0 && is_state_op(plan.op) && (lp.steps.size() != 1 || (arg && plan.all_dims && !x.is_contiguous()))) {
+    if (x.numel() > 0 && reduce_copies_rows(x, plan, lp)) {
       s.outer = plan.numel_kept, s.r = plan.numel_reduced, s.inner = 1, s.fold = 1;  // run_reduce's copy (args.h)
       s.layout = "x's kept dims, then its reduced dims, copied contiguous (a state reduction runs in one step): "
                  "rows (outer, r, inner) = (" + std::to_string(s.outer) + ", " + std::to_string(s.r) + ", 1)";
