@@ -170,7 +170,7 @@ const char* stencil_family(const StencilParams& p);
 // stencil_steps_queue_regs; a stencil along the rows keeps none and takes 16. launch_stencil_steps runs
 // ceil(steps / K) passes into p.out, through `scratch` (dense, p.out's size) when there are two or more.
 // The queue's registers: 32 for ry = 1 and elements of 4 bytes or fewer, whose kernel then runs 4
-// blocks an SM at 128 registers (K = 4 there ran faster than K = 8 at 3 blocks, docs/design.md); else 64.
+// blocks an SM at 128 registers (fewer levels a pass, more warps to hide latency: docs/design.md §4.9); else 64.
 constexpr int stencil_steps_queue_regs(int ry, int esz) { return ry == 1 && esz <= 4 ? 32 : 64; }
 constexpr int stencil_steps_per_pass(int ry, int rx, int esz, int64_t x_step) {
   if (x_step != 1 || ry < 0 || ry > 4 || rx < 0 || rx > 4) return 1;

@@ -360,8 +360,8 @@ __global__ void __launch_bounds__(kReduceThreads)
       return;
     }
     // Interleaved rows (rows_a_lane == U, rows of G vectors): load k of a warp reads 32 / G whole
-    // rows, 512 contiguous bytes (with G lanes a row reading a batch each, a row under 64 bytes a load
-    // took a 128-byte line 4-8 L2 requests). A lane holds a vector of each of U rows, so a row's
+    // rows, 512 contiguous bytes (with G lanes a row reading a batch each, a row under 64 bytes split
+    // each 128-byte line over several L2 requests). A lane holds a vector of each of U rows, so a row's
     // state is made in two passes over registers, each one scalar a row reduced across the row's
     // lanes (interleaved_rows_reduce), where merging U states a lane had cost more than the layout
     // gained: var the sum of the shifted elements (then the mean) and the squares about the mean,
