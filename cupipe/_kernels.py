@@ -189,6 +189,24 @@ def reduce_cols_direct_instances(dtype: str, loads: Iterable[int] = COLS_DIRECT_
                      dtype, f"cols_direct{u}") for u in loads]
 
 
+def reduce_cols_fold_instances(dtype: str, loads: Iterable[int] = COLS_DIRECT_LOADS) -> List[Instance]:
+    """reduce_cols_fold_kernel<U, T> (columns_direct.cuh): the sum kinds over two runs of reduced dims
+    folded into one pass."""
+    ctype = DTYPES[dtype][0]
+    return [Instance("reduce", HEADERS["reduce_cols_direct"], f"reduce_cols_fold_kernel<{u},{ctype}>", "sync", 0,
+                     dtype, f"cols_fold{u}") for u in loads]
+
+
+def reduce_cols_wrap_instances(dtype: str, loads: Iterable[int] = COLS_DIRECT_LOADS) -> List[Instance]:
+    """reduce_cols_wrap_kernel<U, T> (columns_direct.cuh): the sum kinds over columns of rows narrower than
+    16 bytes that wrap into 16-byte vectors (none for 8-byte types, whose columns of two are a vector)."""
+    if DTYPES[dtype][1] == 8:
+        return []
+    ctype = DTYPES[dtype][0]
+    return [Instance("reduce", HEADERS["reduce_cols_direct"], f"reduce_cols_wrap_kernel<{u},{ctype}>", "sync", 0,
+                     dtype, f"cols_wrap{u}") for u in loads]
+
+
 def reduce_partials_instances() -> List[Instance]:
     """The partials passes, per accumulation type (float, double)."""
     return [Instance("reduce", HEADERS["reduce_partials"], f"{k}<{a}>", "", 0, "", k.replace("_kernel", "") + "_" + a)
@@ -243,7 +261,8 @@ def all_instances() -> List[Instance]:
         for dt in DTYPES:
             out += reduce_wide_instances(mech, dt)
     for dt in DTYPES:
-        out += reduce_cols_direct_instances(dt) + reduce_state_direct_instances(dt)
+        out += reduce_cols_direct_instances(dt) + reduce_cols_fold_instances(dt) + reduce_cols_wrap_instances(dt)
+        out += reduce_state_direct_instances(dt)
     out += reduce_partials_instances() + reduce_state_partials_instances()
     for dt in DTYPES:
         out += wgrad_instances(dt)
@@ -307,6 +326,8 @@ def default_instances(arch_list: Optional[str] = None) -> List[Instance]:
         out += reduce_instances("primitives", 1, dt)  # rows of 4-32 KiB; columns not in 128-byte rows
         out += reduce_instances("tma", 3, dt, kinds=("cols",))
         out += reduce_cols_direct_instances(dt, loads=(8, 16))  # sync/3 on aligned columns: 16 loads, or 8
+        out += reduce_cols_fold_instances(dt, loads=(8, 16))    # the same, two runs of reduced dims folded
+        out += reduce_cols_wrap_instances(dt, loads=(8, 16))    # the same, narrow rows wrapped into vectors
         out += reduce_wide_instances("tma", dt) + reduce_wide_instances("primitives", dt)
         out += wgrad_instances(dt)
     out += reduce_partials_instances()

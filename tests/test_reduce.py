@@ -330,9 +330,28 @@ def test_reduce_short_rows(device, dtype):
 # on sm_90): one-vector rows (a warp's shuffles), chunks narrowed for few outer slices, chunks that
 # are not a power of two (25 vectors), rows wider than a block (750 vectors: three chunks), r below
 # a batch of loads and of 1, r split into parts, many outer slices (several a block, the last block's
-# partly past outer).
+# partly past outer; parts of a warp each for one-vector rows of 20001).
 DIRECT_COLUMNS = [(3, 1000, 4), (1, 5003, 64), (7, 999, 100), (2, 333, 3000), (64, 3, 256), (5, 1, 64),
-                  (1, 100_003, 16), (1500, 37, 32), (3001, 41, 4)]
+                  (1, 100_003, 16), (1500, 37, 32), (3001, 41, 4), (20_001, 9, 4), (9001, 7, 8)]
+
+
+def _check_sync_columns(x, what):
+    """x (outer, r, inner) over dim 1 under auto and every stage count of sync, every op, against
+    torch: NaN columns alike, outputs poisoned first, bit-identical repeats."""
+    from conftest import poison_allocator
+    outer, r, inner = x.shape
+    for stages in (0, 1, 2, 3):
+        mech = "auto" if stages == 0 else "sync"
+        for op in REDUCE_OPS:
+            poison_allocator(outer * inner * 8, x.device.type)
+            y = cupipe.reduce(x, op, 1, mechanism=mech, stages=stages)
+            ref = reduce_ref(x, op, 1)
+            atol, rtol = _tolerance(op, y.dtype, r)
+            case = f"{mech} stages={stages} {op} {what}"
+            assert torch.equal(torch.isnan(y), torch.isnan(ref)), f"{case}: NaN columns differ"
+            assert_close(y, ref, atol=atol, rtol=rtol, equal_nan=True, what=case)
+            again = cupipe.reduce(x, op, 1, mechanism=mech, stages=stages)
+            assert torch.equal(y.nan_to_num(), again.nan_to_num()), f"not deterministic: {case}"
 
 
 @pytest.mark.parametrize("dtype", FLOAT_DTYPES, ids=lambda d: DTYPE_IDS[d])
@@ -340,7 +359,6 @@ def test_reduce_direct_columns(device, dtype):
     """The direct column kernel through every stage count of sync (4, 8, 16 loads in flight) and
     auto, every op, against torch: a NaN and an inf in some columns, outputs poisoned first,
     bit-identical repeats; and the tma ring on the same input agreeing."""
-    from conftest import poison_allocator
     esz = torch.empty((), dtype=dtype).element_size()
     for i, (outer, r, inner) in enumerate(DIRECT_COLUMNS):
         inner = inner * 4 // esz  # the same bytes a row for every dtype (16-byte multiples)
@@ -348,23 +366,43 @@ def test_reduce_direct_columns(device, dtype):
         base[0, r // 2, 1] = float("nan")
         base[outer - 1, r - 1, inner - 1] = float("inf")
         x = base.to(device)
-        for stages in (0, 1, 2, 3):
-            mech = "auto" if stages == 0 else "sync"
-            for op in REDUCE_OPS:
-                poison_allocator(outer * inner * 8, device)
-                y = cupipe.reduce(x, op, 1, mechanism=mech, stages=stages)
-                ref = reduce_ref(x, op, 1)
-                atol, rtol = _tolerance(op, y.dtype, r)
-                what = f"{mech} stages={stages} {op} {(outer, r, inner)} {dtype}"
-                assert torch.equal(torch.isnan(y), torch.isnan(ref)), f"{what}: NaN columns differ"
-                assert_close(y, ref, atol=atol, rtol=rtol, equal_nan=True, what=what)
-                assert torch.equal(y.nan_to_num(), cupipe.reduce(x, op, 1, mechanism=mech, stages=stages).nan_to_num()), \
-                    f"not deterministic: {what}"
+        _check_sync_columns(x, f"{(outer, r, inner)} {dtype}")
         if device == "cuda" and tma_supported():
             ring = cupipe.reduce(x, "sum", 1, mechanism="tma", stages=1)
             atol, rtol = _tolerance("sum", ring.dtype, r)
             assert_close(cupipe.reduce(x, "sum", 1), ring, atol=2 * atol, rtol=2 * rtol, equal_nan=True,
                          what=f"direct against the ring {(outer, r, inner)} {dtype}")
+
+
+# (outer, r) of narrow columns (rows of 2 or 4 elements under 16 bytes) that wrap into 16-byte vectors
+# on CUDA: one slice of many rows (r split in parts), many slices of a few vectors (several a block),
+# one vector a slice, r of whole vectors; odd r and an unaligned start run the ring instead.
+WRAPPED = [(3, 1000), (1, 100_002), (2001, 8), (5, 4), (700, 64), (3, 41)]
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float16, torch.bfloat16], ids=lambda d: DTYPE_IDS[d])
+def test_reduce_wrapped_columns(device, dtype):
+    """Columns of 2 or 4 elements narrower than a vector, through auto and every stage count of sync
+    (the wrap kernel where the rows wrap into vectors), every op, against torch: a NaN and an inf,
+    outputs poisoned first, bit-identical repeats; an unaligned view of the same rows too."""
+    esz = torch.empty((), dtype=dtype).element_size()
+    for inner in (2, 4):
+        if inner * esz >= 16:
+            continue
+        for i, (outer, r) in enumerate(WRAPPED):
+            base = make_input((outer * r * inner + 8,), dtype, "cpu", seed=120 + i)
+            base[inner * (r // 2) + 1] = float("nan")
+            base[outer * r * inner - 1] = float("inf")
+            flat = base.to(device)
+            for offset in (0, 1):  # (1: the rows start off a 16-byte boundary)
+                x = flat[offset:offset + outer * r * inner].view(outer, r, inner)
+                _check_sync_columns(x, f"{(outer, r, inner)} offset {offset} {dtype}")
+    if device == "cuda" and tma_supported() and esz == 2:  # sm_90's table: sync, the wrap kernel
+        x = make_input((700, 64, 4), dtype, device, seed=130)
+        kernels = [k for k, _ in cupipe.explain("reduce", x, "sum", 1).kernels]
+        assert kernels and kernels[0].startswith("reduce_cols_wrap_kernel"), kernels
+        kernels = [k for k, _ in cupipe.explain("reduce", x[:, :41], "sum", 1).kernels]  # odd r: no wrap
+        assert kernels and not kernels[0].startswith("reduce_cols_wrap_kernel"), kernels
 
 
 @pytest.mark.parametrize("shape", [(40, 300, 301), (16, 1000, 301), (4, 1000, 1024), (1500, 301), (40000, 160)],

@@ -169,9 +169,10 @@ def check_direct(x, argmax_ok, what):
 
 # (outer, r, inner) of the direct column plan (sync on 16-byte aligned columns): one-vector rows,
 # narrowed chunks, a chunk of 25 vectors, rows wider than a block, r under a batch, r split in parts,
-# many short outer slices (several a block, the last block's partly past outer).
+# many short outer slices (several a block, the last block's partly past outer; parts of a warp each
+# for rows of one and two vectors).
 DIRECT_COLUMNS = [(3, 1000, 4), (1, 5003, 64), (7, 999, 100), (2, 333, 3000), (64, 3, 256), (1, 100_003, 16),
-                  (3001, 41, 4), (2001, 7, 32)]
+                  (3001, 41, 4), (2001, 7, 32), (20_001, 9, 4), (9001, 7, 8)]
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float64], ids=lambda d: DTYPE_IDS[d])

@@ -492,15 +492,15 @@ def test_reduce_table_depends_on_the_reduced_view(fake_gpu, monkeypatch):
     assert rc("reduce", 90, "auto", 0, 0, **cols, esz=8, rows16=True, reduce_op="argmax")[:2] == ("sync", 2)
     assert rc("reduce", 90, "auto", 0, 0, **cols, esz=2, rows16=True, reduce_op="logsumexp")[:2] == ("sync", 1)
     assert rc("reduce", 90, "auto", 0, 0, **cols, esz=2, rows16=False, reduce_op="norm")[:2] == ("tma", 1)
-    small = dict(outer=1000, r=1000, inner=16, rows16=True, reduce_op="var")  # 2-byte types: from 64 MiB
-    assert rc("reduce", 90, "auto", 0, 0, **small, esz=2)[:2] == ("tma", 1)
+    small = dict(outer=1000, r=100, inner=16, rows16=True, reduce_op="var")  # small 2-byte columns too
+    assert rc("reduce", 90, "auto", 0, 0, **small, esz=2)[:2] == ("sync", 1)
     assert rc("reduce", 90, "auto", 0, 0, **small, esz=4)[:2] == ("sync", 2)
-    assert rc("reduce", 90, "auto", 0, 0, **dict(small, outer=4096), esz=2)[:2] == ("sync", 1)
+    assert rc("reduce", 90, "auto", 0, 0, **dict(small, rows16=False), esz=2)[:2] == ("tma", 1)
     assert rc("reduce", 80, "auto", 0, 0, **cols, esz=4, rows16=True, reduce_op="std")[:2] == ("primitives", 2)
     assert rc("reduce", 90, "auto", 0, 0, **cols, esz=4, rows16=True, reduce_op="sum")[:2] == ("sync", 3)
     # a folded step of a state op (two runs of reduced dims): only the direct state kernel folds it
     fold = dict(outer=1, r=32, inner=64 * 16, esz=2, rows16=True, reduce_op="var")
-    assert rc("reduce", 90, "auto", 0, 0, **fold)[:2] == ("tma", 1)  # a small 2-byte one, unfolded: the ring
+    assert rc("reduce", 90, "auto", 0, 0, **dict(fold, rows16=False))[:2] == ("tma", 1)  # unaligned: the ring
     assert rc("reduce", 90, "auto", 0, 0, **fold, fold=16)[:2] == ("sync", 1)
     assert rc("reduce", 80, "auto", 0, 0, **fold, fold=16)[:2] == ("sync", 1)
     with pytest.raises(ValueError, match="op"):

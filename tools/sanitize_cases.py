@@ -131,6 +131,8 @@ for m in mechs:
                            ((9, 4096), 1),  # wide rows (reduce_wide_rows_kernel, a block per row)
                            ((20001,), 0),  # at one stage, 64 KiB chunks, the last ending in one element
                            ((9, 13, 64), (0, 2)), ((5, 3, 2000), (0, 2)),  # folded (sync): one chunk, two (partials)
+                           ((2, 150, 4096), (0, 2)),  # folded, blocks walking two chunks (the sum kinds' fold kernel)
+                           ((300, 64, 2), 1), ((1, 20000, 2), 1),  # rows of 8 bytes wrapped into vectors (sync), r split
                            ] if "reduce" in ops else []:
             x = torch.randn(shape, device="cuda")
             for op in ["sum", "amax", "var", "argmax"]:  # the scalar kernels, then two state kinds

@@ -335,8 +335,8 @@ at::Tensor reduce_impl(const at::Tensor& x, c10::string_view op, at::OptionalInt
     p.ord = plan.ord;
     const CopyConfig cfg =
         resolve_reduce(dev, mech, stages, s.outer, s.r, s.inner, static_cast<int>(in.element_size()), plan.op,
-                       reduce_rows16(s.outer, s.r, s.inner, static_cast<int>(in.element_size()),
-                                     reinterpret_cast<uintptr_t>(in.data_ptr()) % 16 == 0),
+                       reduce_step_rows16(s.outer, s.r, s.inner, static_cast<int>(in.element_size()),
+                                          reinterpret_cast<uintptr_t>(in.data_ptr()) % 16 == 0, plan.op),
                        s.fold > 1);
     check_mechanism_supported("reduce", cfg.mechanism, dev);
     p.mechanism = cfg.mechanism;

@@ -109,7 +109,8 @@ constexpr const char* kReduceColumns =
 // sync's loads in flight a thread on direct columns: 3 stages, 16 (cols_direct_loads).
 constexpr int kReduceColumnsDirectStages = 3;
 constexpr const char* kReduceColumnsDirect =
-    "columns on sm_90 whose rows start on 16-byte boundaries: sync with 3 stages, which reads them straight "
+    "columns on sm_90 whose rows start on 16-byte boundaries (or, narrower, wrap into 16-byte vectors): sync "
+    "with 3 stages, which reads them straight "
     "into registers, 16 loads in flight a thread (8 where the grid is over a wave) and no ring "
     "(reduce_cols_direct_kernel), ahead of the tma and primitives rings on 48 of the layout sweep's 51 "
     "aligned column shapes (measured on an H200)";
@@ -139,14 +140,11 @@ constexpr const char* kReduceStateTma =
 // sync's loads in flight a thread for the state ops on direct columns: 4 (1 stage) for 2-byte types, whose
 // eight column states a thread leave fewer registers to loads, 8 (2 stages) for wider ones.
 inline int state_columns_direct_stages(int esz) { return esz == 2 ? 1 : 2; }
-// 2-byte types take the direct state kernel from this many bytes of x: below it a thread's eight column
-// states see few rows each, and merging a block's row groups outweighs its reads (docs/design.md §5.1).
-constexpr int64_t kStateColumnsDirectMinBytes16 = int64_t(64) << 20;
 constexpr const char* kReduceStateColumnsDirect =
     "var, std, argmax, argmin, logsumexp and norm over columns on sm_90 whose rows start on 16-byte boundaries: "
     "the state kernel that reads them straight into registers (reduce_state_cols_direct_kernel) under sync, one "
-    "stage (4 loads in flight a thread) for 2-byte types of 64 MiB or more and two (8) for wider types, ahead "
-    "of the tma ring (measured on an H200)";
+    "stage (4 loads in flight a thread) for 2-byte types and two (8) for wider types, ahead of the tma ring "
+    "(measured on an H200)";
 constexpr const char* kReduceStateFolded =
     "var, std, logsumexp and norm over two runs of reduced dims, the inner one innermost in memory (one folded "
     "step): the direct state kernel that folds them (reduce_state_cols_fold_kernel), reading columns straight "
@@ -232,7 +230,7 @@ CopyConfig resolve_stencil(const DeviceInfo& dev, MechanismArg mech, int64_t sta
 }
 
 // State ops on sm_90: sync/1 (the direct state kernel) along aligned rows of 64 bytes or more, else tma/2 along
-// the innermost dim; sync/1 or sync/2 (the direct state kernel) on aligned columns (2-byte types from 64 MiB),
+// the innermost dim; sync/1 or sync/2 (the direct state kernel) on aligned columns,
 // else tma/1; primitives/2 before sm_90.
 // Columns: primitives/1; on sm_90 sync/3 (the direct kernel) from a 16-byte aligned x in rows of 16-byte multiples, else
 // tma/1 for rows under 4 KiB, tma/3 for congruent rows of 4 KiB or more; innermost rows of 4-32 KiB one stage; other
@@ -249,7 +247,7 @@ CopyConfig resolve_reduce(const DeviceInfo& dev, MechanismArg mech, int64_t stag
            : inner == 1 && rows16 && r * esz >= kStateRowsDirectMinBytes
                ? choice(Mechanism::Sync, kStateRowsDirectStages, kReduceStateRowsDirect)
            : inner == 1 ? choice(Mechanism::Tma, 2, kReduceStateRowsTma)
-           : rows16 && (esz != 2 || outer * r * inner * esz >= kStateColumnsDirectMinBytes16)
+           : rows16
                ? choice(Mechanism::Sync, state_columns_direct_stages(esz), kReduceStateColumnsDirect)
                : choice(Mechanism::Tma, 1, kReduceStateTma);
   } else if (inner > 1 && dev.code_sm >= 90 && rows16) {
@@ -330,9 +328,10 @@ TableShape table_shape(const std::string& op, const at::Tensor& x, const std::op
     s.esz = reduce_kernel_esz(x, plan);
     s.reduce_op = plan.op;
     // The first step reads x in place (its offset decides the alignment) or a fresh copy.
-    s.rows16 = reduce_rows16(s.outer, s.r, s.inner, s.esz,
-                             x.numel() == 0 || s.esz != static_cast<int>(x.element_size()) ||
-                                 x.storage_offset() * s.esz % 16 == 0);
+    s.rows16 = reduce_step_rows16(s.outer, s.r, s.inner, s.esz,
+                                  x.numel() == 0 || s.esz != static_cast<int>(x.element_size()) ||
+                                      x.storage_offset() * s.esz % 16 == 0,
+                                  plan.op);
   } else if (op == "stream_copy") {
     s.layout = x.is_contiguous() ? "the kernels copy x's bytes in place"
                                  : "x is not contiguous: the kernels copy x.contiguous()";

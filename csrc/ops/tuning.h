@@ -37,6 +37,16 @@ CopyConfig resolve_stencil_steps(const DeviceInfo& dev, MechanismArg mech, int64
 inline bool reduce_rows16(int64_t outer, int64_t r, int64_t inner, int esz, bool aligned) {
   return aligned && (inner > 1 ? inner * esz % 16 == 0 : outer == 1 || r * esz % 16 == 0);
 }
+// Whether a sum kind's narrow columns wrap into 16-byte vectors (cols_direct_wrap, launch_plan.cuh): rows
+// under 16 bytes that divide 16, each outer slice's rows whole vectors from an aligned x.
+inline bool reduce_wraps(int64_t r, int64_t inner, int esz, bool aligned) {
+  const int64_t row = inner * esz;
+  return aligned && inner > 1 && row < 16 && 16 % row == 0 && r * row % 16 == 0;
+}
+// The rows16 resolve_reduce takes for op's step: wrapped narrow columns count for the sum kinds.
+inline bool reduce_step_rows16(int64_t outer, int64_t r, int64_t inner, int esz, bool aligned, ReduceOp op) {
+  return reduce_rows16(outer, r, inner, esz, aligned) || (!is_state_op(op) && reduce_wraps(r, inner, esz, aligned));
+}
 // rows16: reduce_rows16 of the view. folded: a step of two runs of reduced dims (ReduceStep::fold),
 // which the state kinds run only on their direct column kernel.
 CopyConfig resolve_reduce(const DeviceInfo& dev, MechanismArg mech, int64_t stages, int64_t outer,

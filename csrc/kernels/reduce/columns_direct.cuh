@@ -16,29 +16,44 @@ namespace kernels {
 
 // A block per (slices outer slices, column chunk, part of r). A chunk is up to kReduceThreads
 // 16-byte column vectors (wider rows split into equal chunks); a block's threads split into
-// `slices` equal runs of whole warps, one outer slice each (slices > 1 only for one chunk of a
-// power-of-two vector count up to a warp), and thread t of a run owns the chunk's vector
+// `slices` equal runs of threads, one outer slice each (slices > 1 only for one chunk of a
+// power-of-two vector count up to a warp; a run is whole warps or a power-of-two part of one, at
+// least chunk_vecs lanes), and thread t of a run owns the chunk's vector
 // t % chunk_vecs of the rows t / chunk_vecs, + groups, ... of its part. r is split only where the
 // items (outer / slices x chunks) leave resident blocks idle; the parts' partials go to the
 // workspace, [part][out], for the columns' partials pass.
 // Folded (reduce over r and the innermost `width` elements of each row, kept `mid` between them: x
 // is (outer / mid, r, mid, width)): a slice is one (outer, mid) pair, its columns fold to one output
-// (each vector's values, then the chunk's vectors, fixed trees); chunks and parts write partials,
-// [part * chunks + chunk][out]. The sum and the state kernels fold (argmax / argmin never: one dim or all).
+// (a thread's vector's values, then the row groups', then the chunk's vectors: fixed trees); chunks
+// and parts write partials, [part * chunks + chunk][out]. The sum and the state kernels fold
+// (argmax / argmin never: one dim or all).
+// Folds whose blocks walk run reduce_cols_fold_kernel: a block's chunk is `walk` sweeps of chunk_vecs
+// vectors, a thread adding its vector of each sweep to the same totals (they fold to one output
+// anyway); the plain kernel takes the other folds.
 struct ColsDirectPlan {
   int64_t outer, r, inner;  // outer: slices (x's outer extent x mid); inner: elements between rows
   int64_t mid;        // slices side by side in a row (1 unless folded)
   int64_t width;      // a slice's columns in a row: inner / mid
   bool fold;          // a slice's columns reduce to one output
   int64_t chunks;     // column chunks per outer slice
-  int chunk_vecs;     // 16-byte vectors per chunk, 1..kReduceThreads
+  int chunk_vecs;     // 16-byte vectors per chunk (a sweep of it), 1..kReduceThreads
   int slices;         // outer slices a block (a power of two)
   int groups;         // row groups a slice: kReduceThreads / slices / chunk_vecs (threads past them idle)
   int64_t parts;      // parts of r
   int64_t part_rows;  // rows per part (the last may have fewer)
   int64_t grid;       // ceil(outer / slices) * chunks * parts
   FastDiv parts_div, chunks_div;  // blockIdx.x -> (item, part); item -> (outer, chunk)
+  // Sweeps a chunk: 1 unless a fold's blocks walk (reduce_cols_fold_kernel), then a power of two. Last,
+  // so that the fields the other kernels read keep their offsets (docs/design.md §5).
+  int walk;
+  // Wrapped narrow columns (reduce_cols_wrap_kernel's, > 1): a row is one vector of 16 / (wrap x element size)
+  // of the step's rows, `wrap` columns each, so lanes j, j + wrap, ... are one column (cols_direct_wrap).
+  int wrap;
 };
+
+// The blocks an SM of reduce_cols_fold_kernel<U, T> and reduce_cols_wrap_kernel<U, T> (their launch
+// bounds): the plan decides whether a fold walks at this residency, before it picks the kernel.
+constexpr int cols_own_blocks_per_sm(int U) { return U >= 16 ? 2 : 3; }
 
 // A 16-byte load that bypasses L1 (each byte is read once): ld.global.nc with no L1 allocation.
 __device__ __forceinline__ uint4 load_once16(const void* p) {
@@ -57,7 +72,7 @@ struct DirectColumn {
   int vec, grp, slice, chunk;
   bool active;  // the thread's slice, group and vector hold columns (threads past them idle)
 };
-template <typename T>
+template <typename T, bool Walk = false>  // Walk: reduce_cols_fold_kernel (the others see walk 1)
 __device__ __forceinline__ DirectColumn direct_column(const ColsDirectPlan& pl) {
   constexpr int VE = 16 / sizeof(T);
   uint32_t item, part, ob, chunk;
@@ -70,27 +85,32 @@ __device__ __forceinline__ DirectColumn direct_column(const ColsDirectPlan& pl) 
   d.slice = slice, d.chunk = static_cast<int>(chunk);
   d.base = pl.mid == 1 ? d.o * pl.r * pl.inner : (d.o / pl.mid) * pl.r * pl.inner + (d.o % pl.mid) * pl.width;
   d.vec = lane % pl.chunk_vecs, d.grp = lane / pl.chunk_vecs;
-  d.col = (static_cast<int64_t>(chunk) * pl.chunk_vecs + d.vec) * VE;
+  d.col = (static_cast<int64_t>(chunk) * (Walk ? pl.walk : 1) * pl.chunk_vecs + d.vec) * VE;
   d.active = d.grp < pl.groups && d.col < pl.width && d.o < pl.outer;
   d.r0 = static_cast<int64_t>(part) * pl.part_rows;
   d.r1 = min(pl.r, d.r0 + pl.part_rows);
   return d;
 }
 
-// A folded slice's columns to its output: each lead thread (row group 0, whose acc holds the
-// slice's totals of its vector's columns) folds its VE values, then the chunk's vectors fold as a
-// tree through shared memory; vector 0 stores the output, or the chunk's partial.
+// A thread's VE totals of a folded slice's columns combined into acc[0] (a fixed tree).
 template <int VE, typename A>
-__device__ __forceinline__ void fold_slice(A (&acc)[VE], const Combine<A>& comb, A* scratch, const DirectColumn& dc,
-                                           const ColsDirectPlan& pl, bool lead, void* out, DType od, A* partials,
-                                           ReduceOp op) {
+__device__ __forceinline__ void fold_vector(A (&acc)[VE], const Combine<A>& comb) {
 #pragma unroll
   for (int s = VE / 2; s > 0; s /= 2)
 #pragma unroll
     for (int j = 0; j < s; ++j) acc[j] = comb(acc[j], acc[j + s]);
+}
+
+// A folded slice's columns to its output: each lead thread (row group 0) brings the slice's total of
+// its vector's columns, and the chunk's vectors fold as a tree through shared memory; vector 0
+// stores the output, or the chunk's partial.
+template <typename A>
+__device__ __forceinline__ void fold_slice(A total, const Combine<A>& comb, A* scratch, const DirectColumn& dc,
+                                           const ColsDirectPlan& pl, bool lead, void* out, DType od, A* partials,
+                                           ReduceOp op) {
   A* mine = scratch + dc.slice * pl.chunk_vecs + dc.vec;  // (row group 0's threads only)
   __syncthreads();  // the group merge's reads of the scratch are done
-  if (dc.grp == 0) *mine = lead ? acc[0] : comb.init();
+  if (dc.grp == 0) *mine = lead ? total : comb.init();
   __syncthreads();
   int span = 1;
   while (span < pl.chunk_vecs) span <<= 1;
@@ -103,17 +123,20 @@ __device__ __forceinline__ void fold_slice(A (&acc)[VE], const Combine<A>& comb,
   else partials[(dc.part * pl.chunks + dc.chunk) * pl.outer + dc.o] = *mine;
 }
 
-template <int U, typename T>
-__global__ void __launch_bounds__(kReduceThreads)
-    reduce_cols_direct_kernel(const T* __restrict__ x, void* out, DType od, acc_t<T>* partials,
-                              ColsDirectPlan pl, ReduceOp op) {
+// The body of reduce_cols_direct_kernel, with Walk of reduce_cols_fold_kernel (a folded plan whose
+// blocks walk) and with Wrap of reduce_cols_wrap_kernel (wrapped narrow columns): kernels of their
+// own, as the walk's loop or the wrap's epilogue take the plain kernel's registers past four blocks
+// an SM, which the other folds keep (docs/design.md §5).
+template <int U, typename T, bool Walk, bool Wrap = false>
+__device__ __forceinline__ void cols_direct_body(const T* __restrict__ x, void* out, DType od, acc_t<T>* partials,
+                                                 const ColsDirectPlan& pl, ReduceOp op) {
   using A = acc_t<T>;
   constexpr int VE = 16 / sizeof(T);
   __shared__ A scratch[kReduceThreads * VE];  // [group][chunk vector][element]
   const Combine<A> comb{op};
   allow_dependent_launch();  // the partials pass, when there is one, may start waiting
 
-  const DirectColumn dc = direct_column<T>(pl);
+  const DirectColumn dc = direct_column<T, Walk>(pl);
   const int t = static_cast<int>(threadIdx.x);
   const int vec = dc.vec, grp = dc.grp;
   const int64_t o = dc.o, part = dc.part, col = dc.col, r0 = dc.r0, r1 = dc.r1;
@@ -122,10 +145,12 @@ __global__ void __launch_bounds__(kReduceThreads)
   A acc[VE];
 #pragma unroll
   for (int j = 0; j < VE; ++j) acc[j] = comb.init();
-  if (active) {
+  // A walking fold's sweeps: the thread's vector of each, while it lies in the row.
+  const int64_t sweep = Walk ? int64_t(pl.chunk_vecs) * VE : 0;
+  for (int w = 0; w < (Walk ? pl.walk : 1) && active && col + w * sweep < pl.width; ++w) {
     with_static_combine<A>(op, [&](auto sc) {
       const int64_t step = static_cast<int64_t>(pl.groups) * pl.inner;  // elements between the thread's rows
-      const T* p = x + dc.base + (r0 + grp) * pl.inner + col;
+      const T* p = x + dc.base + (r0 + grp) * pl.inner + col + w * sweep;
       int64_t i = r0 + grp;
       // Whole batches of U rows: every load issued before the first is folded.
       for (; i + (U - 1) * static_cast<int64_t>(pl.groups) < r1; i += U * static_cast<int64_t>(pl.groups)) {
@@ -159,17 +184,32 @@ __global__ void __launch_bounds__(kReduceThreads)
     });
   }
 
+  // A walking fold's columns all reach one output: its thread's VE totals combine now, and the row
+  // groups combine one value a thread (the plain kernel's folds combine them after the groups).
+  constexpr int NV = Walk ? 1 : VE;  // the totals carried into the group combine
+  if constexpr (Walk) fold_vector<VE>(acc, comb);
+  // Wrapped: the thread's lanes fold onto its wrap columns now (a fixed tree), acc[0, wrap) its totals.
+  if constexpr (Wrap) {
+#pragma unroll
+    for (int s = VE / 2; s > 0; s /= 2)
+      if (s >= pl.wrap)
+#pragma unroll
+        for (int j = 0; j < s; ++j) acc[j] = comb(acc[j], acc[j + s]);
+  }
+
   // A slice's group totals combine in a fixed order: where chunk_vecs is a power of two under a
-  // warp, a warp's lanes of the same vector first (shuffles), then the totals as a tree in shared
-  // memory (each slice its own part of it).
+  // warp, the lanes of the same vector within a warp's part of the slice first (shuffles), then
+  // those totals as a tree in shared memory (each slice its own part of it).
   int g = grp, ng = pl.groups;
   if (ng > 1 && pl.chunk_vecs < 32 && (pl.chunk_vecs & (pl.chunk_vecs - 1)) == 0) {
+    const int lanes = kReduceThreads / pl.slices, width = min(32, lanes);
 #pragma unroll
-    for (int j = 0; j < VE; ++j)
-      for (int off = pl.chunk_vecs; off < 32; off <<= 1) acc[j] = comb(acc[j], __shfl_xor_sync(0xffffffffu, acc[j], off));
-    // the warp's index in its slice; lanes past the first vector row hold no total
-    g = (t & 31) < pl.chunk_vecs ? (t % (kReduceThreads / pl.slices)) >> 5 : kReduceThreads;
-    ng = kReduceThreads / pl.slices / 32;
+    for (int j = 0; j < NV; ++j)
+      for (int off = pl.chunk_vecs; off < width; off <<= 1)
+        acc[j] = comb(acc[j], __shfl_xor_sync(0xffffffffu, acc[j], off));
+    // the warp part's index in its slice; lanes past its first vector row hold no total
+    g = t % width < pl.chunk_vecs ? (t % lanes) / width : kReduceThreads;
+    ng = lanes / width;
   }
   const bool holder = active && g < ng;
   if (ng > 1) {
@@ -177,7 +217,7 @@ __global__ void __launch_bounds__(kReduceThreads)
     A* mine = scratch + ((slice * ng + g) * pl.chunk_vecs + vec) * VE;
     if (holder) {
 #pragma unroll
-      for (int j = 0; j < VE; ++j) mine[j] = acc[j];
+      for (int j = 0; j < NV; ++j) mine[j] = acc[j];
     }
     __syncthreads();
     int span = 1;
@@ -185,20 +225,31 @@ __global__ void __launch_bounds__(kReduceThreads)
     for (int s = span >> 1; s > 0; s >>= 1) {
       if (holder && g < s && g + s < ng) {
 #pragma unroll
-        for (int j = 0; j < VE; ++j) mine[j] = comb(mine[j], mine[s * pl.chunk_vecs * VE + j]);
+        for (int j = 0; j < NV; ++j) mine[j] = comb(mine[j], mine[s * pl.chunk_vecs * VE + j]);
       }
       __syncthreads();
     }
     if (holder && g == 0) {
 #pragma unroll
-      for (int j = 0; j < VE; ++j) acc[j] = mine[j];
+      for (int j = 0; j < NV; ++j) acc[j] = mine[j];
     }
   }
-  if (pl.fold) {  // (uniform across the block: every thread reaches the barriers)
-    fold_slice<VE>(acc, comb, scratch, dc, pl, holder && g == 0, out, od, partials, op);
+  if (!Wrap && (Walk || pl.fold)) {  // (uniform across the block: every thread reaches the barriers)
+    if constexpr (!Walk) fold_vector<VE>(acc, comb);
+    fold_slice(acc[0], comb, scratch, dc, pl, holder && g == 0, out, od, partials, op);
     return;
   }
   if (!holder || g != 0) return;
+  if constexpr (Wrap) {  // acc[0, wrap) are the slice's outputs
+    const int64_t oi = o * pl.wrap;
+#pragma unroll
+    for (int j = 0; j < VE; ++j) {
+      if (j >= pl.wrap) break;
+      if (pl.parts == 1) store_out(out, od, oi + j, finalize(op, acc[j], pl.r * VE / pl.wrap));
+      else partials[static_cast<int64_t>(part) * pl.outer * pl.wrap + oi + j] = acc[j];
+    }
+    return;
+  }
   const int64_t oi = o * pl.width + col;
   if (pl.parts == 1) {
     A v[VE];
@@ -210,6 +261,25 @@ __global__ void __launch_bounds__(kReduceThreads)
 #pragma unroll
     for (int j = 0; j < VE; ++j) dst[j] = acc[j];
   }
+}
+
+template <int U, typename T>
+__global__ void __launch_bounds__(kReduceThreads)
+    reduce_cols_direct_kernel(const T* __restrict__ x, void* out, DType od, acc_t<T>* partials,
+                              ColsDirectPlan pl, ReduceOp op) {
+  cols_direct_body<U, T, false>(x, out, od, partials, pl, op);
+}
+template <int U, typename T>
+__global__ void __launch_bounds__(kReduceThreads, cols_own_blocks_per_sm(U))
+    reduce_cols_wrap_kernel(const T* __restrict__ x, void* out, DType od, acc_t<T>* partials,
+                            ColsDirectPlan pl, ReduceOp op) {
+  cols_direct_body<U, T, false, true>(x, out, od, partials, pl, op);
+}
+template <int U, typename T>
+__global__ void __launch_bounds__(kReduceThreads, cols_own_blocks_per_sm(U))
+    reduce_cols_fold_kernel(const T* __restrict__ x, void* out, DType od, acc_t<T>* partials,
+                            ColsDirectPlan pl, ReduceOp op) {
+  cols_direct_body<U, T, true>(x, out, od, partials, pl, op);
 }
 
 }  // namespace kernels

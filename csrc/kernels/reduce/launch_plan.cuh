@@ -271,6 +271,22 @@ inline bool cols_direct_fold(const ReduceParams& p, int esz) {
   return cols_direct(p, esz) && p.fold > 1 && p.inner % p.fold == 0 && (p.fold * esz) % 16 == 0;
 }
 inline int cols_direct_loads(int stages) { return stages <= 1 ? 4 : stages == 2 ? 8 : 16; }
+// Narrow columns that wrap into vectors (the sum kinds, reduce_cols_wrap_kernel): rows of inner elements
+// under 16 bytes that divide 16, each outer slice's r rows whole vectors from an aligned x. The
+// slice reads as r x inner x esz / 16 rows of one vector (wrapped_view), whose lanes j, j + inner,
+// ... are one column. Returns inner there (ColsDirectPlan::wrap), else 1.
+inline int cols_direct_wrap(const ReduceParams& p, int esz) {
+  const int64_t row = p.inner * esz;
+  const bool wraps = p.mechanism == engine::Mechanism::Sync && p.fold <= 1 && p.inner > 1 && row < 16 &&
+                     16 % row == 0 && (p.r * row) % 16 == 0 && (reinterpret_cast<uintptr_t>(p.x) & 15u) == 0;
+  return wraps ? static_cast<int>(p.inner) : 1;
+}
+inline ReduceParams wrapped_view(const ReduceParams& p, int esz) {
+  ReduceParams q = p;
+  q.r = p.r * p.inner * esz / 16;
+  q.inner = 16 / esz;
+  return q;
+}
 
 // Chunks of at most a block's threads in vectors, split in whole 128-byte lines. Rows of whole lines
 // narrow their chunks (halving, down to a line) while the items leave resident blocks idle: more
@@ -279,9 +295,12 @@ inline int cols_direct_loads(int stages) { return stages <= 1 ? 4 : stages == 2 
 // `fill_shift`: the slices' blocks need fill only target >> fill_shift (below). Folded (p.fold > 1),
 // a slice is an (outer, mid) pair of p's and its row the fold's columns; chunks are not narrowed
 // (a folded chunk's partial is one more part: the partials stay within those sized for the most
-// resident blocks).
+// resident blocks). `walk` (the sum kinds' folds): a block sweeps several of its slice's chunks
+// (doubling while the blocks still fill half the target; r is then not split), so wide folds over
+// many slices need no partials pass. A larger target never walks further: the partials stay within
+// the workspace's plan (a plan that does not walk at a target walks at no larger one either).
 inline ColsDirectPlan make_cols_direct_plan(const ReduceParams& p, int esz, int loads, int64_t target_blocks,
-                                            int fill_shift = 0) {
+                                            int fill_shift = 0, bool walk = false) {
   ColsDirectPlan pl{};
   pl.fold = p.fold > 1;
   pl.mid = pl.fold ? p.inner / p.fold : 1;
@@ -294,6 +313,12 @@ inline ColsDirectPlan make_cols_direct_plan(const ReduceParams& p, int esz, int 
   pl.chunks = ceil_div(row_vecs, kReduceThreads);
   pl.chunk_vecs = static_cast<int>(pl.chunks == 1 ? row_vecs : ceil_div(ceil_div(row_vecs, pl.chunks), kLineVecs) * kLineVecs);
   pl.chunks = ceil_div(row_vecs, pl.chunk_vecs);
+  pl.walk = 1;
+  pl.wrap = 1;
+  if (walk && pl.fold)
+    while (pl.walk < pl.chunks && pl.outer * ceil_div(pl.chunks, 2 * int64_t(pl.walk)) >= std::max<int64_t>(1, target_blocks / 2))
+      pl.walk *= 2;
+  pl.chunks = ceil_div(pl.chunks, int64_t(pl.walk));  // a block's chunks from here on: walk sweeps each
   if (row_vecs % kLineVecs == 0 && !pl.fold) {
     while (pl.outer * pl.chunks < target_blocks && pl.chunk_vecs % (2 * kLineVecs) == 0) {
       pl.chunk_vecs /= 2;
@@ -301,18 +326,19 @@ inline ColsDirectPlan make_cols_direct_plan(const ReduceParams& p, int esz, int 
     }
   }
   // Short rows (one chunk of a power-of-two count of vectors up to a warp) put several outer slices
-  // in a block, whole warps each, while the blocks still fill the target (the state kernels, whose
-  // merge of group states costs more than idle block slots, half of it: fill_shift 1): fewer row
-  // groups to merge a slice, more rows a thread (docs/design.md §5). Such blocks take all of r, so
-  // the partials a launch writes never outnumber those sized for the largest target.
+  // in a block, whole warps or a power-of-two part of one each (down to one row group), while the
+  // blocks still fill the target (the state kernels, whose merge of group states costs more than
+  // idle block slots, half of it: fill_shift 1): fewer row groups to merge a slice, more rows a
+  // thread (docs/design.md §5). Such blocks take all of r, so the partials a launch writes never
+  // outnumber those sized for the largest target.
   pl.slices = 1;
   if (pl.chunks == 1 && pl.chunk_vecs <= 32 && (pl.chunk_vecs & (pl.chunk_vecs - 1)) == 0)
-    while (pl.slices < kReduceThreads / 32 &&
+    while (pl.slices < kReduceThreads / pl.chunk_vecs &&
            ceil_div(pl.outer, 2 * int64_t(pl.slices)) >= std::max<int64_t>(1, target_blocks >> fill_shift))
       pl.slices *= 2;
   pl.groups = kReduceThreads / pl.slices / pl.chunk_vecs;
   const int64_t items = ceil_div(pl.outer, int64_t(pl.slices)) * pl.chunks;
-  int64_t parts = pl.slices > 1 ? 1 : std::max<int64_t>(1, target_blocks / std::max<int64_t>(items, 1));
+  int64_t parts = pl.slices > 1 || pl.walk > 1 ? 1 : std::max<int64_t>(1, target_blocks / std::max<int64_t>(items, 1));
   parts = std::min(parts, std::max<int64_t>(1, ceil_div(p.r, static_cast<int64_t>(pl.groups) * loads)));
   pl.part_rows = std::max<int64_t>(1, ceil_div(p.r, parts));
   pl.parts = std::max<int64_t>(1, ceil_div(p.r, pl.part_rows));
@@ -338,7 +364,7 @@ inline int cols_direct_loads(const ReduceParams& p, const DeviceInfo& dev, int e
   const int u = cols_direct_loads(p.stages);
   if (u < 16) return u;
   const int64_t wave = static_cast<int64_t>(dev.num_sms) * 2;
-  return make_cols_direct_plan(p, esz, u, target_blocks(p, wave)).grid > wave ? u / 2 : u;
+  return make_cols_direct_plan(p, esz, u, target_blocks(p, wave), 0, true).grid > wave ? u / 2 : u;
 }
 
 inline int64_t partial_count(const ReduceParams& p, const DeviceInfo& dev) {
@@ -347,8 +373,10 @@ inline int64_t partial_count(const ReduceParams& p, const DeviceInfo& dev) {
     const RowsPlan pl = make_rows_plan(p, esz, rows_tile_bytes(p, dev), max_target_blocks(p, dev));
     return pl.parts > 1 ? p.outer * pl.parts : 0;  // split or chunked
   }
-  if (cols_direct(p, esz)) {
-    const ColsDirectPlan pl = make_cols_direct_plan(p, esz, cols_direct_loads(p, dev, esz), max_target_blocks(p, dev));
+  if (cols_direct(p, esz) || cols_direct_wrap(p, esz) > 1) {
+    const ReduceParams q = cols_direct_wrap(p, esz) > 1 ? wrapped_view(p, esz) : p;  // (outputs: p's)
+    const ColsDirectPlan pl =
+        make_cols_direct_plan(q, esz, cols_direct_loads(q, dev, esz), max_target_blocks(q, dev), 0, true);
     if (pl.fold) return pl.parts * pl.chunks > 1 ? pl.parts * pl.chunks * pl.outer : 0;
     return pl.parts > 1 ? pl.parts * p.outer * p.inner : 0;
   }
@@ -405,12 +433,26 @@ void launch_reduce_typed(const ReduceParams& p) {
                     stream, false, static_cast<const T*>(p.x), p.out, p.out_dtype, partials, pl, p.op);
     }
     parts = pl.parts; stride_out = pl.parts; stride_part = 1;  // (parts == 1: no partials)
-  } else if (cols_direct(p, esz)) {
-    const int U = cols_direct_loads(p, dev, esz);
+  } else if (cols_direct(p, esz) || cols_direct_wrap(p, esz) > 1) {
+    const int wrap = cols_direct_wrap(p, esz);
+    const ReduceParams q = wrap > 1 ? wrapped_view(p, esz) : p;  // nout and count stay p's
+    const int U = cols_direct_loads(q, dev, esz);
+    // A fold whose blocks walk at the walk kernel's residency runs that kernel; every other plan the
+    // plain one, at its own (more blocks an SM).
+    const ColsDirectPlan walked = make_cols_direct_plan(
+        q, esz, U, target_blocks(q, static_cast<int64_t>(dev.num_sms) * cols_own_blocks_per_sm(U)), 0, true);
+    const bool walks = walked.walk > 1;
     const auto kernel = kernel_ref<const T*, void*, DType, A*, ColsDirectPlan, ReduceOp>(
-        kReduceColsDirectHeader, kernel_id("reduce_cols_direct_kernel", U, type_c<T>{}), stream);
-    const int64_t resident = static_cast<int64_t>(dev.num_sms) * blocks_per_sm(kernel, kReduceThreads, 0);
-    const ColsDirectPlan pl = make_cols_direct_plan(p, esz, U, target_blocks(p, resident));
+        kReduceColsDirectHeader,
+        kernel_id(walks ? "reduce_cols_fold_kernel" : wrap > 1 ? "reduce_cols_wrap_kernel" : "reduce_cols_direct_kernel", U,
+                  type_c<T>{}),
+        stream);
+    ColsDirectPlan pl =
+        walks ? walked
+              : make_cols_direct_plan(
+                    q, esz, U,
+                    target_blocks(q, static_cast<int64_t>(dev.num_sms) * blocks_per_sm(kernel, kReduceThreads, 0)));
+    pl.wrap = wrap;
     if (pl.grid > 0x7fffffff) throw std::runtime_error("reduce: too many column blocks for one launch");
     launch_kernel(kernel, dim3(static_cast<unsigned>(pl.grid)), dim3(kReduceThreads), 0, stream, false,
                   static_cast<const T*>(p.x), p.out, p.out_dtype, partials, pl, p.op);

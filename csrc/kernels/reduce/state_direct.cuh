@@ -43,19 +43,16 @@ constexpr bool state_rows_interleave(StateKind k, int esz) {
 }
 
 // A folded slice's column states to its output, as fold_slice (columns_direct.cuh) with merges: each
-// lead thread's VE states, then the chunk's vectors as a tree through shared memory; vector 0
-// stores the result, or the chunk's partial state ([part * chunks + chunk][out]).
-template <int VE, typename St>
-__device__ __forceinline__ void fold_state_slice(St (&acc)[VE], St* scratch, const DirectColumn& dc,
+// lead thread's state (its vector's columns merged already), then the chunk's vectors as a tree
+// through shared memory; vector 0 stores the result, or the chunk's partial state
+// ([part * chunks + chunk][out]).
+template <typename St>
+__device__ __forceinline__ void fold_state_slice(const St& total, St* scratch, const DirectColumn& dc,
                                                  const ColsDirectPlan& pl, bool lead, void* out, DType od,
                                                  St* partials, const StateCtx& c) {
-#pragma unroll
-  for (int s = VE / 2; s > 0; s /= 2)
-#pragma unroll
-    for (int j = 0; j < s; ++j) acc[j].merge(acc[j + s], c);
   St* mine = scratch + dc.slice * pl.chunk_vecs + dc.vec;  // (row group 0's threads only)
   __syncthreads();  // the group merge's reads of the scratch are done
-  if (dc.grp == 0) *mine = lead ? acc[0] : St::init(c);
+  if (dc.grp == 0) *mine = lead ? total : St::init(c);
   __syncthreads();
   int span = 1;
   while (span < pl.chunk_vecs) span <<= 1;
@@ -135,19 +132,29 @@ __device__ __forceinline__ void state_cols_direct(const T* __restrict__ x, void*
       }
     }
   }
+  // A fold's columns all reach one output: its thread's states merge now (a fixed tree), so the
+  // row groups merge one state a thread, not VE (VE passes of a shared tree, each with its barriers).
+  constexpr int NV = Fold ? 1 : VE;  // the states carried into the group merge
+  if constexpr (Fold) {
+#pragma unroll
+    for (int s = VE / 2; s > 0; s /= 2)
+#pragma unroll
+      for (int j = 0; j < s; ++j) acc[j].merge(acc[j + s], c);
+  }
 
   // A slice's group states merge in a fixed order: where chunk_vecs is a power of two under a warp,
-  // a warp's lanes of the same vector first (shuffles), then the totals as a tree through shared
-  // memory (each slice its own part), as many columns a pass as it holds; a slice's group 0 ends
-  // with them and stores the result or the part's partial ([part][out]).
+  // the lanes of the same vector within a warp's part of the slice first (shuffles), then the
+  // totals as a tree through shared memory (each slice its own part), as many columns a pass as it
+  // holds; a slice's group 0 ends with them and stores the result or the part's partial ([part][out]).
   int g = dc.grp, ng = pl.groups;
   if (ng > 1 && pl.chunk_vecs < 32 && (pl.chunk_vecs & (pl.chunk_vecs - 1)) == 0) {
+    const int lanes = kReduceThreads / pl.slices, width = min(32, lanes);
 #pragma unroll
-    for (int j = 0; j < VE; ++j)
-      for (int off = pl.chunk_vecs; off < 32; off <<= 1) acc[j].merge(shfl_state(acc[j], off, 32), c);
-    // the warp's index in its slice; lanes past the first vector row hold no total
-    g = (t & 31) < pl.chunk_vecs ? (t % (kReduceThreads / pl.slices)) >> 5 : kReduceThreads;
-    ng = kReduceThreads / pl.slices / 32;
+    for (int j = 0; j < NV; ++j)
+      for (int off = pl.chunk_vecs; off < width; off <<= 1) acc[j].merge(shfl_state(acc[j], off, 32), c);
+    // the warp part's index in its slice; lanes past its first vector row hold no total
+    g = t % width < pl.chunk_vecs ? (t % lanes) / width : kReduceThreads;
+    ng = lanes / width;
   }
   const bool holder = dc.active && g < ng;
   if (ng > 1) {
@@ -157,31 +164,31 @@ __device__ __forceinline__ void state_cols_direct(const T* __restrict__ x, void*
     while (span < ng) span <<= 1;
     const int slice = t / (kReduceThreads / pl.slices);
     St* mine = scratch + (slice * ng + g) * pl.chunk_vecs + dc.vec;  // (only holders touch it)
-    for (int j0 = 0; j0 < VE; j0 += per) {
+    for (int j0 = 0; j0 < NV; j0 += per) {
       if (holder) {
 #pragma unroll
-        for (int j = 0; j < VE; ++j)
+        for (int j = 0; j < NV; ++j)
           if (j >= j0 && j < j0 + per) mine[(j - j0) * slots] = acc[j];
       }
       __syncthreads();
       for (int s = span >> 1; s > 0; s >>= 1) {
         if (holder && g < s && g + s < ng) {
 #pragma unroll
-          for (int j = 0; j < VE; ++j)
+          for (int j = 0; j < NV; ++j)
             if (j >= j0 && j < j0 + per) mine[(j - j0) * slots].merge(mine[(j - j0) * slots + s * pl.chunk_vecs], c);
         }
         __syncthreads();
       }
       if (holder && g == 0) {
 #pragma unroll
-        for (int j = 0; j < VE; ++j)
+        for (int j = 0; j < NV; ++j)
           if (j >= j0 && j < j0 + per) acc[j] = mine[(j - j0) * slots];
       }
-      if (j0 + per < VE) __syncthreads();  // the scratch is free for the next pass
+      if (j0 + per < NV) __syncthreads();  // the scratch is free for the next pass
     }
   }
   if constexpr (Fold) {
-    fold_state_slice<VE>(acc, scratch, dc, pl, holder && g == 0, out, od, partials, c);
+    fold_state_slice(acc[0], scratch, dc, pl, holder && g == 0, out, od, partials, c);
   } else {
     if (!holder || g != 0) return;
     const int64_t oi = dc.o * pl.inner + dc.col;
