@@ -1070,7 +1070,7 @@ def _write_outputs(args, res: Results, meta: dict):
 
 def merge_runs(dirs: List[str]) -> "tuple[Results, dict]":
     """The rows of several runs' results.json as one run: their layout summaries dropped and made
-    again over all the sweep's rows; the meta of the first run, with every run's command, copy_
+    again over all the sweep's rows; the first directory's meta, with every run's command, copy_
     figure and dtype. Reads files only (no GPU, no torch.compile)."""
     res, metas = Results(), []
     for d in dirs:
