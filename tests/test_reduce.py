@@ -421,38 +421,43 @@ def test_reduce_column_partials_slices(device, shape):
         assert torch.equal(y, cupipe.reduce(x, op, d)), f"not deterministic: {op} {shape}"
 
 
+# (shape, reduced dim, dtype) of congruent columns: a case a test, so that xdist spreads their first-use
+# compiles (each case its dtype's ring instances for every stage count).
+CONGRUENT = [((300, 1024), 0, torch.float32),   # 4 KiB rows, auto: tma/3 on sm_90
+             ((97, 2048), 0, torch.float16),
+             ((70, 512), 0, torch.float64),
+             ((3, 100, 64), 1, torch.float32),  # 256-byte rows: narrow chunks, several outer slices
+             ((150, 8192), 0, torch.bfloat16)]  # two 8 KiB chunks per row
+
+
+@pytest.mark.parametrize("case", range(len(CONGRUENT)), ids=lambda i: "x".join(map(str, CONGRUENT[i][0])))
 @pytest.mark.parametrize("mechanism", cupipe.MECHANISMS)
-def test_reduce_columns_congruent(device, mechanism):
+def test_reduce_columns_congruent(device, mechanism, case):
     """Columns whose rows are a multiple of 128 bytes (the CUDA kernel's congruent layout: each tile
     row lands in shared memory at its source's offset modulo 128, the tile at x's): data pointers
     0, 16, 48 and 112 bytes past a 128-byte line, and 4 bytes (not 16-byte aligned: the other
     layout); chunks of 512 bytes to 16 KiB; every stage count; a NaN column; bit-identical repeats."""
     if device == "cuda" and mechanism == "tma" and not tma_supported():
         pytest.skip("tma needs sm_90")
-    cases = [((300, 1024), 0, torch.float32),   # 4 KiB rows, auto: tma/3 on sm_90
-             ((97, 2048), 0, torch.float16),
-             ((70, 512), 0, torch.float64),
-             ((3, 100, 64), 1, torch.float32),  # 256-byte rows: narrow chunks, several outer slices
-             ((150, 8192), 0, torch.bfloat16)]  # two 8 KiB chunks per row
-    for i, (shape, dim, dtype) in enumerate(cases):
-        esz = torch.empty((), dtype=dtype).element_size()
-        n = math.prod(shape)
-        for off_bytes in (0, 16, 48, 112, 4):
-            if off_bytes % esz:
-                continue
-            off = off_bytes // esz
-            x = make_input((n + off,), dtype, device, seed=70 + i)[off:].view(shape)
-            x.view(-1)[5 * shape[-1] + 3] = float("nan")  # row 5 of the first slice, column 3
-            for stages in (0, 1, 2, 3):
-                for op in ("sum", "amax"):
-                    y = cupipe.reduce(x, op, dim, mechanism=mechanism, stages=stages)
-                    ref = reduce_ref(x, op, dim)
-                    atol, rtol = _tolerance(op, y.dtype, shape[dim])
-                    assert torch.equal(torch.isnan(y), torch.isnan(ref)), f"{op} {shape} {dtype}: NaN columns differ"
-                    assert_close(y, ref, atol=atol, rtol=rtol, equal_nan=True,
-                                 what=f"{mechanism} stages={stages} {op} {shape} {dtype} offset={off_bytes} B")
-                    again = cupipe.reduce(x, op, dim, mechanism=mechanism, stages=stages)
-                    assert torch.equal(y.nan_to_num(), again.nan_to_num()), f"not deterministic: {op} {shape}"
+    shape, dim, dtype = CONGRUENT[case]
+    esz = torch.empty((), dtype=dtype).element_size()
+    n = math.prod(shape)
+    for off_bytes in (0, 16, 48, 112, 4):
+        if off_bytes % esz:
+            continue
+        off = off_bytes // esz
+        x = make_input((n + off,), dtype, device, seed=70 + case)[off:].view(shape)
+        x.view(-1)[5 * shape[-1] + 3] = float("nan")  # row 5 of the first slice, column 3
+        for stages in (0, 1, 2, 3):
+            for op in ("sum", "amax"):
+                y = cupipe.reduce(x, op, dim, mechanism=mechanism, stages=stages)
+                ref = reduce_ref(x, op, dim)
+                atol, rtol = _tolerance(op, y.dtype, shape[dim])
+                assert torch.equal(torch.isnan(y), torch.isnan(ref)), f"{op} {shape} {dtype}: NaN columns differ"
+                assert_close(y, ref, atol=atol, rtol=rtol, equal_nan=True,
+                             what=f"{mechanism} stages={stages} {op} {shape} {dtype} offset={off_bytes} B")
+                again = cupipe.reduce(x, op, dim, mechanism=mechanism, stages=stages)
+                assert torch.equal(y.nan_to_num(), again.nan_to_num()), f"not deterministic: {op} {shape}"
 
 
 @pytest.mark.parametrize("mechanism", cupipe.MECHANISMS)
