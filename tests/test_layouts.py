@@ -250,9 +250,11 @@ def test_reduce_fold_plans_on_cuda_only():
         p = _plan("reduce", x.cuda(), dim=(0, 2))
         assert "columns (outer, r, inner) = (1, 6, 56) with the last 8 of each inner row reduced too" in p, p
         assert "then" not in p
-        # var folds where its direct kernel may run (auto or sync), not under tma (argmax takes one dim)
+        # var folds where its direct kernel may run (auto or sync), not under tma; argmax takes one dim
         assert "reduced too" in _plan("reduce", x.cuda(), dim=(0, 2), reduce_op="var")
         assert "reduced too" not in _plan("reduce", x.cuda(), dim=(0, 2), reduce_op="var", mechanism="tma")
+        with pytest.raises(ValueError, match="takes dim=None or one dim"):
+            _plan("reduce", x.cuda(), dim=(0, 2), reduce_op="argmax")
 
 
 # ----------------------------------------------------------------------------- stencils
