@@ -207,6 +207,16 @@ def reduce_cols_wrap_instances(dtype: str, loads: Iterable[int] = COLS_DIRECT_LO
                      dtype, f"cols_wrap{u}") for u in loads]
 
 
+def reduce_cols_narrow_instances(dtype: str, loads: Iterable[int] = COLS_DIRECT_LOADS) -> List[Instance]:
+    """reduce_cols_narrow_kernel<U, T, VB> (columns_direct.cuh): the sum kinds over columns whose rows are one
+    VB-byte vector (8 or 4; rows of two elements or more) that do not wrap (odd r, x aligned to VB only)."""
+    if DTYPES[dtype][1] == 8:
+        return []
+    ctype = DTYPES[dtype][0]
+    return [Instance("reduce", HEADERS["reduce_cols_direct"], f"reduce_cols_narrow_kernel<{u},{ctype},{vb}>", "sync",
+                     0, dtype, f"cols_narrow{u}_{vb}") for vb in (8, 4) if vb > DTYPES[dtype][1] for u in loads]
+
+
 def reduce_partials_instances() -> List[Instance]:
     """The partials passes, per accumulation type (float, double)."""
     return [Instance("reduce", HEADERS["reduce_partials"], f"{k}<{a}>", "", 0, "", k.replace("_kernel", "") + "_" + a)
@@ -222,16 +232,24 @@ def reduce_state_instances(mech: str, stages: int, dtype: str, kinds: Sequence[s
 
 def reduce_state_direct_instances(dtype: str, loads: Iterable[int] = COLS_DIRECT_LOADS,
                                   kinds: Sequence[str] = STATE_KINDS) -> List[Instance]:
-    """reduce_state_cols_direct_kernel<U, T, K>, reduce_state_rows_direct_kernel<U, T, K> and
-    reduce_state_cols_fold_kernel<U, T, K> (csrc/kernels/reduce/state_direct.cuh): the state reductions
-    under sync on aligned columns, along aligned rows, and over two runs of reduced dims folded into
-    one pass (every kind but Arg)."""
-    ctype = DTYPES[dtype][0]
-    return [Instance("reduce", HEADERS["reduce_state_direct"],
-                     f"reduce_state_{layout}_kernel<{u},{ctype},StateKind::{k}>", "sync", 0, dtype,
-                     f"state_{layout}{u}_{k.lower()}")
-            for layout in ("cols_direct", "rows_direct", "cols_fold") for u in loads for k in kinds
-            if layout != "cols_fold" or k != "Arg"]
+    """reduce_state_cols_direct_kernel<U, T, K>, reduce_state_rows_direct_kernel<U, T, K>,
+    reduce_state_cols_fold_kernel<U, T, K>, reduce_state_cols_wrap_kernel<U, T, K> and
+    reduce_state_cols_narrow_kernel<U, T, K, VB> (csrc/kernels/reduce/state_direct.cuh): the state reductions
+    under sync on aligned columns, along aligned rows, over two runs of reduced dims folded into one pass
+    (every kind but Arg), over narrow columns wrapped into vectors, and over rows of one VB-byte vector (8
+    or 4, rows of two elements or more) that do not wrap (none of the last two for 8-byte types)."""
+    ctype, esz = DTYPES[dtype]
+    layouts = ("cols_direct", "rows_direct", "cols_fold") + (("cols_wrap",) if esz < 8 else ())
+    out = [Instance("reduce", HEADERS["reduce_state_direct"],
+                    f"reduce_state_{layout}_kernel<{u},{ctype},StateKind::{k}>", "sync", 0, dtype,
+                    f"state_{layout}{u}_{k.lower()}")
+           for layout in layouts for u in loads for k in kinds
+           if layout != "cols_fold" or k != "Arg"]
+    out += [Instance("reduce", HEADERS["reduce_state_direct"],
+                     f"reduce_state_cols_narrow_kernel<{u},{ctype},StateKind::{k},{vb}>", "sync", 0, dtype,
+                     f"state_cols_narrow{u}_{vb}_{k.lower()}")
+            for vb in (8, 4) if esz < vb for u in loads for k in kinds]
+    return out
 
 
 def reduce_state_partials_instances() -> List[Instance]:
@@ -262,6 +280,7 @@ def all_instances() -> List[Instance]:
             out += reduce_wide_instances(mech, dt)
     for dt in DTYPES:
         out += reduce_cols_direct_instances(dt) + reduce_cols_fold_instances(dt) + reduce_cols_wrap_instances(dt)
+        out += reduce_cols_narrow_instances(dt)
         out += reduce_state_direct_instances(dt)
     out += reduce_partials_instances() + reduce_state_partials_instances()
     for dt in DTYPES:
@@ -328,6 +347,7 @@ def default_instances(arch_list: Optional[str] = None) -> List[Instance]:
         out += reduce_cols_direct_instances(dt, loads=(8, 16))  # sync/3 on aligned columns: 16 loads, or 8
         out += reduce_cols_fold_instances(dt, loads=(8, 16))    # the same, two runs of reduced dims folded
         out += reduce_cols_wrap_instances(dt, loads=(8, 16))    # the same, narrow rows wrapped into vectors
+        out += reduce_cols_narrow_instances(dt, loads=(8, 16))  # the same, rows of one 8- or 4-byte vector
         out += reduce_wide_instances("tma", dt) + reduce_wide_instances("primitives", dt)
         out += wgrad_instances(dt)
     out += reduce_partials_instances()

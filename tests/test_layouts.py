@@ -195,10 +195,11 @@ def test_reduce_layout_nan_propagates(device):
 # (parts of r), a kept middle of 1 after size-1 dims, an outer kept dim, and three runs (the fold,
 # then a step over its output), and 300 and 150 slices of a 4096-element fold (2-8 chunks of a row:
 # on a GPU of about 130 SMs the sum kinds' blocks walk all of them, no partials, or fp32 and fp64
-# half of them, two chunks' partials).
+# half of them, two chunks' partials), and 1200 slices of a 128-element fold (two or four slices a block,
+# several warps each: their totals meet in shared memory).
 FOLDED = [((9, 13, 64), (0, 2)), ((7, 300, 8), (0, 2)), ((5, 3, 2000), (0, 2)), ((3000, 2, 1028), (0, 2)),
           ((3, 20, 5, 16), (1, 3)), ((4, 3, 5, 6, 16), (0, 2, 4)), ((6, 1, 7, 32), (0, 3)), ((2, 11, 3, 48), (0, 1, 3)),
-          ((2, 300, 4096), (0, 2)), ((2, 150, 4096), (0, 2))]
+          ((2, 300, 4096), (0, 2)), ((2, 150, 4096), (0, 2)), ((2, 5, 600, 128), (1, 3))]
 
 
 @pytest.mark.skipif(not HAS_CUDA, reason="needs a GPU and a CUDA build")

@@ -376,15 +376,17 @@ def test_reduce_direct_columns(device, dtype):
 
 # (outer, r) of narrow columns (rows of 2 or 4 elements under 16 bytes) that wrap into 16-byte vectors
 # on CUDA: one slice of many rows (r split in parts), many slices of a few vectors (several a block),
-# one vector a slice, r of whole vectors; odd r and an unaligned start run the ring instead.
+# one vector a slice, r of whole vectors. Odd r, and a start a row past a vector, read rows of 4 or 8
+# bytes as one vector each (the narrow kernels); a start off a row's size, the ring.
 WRAPPED = [(3, 1000), (1, 100_002), (2001, 8), (5, 4), (700, 64), (3, 41)]
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float16, torch.bfloat16], ids=lambda d: DTYPE_IDS[d])
 def test_reduce_wrapped_columns(device, dtype):
     """Columns of 2 or 4 elements narrower than a vector, through auto and every stage count of sync
-    (the wrap kernel where the rows wrap into vectors), every op, against torch: a NaN and an inf,
-    outputs poisoned first, bit-identical repeats; an unaligned view of the same rows too."""
+    (the wrap kernel where the rows wrap into vectors, else the narrow one for rows of 4 or 8 bytes),
+    every op, against torch: a NaN and an inf, outputs poisoned first, bit-identical repeats; views of
+    the same rows a row and an element past the start too."""
     esz = torch.empty((), dtype=dtype).element_size()
     for inner in (2, 4):
         if inner * esz >= 16:
@@ -394,15 +396,18 @@ def test_reduce_wrapped_columns(device, dtype):
             base[inner * (r // 2) + 1] = float("nan")
             base[outer * r * inner - 1] = float("inf")
             flat = base.to(device)
-            for offset in (0, 1):  # (1: the rows start off a 16-byte boundary)
+            for offset in (0, inner, 1):  # (inner: rows on their own size's boundaries only; 1: off a row's)
                 x = flat[offset:offset + outer * r * inner].view(outer, r, inner)
                 _check_sync_columns(x, f"{(outer, r, inner)} offset {offset} {dtype}")
     if device == "cuda" and tma_supported() and esz == 2:  # sm_90's table: sync, the wrap kernel
         x = make_input((700, 64, 4), dtype, device, seed=130)
-        kernels = [k for k, _ in cupipe.explain("reduce", x, "sum", 1).kernels]
-        assert kernels and kernels[0].startswith("reduce_cols_wrap_kernel"), kernels
-        kernels = [k for k, _ in cupipe.explain("reduce", x[:, :41], "sum", 1).kernels]  # odd r: no wrap
-        assert kernels and not kernels[0].startswith("reduce_cols_wrap_kernel"), kernels
+        for op, name in (("sum", "reduce_cols_wrap_kernel"), ("var", "reduce_state_cols_wrap_kernel"),
+                         ("argmax", "reduce_state_cols_wrap_kernel")):
+            kernels = [k for k, _ in cupipe.explain("reduce", x, op, 1).kernels]
+            assert kernels and kernels[0].startswith(name), (op, kernels)
+            # odd r: no wrap; rows of 8 bytes read as one vector each
+            kernels = [k for k, _ in cupipe.explain("reduce", x[:, :41], op, 1).kernels]
+            assert kernels and kernels[0].startswith(name.replace("wrap", "narrow")), (op, kernels)
 
 
 @pytest.mark.parametrize("shape", [(40, 300, 301), (16, 1000, 301), (4, 1000, 1024), (1500, 301), (40000, 160)],

@@ -190,6 +190,35 @@ def test_state_direct_columns(device, dtype):
         check_direct(base.to(device), lambda got: got[:, 0].tolist() == [r // 3] * outer, "direct columns")
 
 
+# (outer, r) of narrow columns (rows of 2 or 4 elements under 16 bytes) that wrap into 16-byte vectors on
+# CUDA (reduce_state_cols_wrap_kernel): r split in parts, many slices of a few vectors (several a block),
+# one vector a slice, r of whole vectors; odd r and a start a row past a vector read a row a vector
+# (reduce_state_cols_narrow_kernel), a start off a row's size the ring.
+WRAPPED = [(3, 1000), (1, 100_002), (2001, 8), (5, 4), (700, 64), (3, 41)]
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float16, torch.bfloat16], ids=lambda d: DTYPE_IDS[d])
+def test_state_wrapped_columns(device, dtype):
+    """The state ops over columns of 2 or 4 elements narrower than a vector (sync, 4 / 8 / 16 loads in
+    flight; a vector's lanes hold several rows of a column): against torch, with data offset from zero
+    (var's shift, one a column), a tie of three maxima in adjacent and distant rows (the first index
+    wins across a vector's lanes and the row groups), a NaN column; bit-identical repeats; views of the
+    same rows a row and an element past the start too."""
+    esz = torch.empty((), dtype=dtype).element_size()
+    for inner in (2, 4):
+        if inner * esz >= 16:
+            continue
+        for i, (outer, r) in enumerate(WRAPPED):
+            base = make_input((outer * r * inner + 8,), dtype, "cpu", seed=140 + i) + 100
+            for offset in (0, inner, 1):  # (inner: rows on their own size's boundaries only; 1: off a row's)
+                x = base.clone()[offset:offset + outer * r * inner].view(outer, r, inner)
+                ties = sorted({r // 3, min(r // 3 + 1, r - 1), r - 1})
+                x[:, ties, 0] = 1e3
+                x[0, r // 2, 1] = float("nan")
+                check_direct(x.to(device), lambda got, t=ties[0]: got[:, 0].tolist() == [t] * outer,
+                             f"wrapped columns {(outer, r, inner)} offset {offset}")
+
+
 # (outer, r) in fp32 elements of the direct row plan (sync along 16-byte aligned rows): one-vector
 # rows (32 a warp item), packed rows of 16, 25 and 250 vectors (groups of 1-32 lanes, a last item
 # past the rows), enough rows of 16 vectors for several items a warp (the next item's loads issued

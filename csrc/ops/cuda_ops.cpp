@@ -336,7 +336,7 @@ at::Tensor reduce_impl(const at::Tensor& x, c10::string_view op, at::OptionalInt
     const CopyConfig cfg =
         resolve_reduce(dev, mech, stages, s.outer, s.r, s.inner, static_cast<int>(in.element_size()), plan.op,
                        reduce_step_rows16(s.outer, s.r, s.inner, static_cast<int>(in.element_size()),
-                                          reinterpret_cast<uintptr_t>(in.data_ptr()) % 16 == 0, plan.op),
+                                          address_alignment(reinterpret_cast<uintptr_t>(in.data_ptr()))),
                        s.fold > 1);
     check_mechanism_supported("reduce", cfg.mechanism, dev);
     p.mechanism = cfg.mechanism;

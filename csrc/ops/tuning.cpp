@@ -109,7 +109,8 @@ constexpr const char* kReduceColumns =
 // sync's loads in flight a thread on direct columns: 3 stages, 16 (cols_direct_loads).
 constexpr int kReduceColumnsDirectStages = 3;
 constexpr const char* kReduceColumnsDirect =
-    "columns on sm_90 whose rows start on 16-byte boundaries (or, narrower, wrap into 16-byte vectors): sync "
+    "columns on sm_90 whose rows start on 16-byte boundaries (or, narrower, wrap into 16-byte vectors, or are "
+    "one 8- or 4-byte vector each: reduce_cols_narrow_kernel): sync "
     "with 3 stages, which reads them straight "
     "into registers, 16 loads in flight a thread (8 where the grid is over a wave) and no ring "
     "(reduce_cols_direct_kernel), ahead of the tma and primitives rings on 48 of the layout sweep's 51 "
@@ -141,8 +142,10 @@ constexpr const char* kReduceStateTma =
 // eight column states a thread leave fewer registers to loads, 8 (2 stages) for wider ones.
 inline int state_columns_direct_stages(int esz) { return esz == 2 ? 1 : 2; }
 constexpr const char* kReduceStateColumnsDirect =
-    "var, std, argmax, argmin, logsumexp and norm over columns on sm_90 whose rows start on 16-byte boundaries: "
-    "the state kernel that reads them straight into registers (reduce_state_cols_direct_kernel) under sync, one "
+    "var, std, argmax, argmin, logsumexp and norm over columns on sm_90 whose rows start on 16-byte boundaries "
+    "(or, narrower, wrap into 16-byte vectors: reduce_state_cols_wrap_kernel, or are one 8- or 4-byte vector "
+    "each: reduce_state_cols_narrow_kernel): the state kernel that reads them "
+    "straight into registers (reduce_state_cols_direct_kernel) under sync, one "
     "stage (4 loads in flight a thread) for 2-byte types and two (8) for wider types, ahead of the tma ring "
     "(measured on an H200)";
 constexpr const char* kReduceStateFolded =
@@ -328,10 +331,11 @@ TableShape table_shape(const std::string& op, const at::Tensor& x, const std::op
     s.esz = reduce_kernel_esz(x, plan);
     s.reduce_op = plan.op;
     // The first step reads x in place (its offset decides the alignment) or a fresh copy.
-    s.rows16 = reduce_step_rows16(s.outer, s.r, s.inner, s.esz,
-                                  x.numel() == 0 || s.esz != static_cast<int>(x.element_size()) ||
-                                      x.storage_offset() * s.esz % 16 == 0,
-                                  plan.op);
+    s.rows16 = reduce_step_rows16(
+        s.outer, s.r, s.inner, s.esz,
+        x.numel() == 0 || s.esz != static_cast<int>(x.element_size())
+            ? 16
+            : address_alignment(static_cast<uintptr_t>(x.storage_offset()) * static_cast<uintptr_t>(s.esz)));
   } else if (op == "stream_copy") {
     s.layout = x.is_contiguous() ? "the kernels copy x's bytes in place"
                                  : "x is not contiguous: the kernels copy x.contiguous()";

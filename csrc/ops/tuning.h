@@ -37,15 +37,26 @@ CopyConfig resolve_stencil_steps(const DeviceInfo& dev, MechanismArg mech, int64
 inline bool reduce_rows16(int64_t outer, int64_t r, int64_t inner, int esz, bool aligned) {
   return aligned && (inner > 1 ? inner * esz % 16 == 0 : outer == 1 || r * esz % 16 == 0);
 }
-// Whether a sum kind's narrow columns wrap into 16-byte vectors (cols_direct_wrap, launch_plan.cuh): rows
-// under 16 bytes that divide 16, each outer slice's rows whole vectors from an aligned x.
+// Whether narrow columns wrap into 16-byte vectors (cols_direct_wrap, launch_plan.cuh): rows under 16 bytes
+// that divide 16, each outer slice's rows whole vectors from an aligned x.
 inline bool reduce_wraps(int64_t r, int64_t inner, int esz, bool aligned) {
   const int64_t row = inner * esz;
   return aligned && inner > 1 && row < 16 && 16 % row == 0 && r * row % 16 == 0;
 }
-// The rows16 resolve_reduce takes for op's step: wrapped narrow columns count for the sum kinds.
-inline bool reduce_step_rows16(int64_t outer, int64_t r, int64_t inner, int esz, bool aligned, ReduceOp op) {
-  return reduce_rows16(outer, r, inner, esz, aligned) || (!is_state_op(op) && reduce_wraps(r, inner, esz, aligned));
+// Whether narrow columns that do not wrap read as one 8- or 4-byte vector a row
+// (cols_direct_narrow, launch_plan.cuh): rows of 4 or 8 bytes, x aligned to a row (align: the largest
+// power of two up to 16 dividing x's address).
+inline bool reduce_narrow(int64_t r, int64_t inner, int esz, int align) {
+  const int64_t row = inner * esz;
+  return inner > 1 && (row == 8 || row == 4) && align >= row && !reduce_wraps(r, inner, esz, align >= 16);
+}
+// x's address alignment for the above: its largest power-of-two divisor, up to 16.
+inline int address_alignment(uintptr_t a) { return a % 16 == 0 ? 16 : static_cast<int>(a & (~a + 1)); }
+// The rows16 resolve_reduce takes for a step: narrow columns count, wrapped or read a row a vector
+// (every kind has both kernels).
+inline bool reduce_step_rows16(int64_t outer, int64_t r, int64_t inner, int esz, int align) {
+  return reduce_rows16(outer, r, inner, esz, align >= 16) || reduce_wraps(r, inner, esz, align >= 16) ||
+         reduce_narrow(r, inner, esz, align);
 }
 // rows16: reduce_rows16 of the view. folded: a step of two runs of reduced dims (ReduceStep::fold),
 // which the state kinds run only on their direct column kernel.

@@ -24,7 +24,7 @@ namespace kernels {
 // workspace, [part][out], for the columns' partials pass.
 // Folded (reduce over r and the innermost `width` elements of each row, kept `mid` between them: x
 // is (outer / mid, r, mid, width)): a slice is one (outer, mid) pair, its columns fold to one output
-// (a thread's vector's values, then the row groups', then the chunk's vectors: fixed trees); chunks
+// (a thread's vector's values, then the slice's threads: fold_block, fixed trees); chunks
 // and parts write partials, [part * chunks + chunk][out]. The sum and the state kernels fold
 // (argmax / argmin never: one dim or all).
 // Folds whose blocks walk run reduce_cols_fold_kernel: a block's chunk is `walk` sweeps of chunk_vecs
@@ -64,6 +64,23 @@ __device__ __forceinline__ uint4 load_once16(const void* p) {
   return v;
 }
 
+// A narrow vector's VB bytes (8 or 4; 16: load_once16) in the low words of a uint4 (the rest zero), read
+// as load_once16 does: unpack16 then yields its VB / sizeof(T) elements first.
+template <int VB>
+__device__ __forceinline__ uint4 load_once(const void* p) {
+  static_assert(VB == 16 || VB == 8 || VB == 4, "16-, 8- or 4-byte vectors");
+  if constexpr (VB == 16) {
+    return load_once16(p);
+  } else {
+    uint4 v{0u, 0u, 0u, 0u};
+    if constexpr (VB == 8)
+      asm("ld.global.nc.L1::no_allocate.v2.u32 {%0, %1}, [%2];" : "=r"(v.x), "=r"(v.y) : "l"(p));
+    else
+      asm("ld.global.nc.L1::no_allocate.u32 %0, [%1];" : "=r"(v.x) : "l"(p));
+    return v;
+  }
+}
+
 // What a thread of a direct column kernel reads: block blockIdx.x's (outer slice o, part of r
 // [r0, r1)), and the thread's 16-byte vector of columns from col (of row group grp).
 struct DirectColumn {
@@ -72,9 +89,9 @@ struct DirectColumn {
   int vec, grp, slice, chunk;
   bool active;  // the thread's slice, group and vector hold columns (threads past them idle)
 };
-template <typename T, bool Walk = false>  // Walk: reduce_cols_fold_kernel (the others see walk 1)
+template <typename T, bool Walk = false, int VB = 16>  // Walk: reduce_cols_fold_kernel (the others see walk 1)
 __device__ __forceinline__ DirectColumn direct_column(const ColsDirectPlan& pl) {
-  constexpr int VE = 16 / sizeof(T);
+  constexpr int VE = VB / sizeof(T);
   uint32_t item, part, ob, chunk;
   pl.parts_div.divmod(blockIdx.x, item, part);
   pl.chunks_div.divmod(item, ob, chunk);
@@ -101,42 +118,46 @@ __device__ __forceinline__ void fold_vector(A (&acc)[VE], const Combine<A>& comb
     for (int j = 0; j < s; ++j) acc[j] = comb(acc[j], acc[j + s]);
 }
 
-// A folded slice's columns to its output: each lead thread (row group 0) brings the slice's total of
-// its vector's columns, and the chunk's vectors fold as a tree through shared memory; vector 0
+// A folded slice's values to its output, one a thread (its vector's total; idle threads hold the
+// identity): the slice's threads combine by shuffles (a fixed xor tree over a warp, or over the
+// slice's part of one), then its warps' totals in order through shared memory: one barrier, where
+// trees over the row groups and then the vectors took one a level. The slice's first thread
 // stores the output, or the chunk's partial.
 template <typename A>
-__device__ __forceinline__ void fold_slice(A total, const Combine<A>& comb, A* scratch, const DirectColumn& dc,
-                                           const ColsDirectPlan& pl, bool lead, void* out, DType od, A* partials,
+__device__ __forceinline__ void fold_block(A v, const Combine<A>& comb, A* scratch, const DirectColumn& dc,
+                                           const ColsDirectPlan& pl, void* out, DType od, A* partials,
                                            ReduceOp op) {
-  A* mine = scratch + dc.slice * pl.chunk_vecs + dc.vec;  // (row group 0's threads only)
-  __syncthreads();  // the group merge's reads of the scratch are done
-  if (dc.grp == 0) *mine = lead ? total : comb.init();
-  __syncthreads();
-  int span = 1;
-  while (span < pl.chunk_vecs) span <<= 1;
-  for (int s = span >> 1; s > 0; s >>= 1) {
-    if (dc.grp == 0 && dc.vec < s && dc.vec + s < pl.chunk_vecs) *mine = comb(*mine, mine[s]);
+  const int t = static_cast<int>(threadIdx.x);
+  const int lanes = kReduceThreads / pl.slices, width = min(32, lanes);
+  for (int off = width >> 1; off > 0; off >>= 1) v = comb(v, __shfl_xor_sync(0xffffffffu, v, off));
+  if (lanes > 32) {  // (uniform across the block)
+    if ((t & 31) == 0) scratch[t >> 5] = v;
     __syncthreads();
+    if (t % lanes != 0) return;
+    for (int w = 1; w < lanes / 32; ++w) v = comb(v, scratch[(t >> 5) + w]);
+  } else if (t % lanes != 0) {
+    return;
   }
-  if (dc.grp != 0 || dc.vec != 0 || dc.o >= pl.outer) return;
-  if (pl.parts == 1 && pl.chunks == 1) store_out(out, od, dc.o, finalize(op, *mine, pl.r * pl.width));
-  else partials[(dc.part * pl.chunks + dc.chunk) * pl.outer + dc.o] = *mine;
+  if (dc.o >= pl.outer) return;
+  if (pl.parts == 1 && pl.chunks == 1) store_out(out, od, dc.o, finalize(op, v, pl.r * pl.width));
+  else partials[(dc.part * pl.chunks + dc.chunk) * pl.outer + dc.o] = v;
 }
 
 // The body of reduce_cols_direct_kernel, with Walk of reduce_cols_fold_kernel (a folded plan whose
 // blocks walk) and with Wrap of reduce_cols_wrap_kernel (wrapped narrow columns): kernels of their
 // own, as the walk's loop or the wrap's epilogue take the plain kernel's registers past four blocks
 // an SM, which the other folds keep (docs/design.md §5).
-template <int U, typename T, bool Walk, bool Wrap = false>
+template <int U, typename T, bool Walk, bool Wrap = false, int VB = 16>
 __device__ __forceinline__ void cols_direct_body(const T* __restrict__ x, void* out, DType od, acc_t<T>* partials,
                                                  const ColsDirectPlan& pl, ReduceOp op) {
   using A = acc_t<T>;
-  constexpr int VE = 16 / sizeof(T);
-  __shared__ A scratch[kReduceThreads * VE];  // [group][chunk vector][element]
+  constexpr int VE = VB / sizeof(T), VE16 = 16 / sizeof(T);  // a vector's elements; a uint4's (unpack16)
+  // [group][chunk vector][element]; a walking fold only its warps' totals (fold_block)
+  __shared__ A scratch[Walk ? kReduceThreads / 32 : kReduceThreads * VE];
   const Combine<A> comb{op};
   allow_dependent_launch();  // the partials pass, when there is one, may start waiting
 
-  const DirectColumn dc = direct_column<T, Walk>(pl);
+  const DirectColumn dc = direct_column<T, Walk, VB>(pl);
   const int t = static_cast<int>(threadIdx.x);
   const int vec = dc.vec, grp = dc.grp;
   const int64_t o = dc.o, part = dc.part, col = dc.col, r0 = dc.r0, r1 = dc.r1;
@@ -156,10 +177,10 @@ __device__ __forceinline__ void cols_direct_body(const T* __restrict__ x, void* 
       for (; i + (U - 1) * static_cast<int64_t>(pl.groups) < r1; i += U * static_cast<int64_t>(pl.groups)) {
         uint4 v[U];
 #pragma unroll
-        for (int k = 0; k < U; ++k) v[k] = load_once16(p + k * step);
+        for (int k = 0; k < U; ++k) v[k] = load_once<VB>(p + k * step);
 #pragma unroll
         for (int k = 0; k < U; ++k) {
-          A e[VE];
+          A e[VE16];
           unpack16<T>(v[k], e);
 #pragma unroll
           for (int j = 0; j < VE; ++j) acc[j] = sc(acc[j], e[j]);
@@ -171,11 +192,11 @@ __device__ __forceinline__ void cols_direct_body(const T* __restrict__ x, void* 
         uint4 v[U];
 #pragma unroll
         for (int k = 0; k < U; ++k)
-          if (i + k * static_cast<int64_t>(pl.groups) < r1) v[k] = load_once16(p + k * step);
+          if (i + k * static_cast<int64_t>(pl.groups) < r1) v[k] = load_once<VB>(p + k * step);
 #pragma unroll
         for (int k = 0; k < U; ++k) {
           if (i + k * static_cast<int64_t>(pl.groups) >= r1) break;
-          A e[VE];
+          A e[VE16];
           unpack16<T>(v[k], e);
 #pragma unroll
           for (int j = 0; j < VE; ++j) acc[j] = sc(acc[j], e[j]);
@@ -184,10 +205,15 @@ __device__ __forceinline__ void cols_direct_body(const T* __restrict__ x, void* 
     });
   }
 
-  // A walking fold's columns all reach one output: its thread's VE totals combine now, and the row
-  // groups combine one value a thread (the plain kernel's folds combine them after the groups).
-  constexpr int NV = Walk ? 1 : VE;  // the totals carried into the group combine
-  if constexpr (Walk) fold_vector<VE>(acc, comb);
+  // A fold's columns all reach one output: the thread's VE totals combine, then the slice's threads
+  // one value each (fold_block); no combine of row groups.
+  if constexpr (!Wrap) {
+    if (Walk || pl.fold) {  // (uniform across the block: every thread reaches the barriers)
+      fold_vector<VE>(acc, comb);
+      fold_block(acc[0], comb, scratch, dc, pl, out, od, partials, op);
+      return;
+    }
+  }
   // Wrapped: the thread's lanes fold onto its wrap columns now (a fixed tree), acc[0, wrap) its totals.
   if constexpr (Wrap) {
 #pragma unroll
@@ -204,7 +230,7 @@ __device__ __forceinline__ void cols_direct_body(const T* __restrict__ x, void* 
   if (ng > 1 && pl.chunk_vecs < 32 && (pl.chunk_vecs & (pl.chunk_vecs - 1)) == 0) {
     const int lanes = kReduceThreads / pl.slices, width = min(32, lanes);
 #pragma unroll
-    for (int j = 0; j < NV; ++j)
+    for (int j = 0; j < VE; ++j)
       for (int off = pl.chunk_vecs; off < width; off <<= 1)
         acc[j] = comb(acc[j], __shfl_xor_sync(0xffffffffu, acc[j], off));
     // the warp part's index in its slice; lanes past its first vector row hold no total
@@ -217,7 +243,7 @@ __device__ __forceinline__ void cols_direct_body(const T* __restrict__ x, void* 
     A* mine = scratch + ((slice * ng + g) * pl.chunk_vecs + vec) * VE;
     if (holder) {
 #pragma unroll
-      for (int j = 0; j < NV; ++j) mine[j] = acc[j];
+      for (int j = 0; j < VE; ++j) mine[j] = acc[j];
     }
     __syncthreads();
     int span = 1;
@@ -225,19 +251,14 @@ __device__ __forceinline__ void cols_direct_body(const T* __restrict__ x, void* 
     for (int s = span >> 1; s > 0; s >>= 1) {
       if (holder && g < s && g + s < ng) {
 #pragma unroll
-        for (int j = 0; j < NV; ++j) mine[j] = comb(mine[j], mine[s * pl.chunk_vecs * VE + j]);
+        for (int j = 0; j < VE; ++j) mine[j] = comb(mine[j], mine[s * pl.chunk_vecs * VE + j]);
       }
       __syncthreads();
     }
     if (holder && g == 0) {
 #pragma unroll
-      for (int j = 0; j < NV; ++j) acc[j] = mine[j];
+      for (int j = 0; j < VE; ++j) acc[j] = mine[j];
     }
-  }
-  if (!Wrap && (Walk || pl.fold)) {  // (uniform across the block: every thread reaches the barriers)
-    if constexpr (!Walk) fold_vector<VE>(acc, comb);
-    fold_slice(acc[0], comb, scratch, dc, pl, holder && g == 0, out, od, partials, op);
-    return;
   }
   if (!holder || g != 0) return;
   if constexpr (Wrap) {  // acc[0, wrap) are the slice's outputs
@@ -268,6 +289,14 @@ __global__ void __launch_bounds__(kReduceThreads)
     reduce_cols_direct_kernel(const T* __restrict__ x, void* out, DType od, acc_t<T>* partials,
                               ColsDirectPlan pl, ReduceOp op) {
   cols_direct_body<U, T, false>(x, out, od, partials, pl, op);
+}
+// Narrow columns that do not wrap (rows of 4, 8 or 12 bytes, each slice's start off a 16-byte boundary:
+// odd r, or x aligned to 8 or 4 only): the direct body reading VB-byte vectors (8 or 4).
+template <int U, typename T, int VB>
+__global__ void __launch_bounds__(kReduceThreads)
+    reduce_cols_narrow_kernel(const T* __restrict__ x, void* out, DType od, acc_t<T>* partials,
+                              ColsDirectPlan pl, ReduceOp op) {
+  cols_direct_body<U, T, false, false, VB>(x, out, od, partials, pl, op);
 }
 template <int U, typename T>
 __global__ void __launch_bounds__(kReduceThreads, cols_own_blocks_per_sm(U))

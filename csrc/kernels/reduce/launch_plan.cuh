@@ -281,6 +281,16 @@ inline int cols_direct_wrap(const ReduceParams& p, int esz) {
                      16 % row == 0 && (p.r * row) % 16 == 0 && (reinterpret_cast<uintptr_t>(p.x) & 15u) == 0;
   return wraps ? static_cast<int>(p.inner) : 1;
 }
+// Narrow columns the wrap does not take (reduce_cols_narrow_kernel, reduce_state_cols_narrow_kernel): rows of 4 or 8 bytes,
+// one vector of that many bytes each, from an x aligned to it (odd r, or x aligned to 8 or 4 only).
+// Returns the row's bytes there, else 0. (Rows of 12 bytes keep the ring, which reads them at the
+// roofline where the slices are long.)
+inline int cols_direct_narrow(const ReduceParams& p, int esz) {
+  const int64_t row = p.inner * esz;
+  const bool narrow = p.mechanism == engine::Mechanism::Sync && p.fold <= 1 && p.inner > 1 && (row == 8 || row == 4) &&
+                      reinterpret_cast<uintptr_t>(p.x) % row == 0 && cols_direct_wrap(p, esz) == 1;
+  return narrow ? static_cast<int>(row) : 0;
+}
 inline ReduceParams wrapped_view(const ReduceParams& p, int esz) {
   ReduceParams q = p;
   q.r = p.r * p.inner * esz / 16;
@@ -288,10 +298,10 @@ inline ReduceParams wrapped_view(const ReduceParams& p, int esz) {
   return q;
 }
 
-// Chunks of at most a block's threads in vectors, split in whole 128-byte lines. Rows of whole lines
-// narrow their chunks (halving, down to a line) while the items leave resident blocks idle: more
-// row groups a block cost no second pass, where chunks that split lines between blocks read slower
-// than the parts below. Only then is r split into parts, no finer than a batch of loads a thread.
+// Chunks of at most a block's threads in vectors (16 bytes, or vb of narrow columns), split in whole
+// 128-byte lines. Rows of whole lines narrow their chunks (halving, down to a line) while the items
+// leave resident blocks idle: more row groups a block cost no second pass, where chunks that split
+// lines between blocks read slower than the parts below. Only then is r split into parts, no finer than a batch of loads a thread.
 // `fill_shift`: the slices' blocks need fill only target >> fill_shift (below). Folded (p.fold > 1),
 // a slice is an (outer, mid) pair of p's and its row the fold's columns; chunks are not narrowed
 // (a folded chunk's partial is one more part: the partials stay within those sized for the most
@@ -299,8 +309,9 @@ inline ReduceParams wrapped_view(const ReduceParams& p, int esz) {
 // (doubling while the blocks still fill half the target; r is then not split), so wide folds over
 // many slices need no partials pass. A larger target never walks further: the partials stay within
 // the workspace's plan (a plan that does not walk at a target walks at no larger one either).
+constexpr int kShortRowsPerThread = 4;  // (the fewest loads a direct kernel keeps in flight)
 inline ColsDirectPlan make_cols_direct_plan(const ReduceParams& p, int esz, int loads, int64_t target_blocks,
-                                            int fill_shift = 0, bool walk = false) {
+                                            int fill_shift = 0, bool walk = false, int vb = 16) {
   ColsDirectPlan pl{};
   pl.fold = p.fold > 1;
   pl.mid = pl.fold ? p.inner / p.fold : 1;
@@ -308,8 +319,8 @@ inline ColsDirectPlan make_cols_direct_plan(const ReduceParams& p, int esz, int 
   pl.outer = p.outer * pl.mid;
   pl.r = p.r;
   pl.inner = p.inner;
-  constexpr int kLineVecs = 8;
-  const int64_t row_vecs = pl.width * esz / 16;
+  const int kLineVecs = 128 / vb;  // (vb: the vector's bytes, 16 unless narrow)
+  const int64_t row_vecs = pl.width * esz / vb;
   pl.chunks = ceil_div(row_vecs, kReduceThreads);
   pl.chunk_vecs = static_cast<int>(pl.chunks == 1 ? row_vecs : ceil_div(ceil_div(row_vecs, pl.chunks), kLineVecs) * kLineVecs);
   pl.chunks = ceil_div(row_vecs, pl.chunk_vecs);
@@ -331,11 +342,17 @@ inline ColsDirectPlan make_cols_direct_plan(const ReduceParams& p, int esz, int 
   // idle block slots, half of it: fill_shift 1): fewer row groups to merge a slice, more rows a
   // thread (docs/design.md §5). Such blocks take all of r, so the partials a launch writes never
   // outnumber those sized for the largest target.
+  // Short r then doubles them further while half the row groups still leave a thread at most
+  // kShortRowsPerThread rows (one batch of loads): idle and one-row groups cost a combine each.
   pl.slices = 1;
-  if (pl.chunks == 1 && pl.chunk_vecs <= 32 && (pl.chunk_vecs & (pl.chunk_vecs - 1)) == 0)
+  if (pl.chunks == 1 && pl.chunk_vecs <= 32 && (pl.chunk_vecs & (pl.chunk_vecs - 1)) == 0) {
     while (pl.slices < kReduceThreads / pl.chunk_vecs &&
            ceil_div(pl.outer, 2 * int64_t(pl.slices)) >= std::max<int64_t>(1, target_blocks >> fill_shift))
       pl.slices *= 2;
+    while (pl.slices < kReduceThreads / pl.chunk_vecs &&
+           int64_t(kReduceThreads / pl.slices / pl.chunk_vecs / 2) * kShortRowsPerThread >= p.r)
+      pl.slices *= 2;
+  }
   pl.groups = kReduceThreads / pl.slices / pl.chunk_vecs;
   const int64_t items = ceil_div(pl.outer, int64_t(pl.slices)) * pl.chunks;
   int64_t parts = pl.slices > 1 || pl.walk > 1 ? 1 : std::max<int64_t>(1, target_blocks / std::max<int64_t>(items, 1));
@@ -360,11 +377,11 @@ inline int64_t target_blocks(const ReduceParams& p, int64_t resident) { return p
 // one wave of the 16-load kernel (two blocks an SM by its registers, which the estimate assumes):
 // there four blocks an SM of the 8-load kernel keep as many loads in flight, and an SM's other
 // blocks stream while one combines its groups and exits (the layout sweep's many short items).
-inline int cols_direct_loads(const ReduceParams& p, const DeviceInfo& dev, int esz) {
+inline int cols_direct_loads(const ReduceParams& p, const DeviceInfo& dev, int esz, int vb = 16) {
   const int u = cols_direct_loads(p.stages);
   if (u < 16) return u;
   const int64_t wave = static_cast<int64_t>(dev.num_sms) * 2;
-  return make_cols_direct_plan(p, esz, u, target_blocks(p, wave), 0, true).grid > wave ? u / 2 : u;
+  return make_cols_direct_plan(p, esz, u, target_blocks(p, wave), 0, true, vb).grid > wave ? u / 2 : u;
 }
 
 inline int64_t partial_count(const ReduceParams& p, const DeviceInfo& dev) {
@@ -373,10 +390,11 @@ inline int64_t partial_count(const ReduceParams& p, const DeviceInfo& dev) {
     const RowsPlan pl = make_rows_plan(p, esz, rows_tile_bytes(p, dev), max_target_blocks(p, dev));
     return pl.parts > 1 ? p.outer * pl.parts : 0;  // split or chunked
   }
-  if (cols_direct(p, esz) || cols_direct_wrap(p, esz) > 1) {
+  if (cols_direct(p, esz) || cols_direct_wrap(p, esz) > 1 || cols_direct_narrow(p, esz) > 0) {
     const ReduceParams q = cols_direct_wrap(p, esz) > 1 ? wrapped_view(p, esz) : p;  // (outputs: p's)
-    const ColsDirectPlan pl =
-        make_cols_direct_plan(q, esz, cols_direct_loads(q, dev, esz), max_target_blocks(q, dev), 0, true);
+    const int vb = cols_direct_narrow(p, esz) > 0 ? cols_direct_narrow(p, esz) : 16;
+    const ColsDirectPlan pl = make_cols_direct_plan(q, esz, cols_direct_loads(q, dev, esz, vb),
+                                                    max_target_blocks(q, dev), 0, true, vb);
     if (pl.fold) return pl.parts * pl.chunks > 1 ? pl.parts * pl.chunks * pl.outer : 0;
     return pl.parts > 1 ? pl.parts * p.outer * p.inner : 0;
   }
@@ -433,25 +451,28 @@ void launch_reduce_typed(const ReduceParams& p) {
                     stream, false, static_cast<const T*>(p.x), p.out, p.out_dtype, partials, pl, p.op);
     }
     parts = pl.parts; stride_out = pl.parts; stride_part = 1;  // (parts == 1: no partials)
-  } else if (cols_direct(p, esz) || cols_direct_wrap(p, esz) > 1) {
-    const int wrap = cols_direct_wrap(p, esz);
+  } else if (cols_direct(p, esz) || cols_direct_wrap(p, esz) > 1 || cols_direct_narrow(p, esz) > 0) {
+    const int wrap = cols_direct_wrap(p, esz), narrow = cols_direct_narrow(p, esz), vb = narrow > 0 ? narrow : 16;
     const ReduceParams q = wrap > 1 ? wrapped_view(p, esz) : p;  // nout and count stay p's
-    const int U = cols_direct_loads(q, dev, esz);
+    const int U = cols_direct_loads(q, dev, esz, vb);
     // A fold whose blocks walk at the walk kernel's residency runs that kernel; every other plan the
-    // plain one, at its own (more blocks an SM).
+    // plain one (or the wrap's, the narrow one's), at its own (more blocks an SM).
     const ColsDirectPlan walked = make_cols_direct_plan(
-        q, esz, U, target_blocks(q, static_cast<int64_t>(dev.num_sms) * cols_own_blocks_per_sm(U)), 0, true);
+        q, esz, U, target_blocks(q, static_cast<int64_t>(dev.num_sms) * cols_own_blocks_per_sm(U)), 0, true, vb);
     const bool walks = walked.walk > 1;
-    const auto kernel = kernel_ref<const T*, void*, DType, A*, ColsDirectPlan, ReduceOp>(
-        kReduceColsDirectHeader,
-        kernel_id(walks ? "reduce_cols_fold_kernel" : wrap > 1 ? "reduce_cols_wrap_kernel" : "reduce_cols_direct_kernel", U,
-                  type_c<T>{}),
-        stream);
+    const std::string id =
+        walks      ? kernel_id("reduce_cols_fold_kernel", U, type_c<T>{})
+        : wrap > 1 ? kernel_id("reduce_cols_wrap_kernel", U, type_c<T>{})
+        : narrow   ? kernel_id("reduce_cols_narrow_kernel", U, type_c<T>{}, narrow)
+                   : kernel_id("reduce_cols_direct_kernel", U, type_c<T>{});
+    const auto kernel =
+        kernel_ref<const T*, void*, DType, A*, ColsDirectPlan, ReduceOp>(kReduceColsDirectHeader, id, stream);
     ColsDirectPlan pl =
         walks ? walked
               : make_cols_direct_plan(
                     q, esz, U,
-                    target_blocks(q, static_cast<int64_t>(dev.num_sms) * blocks_per_sm(kernel, kReduceThreads, 0)));
+                    target_blocks(q, static_cast<int64_t>(dev.num_sms) * blocks_per_sm(kernel, kReduceThreads, 0)), 0,
+                    false, vb);
     pl.wrap = wrap;
     if (pl.grid > 0x7fffffff) throw std::runtime_error("reduce: too many column blocks for one launch");
     launch_kernel(kernel, dim3(static_cast<unsigned>(pl.grid)), dim3(kReduceThreads), 0, stream, false,

@@ -42,43 +42,47 @@ constexpr bool state_rows_interleave(StateKind k, int esz) {
   return k == StateKind::Moments || k == StateKind::Norm || (k == StateKind::Lse && esz >= 4);
 }
 
-// A folded slice's column states to its output, as fold_slice (columns_direct.cuh) with merges: each
-// lead thread's state (its vector's columns merged already), then the chunk's vectors as a tree
-// through shared memory; vector 0 stores the result, or the chunk's partial state
-// ([part * chunks + chunk][out]).
+// A folded slice's column states to its output, as fold_block (columns_direct.cuh) with merges: one
+// state a thread (its vector's columns merged already; idle threads hold the empty state), merged
+// by shuffles over the slice's lanes, then its warps' states in order through shared memory; the
+// slice's first thread stores the result, or the chunk's partial state ([part * chunks + chunk][out]).
 template <typename St>
-__device__ __forceinline__ void fold_state_slice(const St& total, St* scratch, const DirectColumn& dc,
-                                                 const ColsDirectPlan& pl, bool lead, void* out, DType od,
-                                                 St* partials, const StateCtx& c) {
-  St* mine = scratch + dc.slice * pl.chunk_vecs + dc.vec;  // (row group 0's threads only)
-  __syncthreads();  // the group merge's reads of the scratch are done
-  if (dc.grp == 0) *mine = lead ? total : St::init(c);
-  __syncthreads();
-  int span = 1;
-  while (span < pl.chunk_vecs) span <<= 1;
-  for (int s = span >> 1; s > 0; s >>= 1) {
-    if (dc.grp == 0 && dc.vec < s && dc.vec + s < pl.chunk_vecs) mine->merge(mine[s], c);
+__device__ __forceinline__ void fold_state_block(St s, St* scratch, const DirectColumn& dc, const ColsDirectPlan& pl,
+                                                 void* out, DType od, St* partials, const StateCtx& c) {
+  const int t = static_cast<int>(threadIdx.x);
+  const int lanes = kReduceThreads / pl.slices, width = min(32, lanes);
+  for (int off = width >> 1; off > 0; off >>= 1) s.merge(shfl_state(s, off, 32), c);
+  if (lanes > 32) {  // (uniform across the block)
+    if ((t & 31) == 0) scratch[t >> 5] = s;
     __syncthreads();
+    if (t % lanes != 0) return;
+    for (int w = 1; w < lanes / 32; ++w) s.merge(scratch[(t >> 5) + w], c);
+  } else if (t % lanes != 0) {
+    return;
   }
-  if (dc.grp != 0 || dc.vec != 0 || dc.o >= pl.outer) return;
-  if (pl.parts == 1 && pl.chunks == 1) store_state(out, od, dc.o, *mine, c);
-  else partials[(dc.part * pl.chunks + dc.chunk) * pl.outer + dc.o] = *mine;
+  if (dc.o >= pl.outer) return;
+  if (pl.parts == 1 && pl.chunks == 1) store_state(out, od, dc.o, s, c);
+  else partials[(dc.part * pl.chunks + dc.chunk) * pl.outer + dc.o] = s;
 }
 
 // The body of reduce_state_cols_direct_kernel and, with Fold, of reduce_state_cols_fold_kernel (a
 // folded plan: ColsDirectPlan::fold). The fold is a kernel of its own, not a run-time branch, so
-// that the plain kernel's registers never pay for the fold's epilogue (docs/design.md §5).
-template <int U, typename T, StateKind K, bool Fold>
+// that the plain kernel's registers never pay for the fold's epilogue (docs/design.md §5). With
+// Wrap, of reduce_state_cols_wrap_kernel: wrapped narrow columns (ColsDirectPlan::wrap, as the sum
+// kinds' reduce_cols_wrap_kernel), a row one vector whose lanes j, j + wrap, ... are column j % wrap
+// of rows j / wrap, ... of the vector's VE / wrap: each lane's state takes its rows' own indices and
+// its column's shift, and the lanes merge onto their wrap columns before the row groups.
+template <int U, typename T, StateKind K, bool Fold, bool Wrap = false, int VB = 16>
 __device__ __forceinline__ void state_cols_direct(const T* __restrict__ x, void* out, DType od,
                                                   State<acc_t<T>, K>* partials, const ColsDirectPlan& pl,
                                                   const StateCtx& c) {
   using A = acc_t<T>;
   using St = State<A, K>;
-  constexpr int VE = 16 / sizeof(T);
-  __shared__ St scratch[kReduceThreads];
+  constexpr int VE = VB / sizeof(T), VE16 = 16 / sizeof(T);  // a vector's elements; a uint4's (unpack16)
+  __shared__ St scratch[Fold ? kReduceThreads / 32 : kReduceThreads];  // (a fold: its warps' states)
   allow_dependent_launch();  // the partials pass, when there is one, may start waiting
 
-  const DirectColumn dc = direct_column<T>(pl);
+  const DirectColumn dc = direct_column<T, false, VB>(pl);
   const int t = static_cast<int>(threadIdx.x);
   St acc[VE];
 #pragma unroll
@@ -86,16 +90,28 @@ __device__ __forceinline__ void state_cols_direct(const T* __restrict__ x, void*
   if (dc.active) {
     // the columns' row 0 (Moments' shifts); the plain kernel's plans keep mid 1 (dc.base unused there)
     const T* first = x + (Fold ? dc.base : dc.o * pl.r * pl.inner) + dc.col;
-    A k0[VE];
+    A k0[VE16];
 #pragma unroll
-    for (int j = 0; j < VE; ++j) k0[j] = A(0);
+    for (int j = 0; j < VE16; ++j) k0[j] = A(0);
     if constexpr (K == StateKind::Moments) {
-      unpack16<T>(load_once16(Fold ? x + dc.base : first), k0);
+      unpack16<T>(load_once<VB>(Fold ? x + dc.base : first), k0);
       if constexpr (Fold) {  // one shift for the slice: its columns' states merge into one
 #pragma unroll
         for (int j = 1; j < VE; ++j) k0[j] = k0[0];
       }
+      if constexpr (Wrap) {  // a column's lanes share its row 0's shift (lanes under wrap keep theirs)
+#pragma unroll
+        for (int j = 0; j < VE; ++j) {
+          A k = k0[j];
+#pragma unroll
+          for (int w = 1; w < VE; w *= 2)  // (wrap a power of two; indices known at compile time)
+            if (pl.wrap == w) k = k0[j & (w - 1)];
+          k0[j] = k;
+        }
+      }
     }
+    // A lane's rows: wrapped, row i's lane j is row i x rows_vec + j / wrap of column j % wrap.
+    const int rows_vec = Wrap ? VE / pl.wrap : 1, wrap_log2 = Wrap ? 31 - __clz(pl.wrap) : 0;
     const int64_t step = static_cast<int64_t>(pl.groups) * pl.inner;
     const int64_t gstep = pl.groups;
     const T* p = first + (dc.r0 + dc.grp) * pl.inner;
@@ -103,17 +119,17 @@ __device__ __forceinline__ void state_cols_direct(const T* __restrict__ x, void*
     for (; i + (U - 1) * gstep < dc.r1; i += U * gstep, p += U * step) {
       uint4 v[U];  // raw: unpacked a column at a time (all of them at once would not fit registers)
 #pragma unroll
-      for (int k = 0; k < U; ++k) v[k] = load_once16(p + k * step);
+      for (int k = 0; k < U; ++k) v[k] = load_once<VB>(p + k * step);
 #pragma unroll
       for (int j = 0; j < VE; ++j) {  // a column's U rows as one block: every load in flight before the first add
         A b[U];
 #pragma unroll
         for (int m = 0; m < U; ++m) {
-          A e[VE];
+          A e[VE16];
           unpack16<T>(v[m], e);  // (only element j is kept)
           b[m] = e[j] - k0[j];
         }
-        acc[j].add_block(b, i, gstep, c);
+        acc[j].add_block(b, Wrap ? i * rows_vec + (j >> wrap_log2) : i, gstep * rows_vec, c);
       }
     }
     // The last, partial batch: its loads in flight together, each row added alone.
@@ -121,25 +137,37 @@ __device__ __forceinline__ void state_cols_direct(const T* __restrict__ x, void*
       uint4 v[U];
 #pragma unroll
       for (int k = 0; k < U; ++k)
-        if (i + k * gstep < dc.r1) v[k] = load_once16(p + k * step);
+        if (i + k * gstep < dc.r1) v[k] = load_once<VB>(p + k * step);
 #pragma unroll
       for (int k = 0; k < U; ++k) {
         if (i + k * gstep >= dc.r1) break;
-        A e[VE];
+        A e[VE16];
         unpack16<T>(v[k], e);
 #pragma unroll
-        for (int j = 0; j < VE; ++j) acc[j].add(e[j] - k0[j], i + k * gstep, c);
+        for (int j = 0; j < VE; ++j)
+          acc[j].add(e[j] - k0[j], Wrap ? (i + k * gstep) * rows_vec + (j >> wrap_log2) : i + k * gstep, c);
       }
     }
   }
-  // A fold's columns all reach one output: its thread's states merge now (a fixed tree), so the
-  // row groups merge one state a thread, not VE (VE passes of a shared tree, each with its barriers).
-  constexpr int NV = Fold ? 1 : VE;  // the states carried into the group merge
+  // A fold's columns all reach one output: its thread's states merge (a fixed tree), then the
+  // slice's threads one state each (fold_state_block); no merge of row groups.
   if constexpr (Fold) {
 #pragma unroll
     for (int s = VE / 2; s > 0; s /= 2)
 #pragma unroll
       for (int j = 0; j < s; ++j) acc[j].merge(acc[j + s], c);
+    fold_state_block(acc[0], scratch, dc, pl, out, od, partials, c);
+    return;
+  }
+  // Wrapped: the lanes of each column merge onto lane j % wrap (a fixed tree); acc[0, wrap) hold
+  // the thread's column states, which alone the groups merge and store.
+  const int ncols = Wrap ? pl.wrap : VE;
+  if constexpr (Wrap) {
+#pragma unroll
+    for (int s = VE / 2; s > 0; s /= 2)
+      if (s >= pl.wrap)
+#pragma unroll
+        for (int j = 0; j < s; ++j) acc[j].merge(acc[j + s], c);
   }
 
   // A slice's group states merge in a fixed order: where chunk_vecs is a power of two under a warp,
@@ -150,8 +178,10 @@ __device__ __forceinline__ void state_cols_direct(const T* __restrict__ x, void*
   if (ng > 1 && pl.chunk_vecs < 32 && (pl.chunk_vecs & (pl.chunk_vecs - 1)) == 0) {
     const int lanes = kReduceThreads / pl.slices, width = min(32, lanes);
 #pragma unroll
-    for (int j = 0; j < NV; ++j)
+    for (int j = 0; j < VE; ++j) {
+      if (j >= ncols) break;
       for (int off = pl.chunk_vecs; off < width; off <<= 1) acc[j].merge(shfl_state(acc[j], off, 32), c);
+    }
     // the warp part's index in its slice; lanes past its first vector row hold no total
     g = t % width < pl.chunk_vecs ? (t % lanes) / width : kReduceThreads;
     ng = lanes / width;
@@ -164,39 +194,38 @@ __device__ __forceinline__ void state_cols_direct(const T* __restrict__ x, void*
     while (span < ng) span <<= 1;
     const int slice = t / (kReduceThreads / pl.slices);
     St* mine = scratch + (slice * ng + g) * pl.chunk_vecs + dc.vec;  // (only holders touch it)
-    for (int j0 = 0; j0 < NV; j0 += per) {
+    for (int j0 = 0; j0 < ncols; j0 += per) {
       if (holder) {
 #pragma unroll
-        for (int j = 0; j < NV; ++j)
-          if (j >= j0 && j < j0 + per) mine[(j - j0) * slots] = acc[j];
+        for (int j = 0; j < VE; ++j)
+          if (j >= j0 && j < j0 + per && j < ncols) mine[(j - j0) * slots] = acc[j];
       }
       __syncthreads();
       for (int s = span >> 1; s > 0; s >>= 1) {
         if (holder && g < s && g + s < ng) {
 #pragma unroll
-          for (int j = 0; j < NV; ++j)
-            if (j >= j0 && j < j0 + per) mine[(j - j0) * slots].merge(mine[(j - j0) * slots + s * pl.chunk_vecs], c);
+          for (int j = 0; j < VE; ++j)
+            if (j >= j0 && j < j0 + per && j < ncols)
+              mine[(j - j0) * slots].merge(mine[(j - j0) * slots + s * pl.chunk_vecs], c);
         }
         __syncthreads();
       }
       if (holder && g == 0) {
 #pragma unroll
-        for (int j = 0; j < NV; ++j)
-          if (j >= j0 && j < j0 + per) acc[j] = mine[(j - j0) * slots];
+        for (int j = 0; j < VE; ++j)
+          if (j >= j0 && j < j0 + per && j < ncols) acc[j] = mine[(j - j0) * slots];
       }
-      if (j0 + per < NV) __syncthreads();  // the scratch is free for the next pass
+      if (j0 + per < ncols) __syncthreads();  // the scratch is free for the next pass
     }
   }
-  if constexpr (Fold) {
-    fold_state_slice(acc[0], scratch, dc, pl, holder && g == 0, out, od, partials, c);
-  } else {
-    if (!holder || g != 0) return;
-    const int64_t oi = dc.o * pl.inner + dc.col;
+  if (!holder || g != 0) return;
+  const int64_t row_out = Wrap ? pl.wrap : pl.inner;  // outputs a slice
+  const int64_t oi = dc.o * row_out + dc.col;
 #pragma unroll
-    for (int j = 0; j < VE; ++j) {
-      if (pl.parts == 1) store_state(out, od, oi + j, acc[j], c);
-      else partials[dc.part * pl.outer * pl.inner + oi + j] = acc[j];
-    }
+  for (int j = 0; j < VE; ++j) {
+    if (j >= ncols) break;
+    if (pl.parts == 1) store_state(out, od, oi + j, acc[j], c);
+    else partials[dc.part * pl.outer * row_out + oi + j] = acc[j];
   }
 }
 
@@ -211,6 +240,22 @@ __global__ void __launch_bounds__(kReduceThreads)
     reduce_state_cols_fold_kernel(const T* __restrict__ x, void* out, DType od, State<acc_t<T>, K>* partials,
                                   ColsDirectPlan pl, StateCtx c) {
   state_cols_direct<U, T, K, true>(x, out, od, partials, pl, c);
+}
+// Narrow columns that do not wrap (rows of one 8- or 4-byte vector: odd r, x aligned to the row only), as the
+// sum kinds' reduce_cols_narrow_kernel.
+template <int U, typename T, StateKind K, int VB>
+__global__ void __launch_bounds__(kReduceThreads)
+    reduce_state_cols_narrow_kernel(const T* __restrict__ x, void* out, DType od, State<acc_t<T>, K>* partials,
+                                    ColsDirectPlan pl, StateCtx c) {
+  state_cols_direct<U, T, K, false, false, VB>(x, out, od, partials, pl, c);
+}
+// Three blocks an SM (two at 16 loads), as the sum kinds' wrap kernel: the lanes' merge is not to cost
+// the 2-byte Moments kernel a resident block (docs/design.md §5).
+template <int U, typename T, StateKind K>
+__global__ void __launch_bounds__(kReduceThreads, cols_own_blocks_per_sm(U))
+    reduce_state_cols_wrap_kernel(const T* __restrict__ x, void* out, DType od, State<acc_t<T>, K>* partials,
+                                  ColsDirectPlan pl, StateCtx c) {
+  state_cols_direct<U, T, K, false, true>(x, out, od, partials, pl, c);
 }
 
 // Interleaved rows: a lane holds one value of each of U rows; the G lanes of a lane group (G a power

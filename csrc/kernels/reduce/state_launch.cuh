@@ -191,8 +191,11 @@ inline int64_t state_workspace_bytes(const ReduceParams& p, const DeviceInfo& de
   const int esz = dtype_size(p.in_dtype);
   const int64_t target = max_target_blocks(p, dev);
   const auto bytes = [&](int64_t parts) { return parts > 1 ? p.outer * p.inner * parts * state_size(p) : 0; };
-  if (cols_direct(p, esz)) {
-    const ColsDirectPlan pl = make_cols_direct_plan(p, esz, cols_direct_loads(p.stages), target, kStateSliceFillShift);
+  if (cols_direct(p, esz) || cols_direct_wrap(p, esz) > 1 || cols_direct_narrow(p, esz) > 0) {
+    const ReduceParams q = cols_direct_wrap(p, esz) > 1 ? wrapped_view(p, esz) : p;  // (outputs: p's)
+    const int vb = cols_direct_narrow(p, esz) > 0 ? cols_direct_narrow(p, esz) : 16;
+    const ColsDirectPlan pl =
+        make_cols_direct_plan(q, esz, cols_direct_loads(p.stages), target, kStateSliceFillShift, false, vb);
     if (pl.fold) return pl.parts * pl.chunks > 1 ? pl.outer * pl.parts * pl.chunks * state_size(p) : 0;
     return bytes(pl.parts);
   }
@@ -219,11 +222,14 @@ void launch_reduce_state_typed(const ReduceParams& p) {
                   rows ? parts : int64_t(1), rows ? int64_t(1) : nout, ctx);
   };
   // The direct kernels (sync on aligned columns or rows): U loads in flight a thread, their own plan.
-  const auto direct = [&](const char* name, auto make_plan, bool rows) {
+  // (vb: a narrow column kernel's vector bytes, the id's last argument; 0 for the others)
+  const auto direct = [&](const char* name, auto make_plan, bool rows, int vb = 0) {
     using Plan = decltype(make_plan(0, int64_t(0)));
     const int U = cols_direct_loads(S);
     const auto kernel = kernel_ref<const T*, void*, DType, St*, Plan, StateCtx>(
-        kReduceStateDirectHeader, kernel_id(name, U, type_c<T>{}, state_kind_id(K)), stream);
+        kReduceStateDirectHeader,
+        vb ? kernel_id(name, U, type_c<T>{}, state_kind_id(K), vb) : kernel_id(name, U, type_c<T>{}, state_kind_id(K)),
+        stream);
     const int64_t resident = static_cast<int64_t>(dev.num_sms) * blocks_per_sm(kernel, kReduceThreads, 0);
     const Plan pl = make_plan(U, target_blocks(p, resident));
     if (pl.grid > 0x7fffffff) throw std::runtime_error("reduce: too many blocks for one launch");
@@ -236,12 +242,23 @@ void launch_reduce_state_typed(const ReduceParams& p) {
     }
     if (parts > 1) partials_pass(parts, rows, ctx, nout);
   };
-  if (cols_direct(p, sizeof(T)))
-    return direct(p.fold > 1 ? "reduce_state_cols_fold_kernel" : "reduce_state_cols_direct_kernel",
+  // Aligned columns: the direct kernel, its fold, narrow columns wrapped into vectors (whose plan reads
+  // wrapped_view's rows; the outputs stay p's), or narrow ones read a vector of the row's bytes a row.
+  const int wrap = cols_direct_wrap(p, sizeof(T)), narrow = cols_direct_narrow(p, sizeof(T));
+  if (cols_direct(p, sizeof(T)) || wrap > 1 || narrow > 0) {
+    const ReduceParams q = wrap > 1 ? wrapped_view(p, sizeof(T)) : p;
+    return direct(p.fold > 1 ? "reduce_state_cols_fold_kernel"
+                  : wrap > 1 ? "reduce_state_cols_wrap_kernel"
+                  : narrow   ? "reduce_state_cols_narrow_kernel"
+                             : "reduce_state_cols_direct_kernel",
                   [&](int U, int64_t target) {
-                    return make_cols_direct_plan(p, sizeof(T), U, target, kStateSliceFillShift);
+                    ColsDirectPlan pl = make_cols_direct_plan(q, sizeof(T), U, target, kStateSliceFillShift, false,
+                                                              narrow > 0 ? narrow : 16);
+                    pl.wrap = wrap;
+                    return pl;
                   },
-                  false);
+                  false, narrow);
+  }
   if (state_rows_direct(p, sizeof(T)))
     return direct("reduce_state_rows_direct_kernel",
                   [&](int U, int64_t target) { return make_rows_direct_plan(p, sizeof(T), U, target); }, true);
