@@ -213,8 +213,9 @@ class Bench:
     """What every measurement needs: device, timer, repetitions, sizes, the copy bandwidth."""
 
     def __init__(self, cpu: bool, quick: bool, reps: int, dtype: Optional[torch.dtype],
-                 use_compile: bool, res: Results):
+                 use_compile: bool, res: Results, cold_l2: bool = False):
         self.cpu, self.quick, self.reps, self.res = cpu, quick, reps, res
+        self.cold_l2 = cold_l2 and not cpu      # every timed GPU call starts with its inputs out of L2
         self.device = "cpu" if cpu else "cuda"
         self.dtype = dtype                      # None: the performance suite's own dtypes
         self.use_compile = use_compile and not cpu
@@ -243,7 +244,7 @@ class Bench:
         return self.dtype or torch.float32
 
     def time(self, fn) -> float:
-        return time_ms_cpu(fn, self.reps) if self.cpu else time_ms(fn, self.reps)
+        return time_ms_cpu(fn, self.reps) if self.cpu else time_ms(fn, self.reps, cold_l2=self.cold_l2)
 
     def try_time(self, fn) -> float:
         if fn is None:
@@ -1084,6 +1085,9 @@ def merge_runs(dirs: List[str]) -> "tuple[Results, dict]":
     if len({(m.get("device"), m.get("cpu")) for m in metas}) > 1:
         raise ValueError("--merge: the runs come from different devices: " +
                          ", ".join(sorted({str(m.get("device")) for m in metas})))
+    if len({m.get("timer") for m in metas}) > 1:  # (e.g. one run with --cold-l2, one without)
+        raise ValueError("--merge: the runs were timed differently: " +
+                         "; ".join(sorted({str(m.get("timer")) for m in metas})))
     meta = dict(metas[0])
     meta["command"] = " and ".join(f"`{m.get('command', '?')}`" for m in metas).strip("`")
     meta["copy_GBps"] = sum(m.get("copy_GBps", float("nan")) for m in metas) / len(metas)
@@ -1122,6 +1126,10 @@ def main(argv: Optional[List[str]] = None) -> int:
     ap.add_argument("--quick", action="store_true", help="fewer configurations and repetitions")
     ap.add_argument("--reps", type=int, default=0, help="timed repetitions per measurement")
     ap.add_argument("--no-compile", action="store_true", help="skip torch.compile baselines")
+    ap.add_argument("--cold-l2", action="store_true",
+                    help="start every timed GPU call, cupipe's and PyTorch's alike, with its inputs out of L2 "
+                         "(cupipe.timing.time_ms's cold_l2): inputs near or under the L2's size are otherwise "
+                         "read partly from L2 left by the previous repetition")
     ap.add_argument("--cpu", action="store_true",
                     help="run a tiny version on the CPU kernels (smoke test; CPU times)")
     ap.add_argument("--no-progress", action="store_true", help="no progress bar on stderr")
@@ -1166,17 +1174,18 @@ def main(argv: Optional[List[str]] = None) -> int:
     dtype = DTYPES[args.dtype] if args.dtype else None
     reps = args.reps or ((3 if args.quick else 5) if args.cpu else (10 if args.quick else 30))
     res = Results()
-    b = Bench(args.cpu, args.quick, reps, dtype, not args.no_compile, res)
+    b = Bench(args.cpu, args.quick, reps, dtype, not args.no_compile, res, cold_l2=args.cold_l2)
     date = time.strftime("%Y-%m-%d")
     path_note = ""
     if args.cpu:
         dev = f"CPU ({torch.get_num_threads()} threads)"
         timer = f"median of {reps} time.perf_counter reps"
         path_note = ("CPU path: tiny sizes; times are CPU wall-clock times, not GPU times, and the "
-                     "engine knobs (mechanism, stages, vec_bytes) are ignored on the CPU.")
+                     "engine knobs (mechanism, stages, vec_bytes) are ignored on the CPU"
+                     + (", and so is --cold-l2." if args.cold_l2 else "."))
     else:
         dev = torch.cuda.get_device_name()
-        timer = f"median of {reps} CUDA-event-timed reps"
+        timer = f"median of {reps} CUDA-event-timed reps" + (", each from a cold L2" if b.cold_l2 else "")
     print(f"device: {dev} | torch {torch.__version__} | cupipe {cupipe.__version__} | "
           f"{date} | {timer}")
     if path_note:

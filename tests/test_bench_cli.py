@@ -43,7 +43,7 @@ def test_help_lists_the_flags(capsys):
     assert e.value.code == 0
     out = capsys.readouterr().out
     for flag in ("--ops", "--dtype", "--sweep", "--quick", "--out", "--cpu", "--suite",
-                 "--markdown", "--markdown-brief"):
+                 "--markdown", "--markdown-brief", "--cold-l2"):
         assert flag in out
 
 
@@ -337,13 +337,13 @@ def test_only_measures_the_matching_cases(tmp_path, capsys):
 def test_merge_makes_one_run_of_the_sweeps_halves(tmp_path, capsys):
     """--merge: two runs' results.json (the layout sweep's fp32 and bf16 halves) written as one,
     their summaries dropped and made again over every row, each run's command and copy_ figure
-    kept; runs of different devices refused."""
-    def run(name, dtype, copy, speedups, device="NVIDIA H200"):
+    kept; runs of different devices or timers refused."""
+    def run(name, dtype, copy, speedups, device="NVIDIA H200", timer="median of 30 CUDA-event-timed reps"):
         rows = [dict(table="layout: reduce", op="reduce", cls="reduce middle dim, inner 1024",
                      workload=f"sum {i} {dtype}", ms=1.0, speedup_vs_best=v, vs_copy=0.9) for i, v in enumerate(speedups)]
         rows.append(dict(table="layout: summary", workload="reduce: all", rows=99))  # stale: dropped
         meta = dict(device=device, cpu=False, torch="2.11", cuda="13.0", cupipe="0.1.0", date="2026-11-29",
-                    timer="median of 30 CUDA-event-timed reps", copy_GBps=copy, copy_what="2^28 fp32, read+write",
+                    timer=timer, copy_GBps=copy, copy_what="2^28 fp32, read+write",
                     dtype=dtype, command=f"python -m cupipe.bench --suite layout --dtype {dtype}", notes=[], failures=[])
         d = tmp_path / name
         d.mkdir()
@@ -366,6 +366,26 @@ def test_merge_makes_one_run_of_the_sweeps_halves(tmp_path, capsys):
     with pytest.raises(SystemExit):
         bench.main(["--merge", a, other])
     assert "different devices" in capsys.readouterr().err
+    cold = run("d", "bfloat16", 4300.0, [1.0], timer="median of 30 CUDA-event-timed reps, each from a cold L2")
+    with pytest.raises(SystemExit):
+        bench.main(["--merge", a, cold])
+    assert "timed differently" in capsys.readouterr().err
+
+
+def test_cold_l2_reaches_the_gpu_timer(monkeypatch, capsys, tmp_path):
+    """--cold-l2: every GPU timing goes through time_ms with cold_l2=True (the CPU timer has no L2 to
+    flush: there the flag is ignored, and the run says so)."""
+    seen = []
+    monkeypatch.setattr(bench, "time_ms", lambda fn, reps, **kw: seen.append(kw) or 1.0)
+    b = object.__new__(bench.Bench)
+    b.cpu, b.reps, b.cold_l2 = False, 3, True
+    assert b.time(lambda: None) == 1.0 and seen == [dict(cold_l2=True)]
+    b.cold_l2 = False
+    b.time(lambda: None)
+    assert seen[-1] == dict(cold_l2=False)
+    assert bench.main(["--cpu", "--quick", "--cold-l2", "--no-progress", "--suite", "none", "--sweep",
+                       "--only", "stream_copy", "--out", str(tmp_path / "o")]) == 0
+    assert "and so is --cold-l2" in capsys.readouterr().out
 
 
 def test_steps_suite_checks_against_k_calls_and_plots(tmp_path, monkeypatch):
