@@ -86,6 +86,14 @@ def sass_functions(path, containing: str = "") -> dict:
     return {k: "\n".join(v) for k, v in funcs.items()}
 
 
+def pytest_configure(config):
+    """Under xdist each worker's intra-op pool would take every core: the workers' share instead
+    (the CPU-device tests of 14 workers on 16 cores were otherwise oversubscribed many times over)."""
+    workers = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "0"))
+    if workers > 1:
+        torch.set_num_threads(max(1, (os.cpu_count() or 1) // workers))
+
+
 def pytest_sessionstart(session):
     """CUPIPE_TEST_PRECOMPILE=1: precompile every instance of the 1-D/2-D stencils, copies and
     reductions for the GPU (their tests walk the whole mechanism x stages matrix), once (in the
