@@ -290,8 +290,8 @@ __global__ void __launch_bounds__(kReduceThreads)
                               ColsDirectPlan pl, ReduceOp op) {
   cols_direct_body<U, T, false>(x, out, od, partials, pl, op);
 }
-// Narrow columns that do not wrap (rows of 4, 8 or 12 bytes, each slice's start off a 16-byte boundary:
-// odd r, or x aligned to 8 or 4 only): the direct body reading VB-byte vectors (8 or 4).
+// Narrow columns that do not wrap (rows of 4 or 8 bytes, each slice's start off a 16-byte boundary:
+// odd r, or x aligned to 8 or 4 only): the direct body reading one VB-byte vector a row (VB: the row's bytes).
 template <int U, typename T, int VB>
 __global__ void __launch_bounds__(kReduceThreads)
     reduce_cols_narrow_kernel(const T* __restrict__ x, void* out, DType od, acc_t<T>* partials,

@@ -301,7 +301,8 @@ inline ReduceParams wrapped_view(const ReduceParams& p, int esz) {
 // Chunks of at most a block's threads in vectors (16 bytes, or vb of narrow columns), split in whole
 // 128-byte lines. Rows of whole lines narrow their chunks (halving, down to a line) while the items
 // leave resident blocks idle: more row groups a block cost no second pass, where chunks that split
-// lines between blocks read slower than the parts below. Only then is r split into parts, no finer than a batch of loads a thread.
+// lines between blocks read slower than the parts below. Only then is r split into parts, no finer
+// than a batch of loads a thread.
 // `fill_shift`: the slices' blocks need fill only target >> fill_shift (below). Folded (p.fold > 1),
 // a slice is an (outer, mid) pair of p's and its row the fold's columns; chunks are not narrowed
 // (a folded chunk's partial is one more part: the partials stay within those sized for the most
